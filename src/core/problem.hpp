@@ -1,0 +1,135 @@
+// The normalized problem description: what every backend and kernel sees, whatever descriptors the user passed.
+//
+// The C entry points validate the descriptors and build one of these (problem.cpp); backends never look at the public
+// descriptors. Everything here is plain data (no pointers owned, no virtuals) so a CUDA kernel can take it by value.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace flashattn {
+
+enum class DType : int32_t { FP16 = 0, BF16 = 1, FP32 = 2 };
+enum class Mask : int32_t { None = 0, CausalTopLeft = 1, CausalBottomRight = 2 };
+enum class Op : int32_t { Forward = 0, Backward = 1, DecodeChunk = 2, MergeStates = 3 };
+
+inline std::size_t dtypeSize(DType t) { return t == DType::FP32 ? 4 : 2; }
+const char *dtypeName(DType t);
+
+// Element strides of a [batch, head, row, headDim] tensor (headDim stride is always 1).
+// Ragged tensors: batch = 0 and row is the token stride; the row of sequence b starts at cuSeqlens[b].
+// Paged caches: batch is the page stride and row the stride between rows of a page.
+struct Layout {
+  int64_t batch = 0;
+  int64_t head = 0;
+  int64_t row = 0;
+};
+
+// Forward, backward and decode share this description.
+struct AttnProblem {
+  Op op = Op::Forward;
+  DType dtype = DType::FP16;  // storage of Q, K, V, O (and dO, dQ, dK, dV)
+
+  int64_t batch = 0;
+  int64_t heads = 0;
+  int64_t kvHeads = 0;    // heads % kvHeads == 0; kvHeads == heads also for stride-0 broadcast
+  int64_t seqQ = 0;       // dense: the length; ragged: maxSeqlenQ
+  int64_t seqK = 0;       // dense: the length (cache capacity); ragged: maxSeqlenK; paged: maxPagesPerSeq*pageSize
+  int64_t headDim = 0;    // of Q and K
+  int64_t headDimV = 0;   // of V and O
+
+  // Ragged batches: token offsets per sequence (backend memory), totals are the tensors' first dimension.
+  bool ragged = false;
+  const int32_t *cuSeqlensQ = nullptr;
+  const int32_t *cuSeqlensK = nullptr;
+  int64_t totalQ = 0;
+  int64_t totalK = 0;
+
+  // Per-sequence used KV lengths (dense padded caches and paged caches); nullptr = seqK for every sequence.
+  const int32_t *seqlensK = nullptr;
+
+  // Paged KV cache (decode): K/V are [numPages, pageSize, kvHeads, headDim].
+  bool paged = false;
+  const int32_t *blockTable = nullptr;  // [batch, maxPagesPerSeq]
+  int64_t pageSize = 0;
+  int64_t numPages = 0;
+  int64_t maxPagesPerSeq = 0;
+
+  Layout q, k, v, o, dO, dQ, dK, dV;
+  // LSE [batch, heads, seqQ] as (batch, head, row) strides; ragged: batch = 0, row = token stride.
+  Layout lse;
+  bool hasLse = false;
+
+  float scale = 0.f;        // resolved: never 0 here
+  float softcap = 0.f;      // 0 = off
+  Mask mask = Mask::None;
+  int64_t windowLeft = -1;  // -1 = unbounded
+  int64_t windowRight = -1;
+  const float *alibiSlopes = nullptr;  // [heads] or [batch, heads]
+  int64_t alibiBatchStride = 0;        // 0 or heads
+  bool deterministic = false;
+
+  int32_t numChunks = 0;  // decode: 0 = automatic
+};
+
+// Merge of partial states: partialO [S, batch, heads, seqQ, headDimV] FP32, partialLse [S, batch, heads, seqQ] FP32.
+struct MergeProblem {
+  int64_t states = 0;
+  int64_t batch = 0;
+  int64_t heads = 0;
+  int64_t seqQ = 0;
+  int64_t headDimV = 0;
+  DType outType = DType::FP32;
+  int64_t partialOStride[4] = {0, 0, 0, 0};    // state, batch, head, row
+  int64_t partialLseStride[4] = {0, 0, 0, 0};  // state, batch, head, row
+  Layout o;
+  Layout lse;
+  bool hasLse = false;
+};
+
+// The data pointers of one call, in backend memory.
+struct AttnBuffers {
+  const void *q = nullptr;
+  const void *k = nullptr;
+  const void *v = nullptr;
+  void *o = nullptr;           // forward/decode output; backward input (const there)
+  float *lse = nullptr;        // forward/decode output; backward input
+  const void *dO = nullptr;
+  void *dQ = nullptr;
+  void *dK = nullptr;
+  void *dV = nullptr;
+};
+
+struct MergeBuffers {
+  const float *partialO = nullptr;
+  const float *partialLse = nullptr;
+  void *o = nullptr;
+  float *lse = nullptr;
+};
+
+// The visible key range of a query row, [lo, hi] inclusive (empty when lo > hi). All masks of the API are a
+// contiguous range, so kernels skip whole key blocks outside it. sq and sk are the lengths of this sequence.
+struct KeyRange {
+  int64_t lo;
+  int64_t hi;
+};
+
+#if defined(__CUDACC__)
+#define FLASHATTN_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define FLASHATTN_HOST_DEVICE inline
+#endif
+
+FLASHATTN_HOST_DEVICE KeyRange visibleKeys(Mask mask, int64_t windowLeft, int64_t windowRight, int64_t i, int64_t sq,
+                                           int64_t sk) {
+  const int64_t aligned = i + sk - sq;  // bottom-right diagonal
+  int64_t lo = 0;
+  int64_t hi = sk - 1;
+  if (mask == Mask::CausalTopLeft) hi = hi < i ? hi : i;
+  if (mask == Mask::CausalBottomRight) hi = hi < aligned ? hi : aligned;
+  if (windowLeft >= 0) lo = lo > aligned - windowLeft ? lo : aligned - windowLeft;
+  if (windowRight >= 0) hi = hi < aligned + windowRight ? hi : aligned + windowRight;
+  return KeyRange{lo, hi};
+}
+
+}  // namespace flashattn
