@@ -1,0 +1,67 @@
+// Small numeric helpers for the attention kernels: fast exp2, packing FP32 pairs into FP16/BF16 registers, and the
+// reductions across the 4 lanes (a "quad") that share one row of an mma accumulator fragment.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace flashattn::cuda::prim {
+
+// 2^x on the SFU (ex2.approx.ftz: relative error ~2^-22, subnormal results flushed to 0; -inf gives +0).
+// Softmax uses exp(x) = exp2(x * log2 e) with log2 e folded into the scale, so one FMUL/FFMA precedes this.
+__device__ __forceinline__ float exp2Fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// Packs (lo, hi) rounded to nearest into one 32-bit register, lo in the low half: the element order of mma fragments
+// and of memory (lo at the lower address).
+template <typename Element>
+__device__ __forceinline__ uint32_t packFloat2(float lo, float hi);
+
+template <>
+__device__ __forceinline__ uint32_t packFloat2<__half>(float lo, float hi) {
+  __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&h);
+}
+
+template <>
+__device__ __forceinline__ uint32_t packFloat2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&h);
+}
+
+// Inverse of packFloat2.
+template <typename Element>
+__device__ __forceinline__ float2 unpackFloat2(uint32_t packed);
+
+template <>
+__device__ __forceinline__ float2 unpackFloat2<__half>(uint32_t packed) {
+  return __half22float2(*reinterpret_cast<const __half2 *>(&packed));
+}
+
+template <>
+__device__ __forceinline__ float2 unpackFloat2<__nv_bfloat16>(uint32_t packed) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&packed));
+}
+
+// Max / sum over the 4 lanes of a quad (lanes 4g .. 4g+3), result in all 4. All 32 lanes must call.
+__device__ __forceinline__ float quadMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+  return v;
+}
+
+__device__ __forceinline__ float quadSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  return v;
+}
+
+}  // namespace flashattn::cuda::prim
