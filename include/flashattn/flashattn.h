@@ -306,10 +306,10 @@ FLASHATTN_API flashAttnStatus_t flashAttnDestroyAttentionDescriptor(flashAttnAtt
 /**
  * \brief Sets the softmax scale applied to Q K^T.
  * \param[in] desc  a live descriptor.
- * \param[in] scale finite and > 0, or exactly 0 to return to the default 1/sqrt(headDim).
+ * \param[in] scale finite and > 0. Until it is set, the default 1/sqrt(headDim) applies.
  * \retval FLASHATTN_STATUS_SUCCESS set.
  * \retval FLASHATTN_STATUS_NOT_INITIALIZED \p desc is NULL or destroyed.
- * \retval FLASHATTN_STATUS_BAD_PARAM \p scale is NaN, infinite or negative.
+ * \retval FLASHATTN_STATUS_BAD_PARAM \p scale is NaN, infinite, zero or negative.
  */
 FLASHATTN_API flashAttnStatus_t flashAttnSetAttentionScale(flashAttnAttentionDescriptor_t desc, float scale);
 
@@ -724,7 +724,8 @@ FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunkGetWorkspaceSize(
  * The KV range [0, seqlensK[b]) of every sequence is cut into chunks processed in parallel; their partial results
  * are merged as flashAttnMergeStates() does. The result is bitwise the same for any launch with the same arguments.
  * \param[in]  handle         a live handle.
- * \param[in]  attnDesc       attention descriptor or NULL (causal masks align bottom-right for decode).
+ * \param[in]  attnDesc       attention descriptor or NULL. Masks keep their definitions; with the query tokens being
+ *                            the last ones of each sequence, ::FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT is the usual choice.
  * \param[in]  seqDesc        sequence descriptor: per-sequence KV lengths, and the block table for paged caches.
  * \param[in]  qDesc          Q descriptor.
  * \param[in]  q              Q data.

@@ -1,0 +1,270 @@
+// The operations. Each entry point is the same four steps:
+//   1. resolve the handle and descriptors (NOT_INITIALIZED when dead),
+//   2. build the normalized problem (problem_builder.cpp: every shape/type/stride/attribute rule),
+//   3. ask the backend for the plan (kernel choice + workspace layout; the size query stops here),
+//   4. check the pointers and the workspace, let the backend check its index data, then run.
+// Nothing is written before step 4's checks pass, so a failed call leaves every output untouched.
+#include <cstring>
+
+#include "api/guard.hpp"
+#include "core/descriptors.hpp"
+#include "core/error.hpp"
+#include "core/problem_builder.hpp"
+
+using namespace flashattn;
+
+namespace {
+
+AttnTensors attnTensors(flashAttnTensorDescriptor_t q, flashAttnTensorDescriptor_t k, flashAttnTensorDescriptor_t v,
+                        flashAttnTensorDescriptor_t o, flashAttnTensorDescriptor_t lse) {
+  AttnTensors t;
+  t.q = &tensorRef(q, "Q");
+  t.k = &tensorRef(k, "K");
+  t.v = &tensorRef(v, "V");
+  t.o = &tensorRef(o, "O");
+  t.lse = optionalTensor(lse, "LSE");
+  return t;
+}
+
+void writeDescription(const Plan &plan, char *description, size_t len, int32_t *deterministic) {
+  if (description && len > 0) {
+    const size_t n = plan.description.size() < len - 1 ? plan.description.size() : len - 1;
+    std::memcpy(description, plan.description.data(), n);
+    description[n] = '\0';
+  }
+  if (deterministic) *deterministic = plan.deterministic ? 1 : 0;
+}
+
+void requireOutputPointer(const void *p, const char *name) { require(p != nullptr, name, " (output pointer) is NULL"); }
+
+}  // namespace
+
+extern "C" {
+
+FLASHATTN_API flashAttnStatus_t flashAttnCheckSupport(flashAttnHandle_t handle, flashAttnOperation_t operation,
+                                                      flashAttnAttentionDescriptor_t attnDesc,
+                                                      flashAttnSeqDescriptor_t seqDesc,
+                                                      flashAttnTensorDescriptor_t qDesc,
+                                                      flashAttnTensorDescriptor_t kDesc,
+                                                      flashAttnTensorDescriptor_t vDesc,
+                                                      flashAttnTensorDescriptor_t oDesc, char *description,
+                                                      size_t descriptionLen, int32_t *deterministic) {
+  return guarded("flashAttnCheckSupport", [&] {
+    flashAttnContext &ctx = handleRef(handle);
+    require(description != nullptr || descriptionLen == 0, "description is NULL but descriptionLen is ",
+            descriptionLen);
+    Plan plan;
+    switch (operation) {
+      case FLASHATTN_OP_FORWARD:
+      case FLASHATTN_OP_BACKWARD:
+      case FLASHATTN_OP_DECODE_CHUNK: {
+        const Op op = operation == FLASHATTN_OP_FORWARD    ? Op::Forward
+                      : operation == FLASHATTN_OP_BACKWARD ? Op::Backward
+                                                           : Op::DecodeChunk;
+        AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, nullptr);
+        // Backward needs an LSE; CheckSupport takes none, so stand in a packed one of the right shape.
+        flashAttnTensorStruct lse;
+        if (op == Op::Backward) {
+          const bool ragged = t.q->rank == 3;
+          lse.isSet = true;
+          lse.dtype = DType::FP32;
+          lse.rank = ragged ? 2 : 3;
+          if (ragged) {
+            lse.dims[0] = t.q->dims[0];
+            lse.dims[1] = t.q->dims[1];
+            lse.strides[0] = t.q->dims[1];
+            lse.strides[1] = 1;
+          } else {
+            for (int i = 0; i < 3; ++i) lse.dims[i] = t.q->dims[i];
+            lse.strides[2] = 1;
+            lse.strides[1] = lse.dims[2];
+            lse.strides[0] = lse.dims[1] * lse.dims[2];
+          }
+          t.lse = &lse;
+        }
+        const AttnProblem p = buildAttnProblem(op, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
+        plan = ctx.backend->plan(p);
+        break;
+      }
+      case FLASHATTN_OP_MERGE_STATES: {
+        require(kDesc == nullptr && vDesc == nullptr, "kDesc and vDesc must be NULL for MERGE_STATES");
+        const MergeProblem m = buildMergeProblem(tensorRef(qDesc, "partialO"), nullptr, tensorRef(oDesc, "O"), nullptr);
+        plan = ctx.backend->planMerge(m);
+        break;
+      }
+      default:
+        fail(FLASHATTN_STATUS_BAD_PARAM, "operation is ", int(operation),
+             ": expected FORWARD (0), BACKWARD (1), DECODE_CHUNK (2) or MERGE_STATES (3)");
+    }
+    writeDescription(plan, description, descriptionLen, deterministic);
+  });
+}
+
+FLASHATTN_API flashAttnStatus_t flashAttnForwardGetWorkspaceSize(
+    flashAttnHandle_t handle, flashAttnAttentionDescriptor_t attnDesc, flashAttnSeqDescriptor_t seqDesc,
+    flashAttnTensorDescriptor_t qDesc, flashAttnTensorDescriptor_t kDesc, flashAttnTensorDescriptor_t vDesc,
+    flashAttnTensorDescriptor_t oDesc, flashAttnTensorDescriptor_t lseDesc, size_t *bytes) {
+  return guarded("flashAttnForwardGetWorkspaceSize", [&] {
+    flashAttnContext &ctx = handleRef(handle);
+    requireOutputPointer(bytes, "bytes");
+    const AttnProblem p = buildAttnProblem(Op::Forward, optionalAttention(attnDesc), optionalSeq(seqDesc),
+                                           attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc), 0);
+    *bytes = ctx.backend->plan(p).workspaceBytes;
+  });
+}
+
+FLASHATTN_API flashAttnStatus_t flashAttnForward(flashAttnHandle_t handle, flashAttnAttentionDescriptor_t attnDesc,
+                                                 flashAttnSeqDescriptor_t seqDesc, flashAttnTensorDescriptor_t qDesc,
+                                                 const void *q, flashAttnTensorDescriptor_t kDesc, const void *k,
+                                                 flashAttnTensorDescriptor_t vDesc, const void *v,
+                                                 flashAttnTensorDescriptor_t oDesc, void *o,
+                                                 flashAttnTensorDescriptor_t lseDesc, float *lse, void *workspace,
+                                                 size_t workspaceBytes) {
+  return guarded("flashAttnForward", [&] {
+    flashAttnContext &ctx = handleRef(handle);
+    const AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
+    const AttnProblem p = buildAttnProblem(Op::Forward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
+    const Plan plan = ctx.backend->plan(p);
+    checkBuffers({{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true},
+                  {"LSE", lse, t.lse, true}});
+    checkWorkspace(plan, workspace, workspaceBytes, {{"O", o, t.o, true}, {"LSE", lse, t.lse, true}});
+    ctx.backend->validateIndexData(p);
+    AttnBuffers buf;
+    buf.q = q;
+    buf.k = k;
+    buf.v = v;
+    buf.o = o;
+    buf.lse = lse;
+    ctx.backend->forward(p, plan, buf, workspace);
+  });
+}
+
+FLASHATTN_API flashAttnStatus_t flashAttnBackwardGetWorkspaceSize(
+    flashAttnHandle_t handle, flashAttnAttentionDescriptor_t attnDesc, flashAttnSeqDescriptor_t seqDesc,
+    flashAttnTensorDescriptor_t qDesc, flashAttnTensorDescriptor_t kDesc, flashAttnTensorDescriptor_t vDesc,
+    flashAttnTensorDescriptor_t oDesc, flashAttnTensorDescriptor_t lseDesc, size_t *bytes) {
+  return guarded("flashAttnBackwardGetWorkspaceSize", [&] {
+    flashAttnContext &ctx = handleRef(handle);
+    requireOutputPointer(bytes, "bytes");
+    const AttnProblem p = buildAttnProblem(Op::Backward, optionalAttention(attnDesc), optionalSeq(seqDesc),
+                                           attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc), 0);
+    *bytes = ctx.backend->plan(p).workspaceBytes;
+  });
+}
+
+FLASHATTN_API flashAttnStatus_t flashAttnBackward(
+    flashAttnHandle_t handle, flashAttnAttentionDescriptor_t attnDesc, flashAttnSeqDescriptor_t seqDesc,
+    flashAttnTensorDescriptor_t qDesc, const void *q, flashAttnTensorDescriptor_t kDesc, const void *k,
+    flashAttnTensorDescriptor_t vDesc, const void *v, flashAttnTensorDescriptor_t oDesc, const void *o,
+    flashAttnTensorDescriptor_t dODesc, const void *dO, flashAttnTensorDescriptor_t lseDesc, const float *lse,
+    flashAttnTensorDescriptor_t dQDesc, void *dQ, flashAttnTensorDescriptor_t dKDesc, void *dK,
+    flashAttnTensorDescriptor_t dVDesc, void *dV, void *workspace, size_t workspaceBytes) {
+  return guarded("flashAttnBackward", [&] {
+    flashAttnContext &ctx = handleRef(handle);
+    AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
+    t.dO = &tensorRef(dODesc, "dO");
+    t.dQ = &tensorRef(dQDesc, "dQ");
+    t.dK = &tensorRef(dKDesc, "dK");
+    t.dV = &tensorRef(dVDesc, "dV");
+    const AttnProblem p = buildAttnProblem(Op::Backward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
+    const Plan plan = ctx.backend->plan(p);
+    checkBuffers({{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, false},
+                  {"dO", dO, t.dO, false}, {"LSE", lse, t.lse, false}, {"dQ", dQ, t.dQ, true},
+                  {"dK", dK, t.dK, true}, {"dV", dV, t.dV, true}});
+    checkWorkspace(plan, workspace, workspaceBytes,
+                   {{"dQ", dQ, t.dQ, true}, {"dK", dK, t.dK, true}, {"dV", dV, t.dV, true}});
+    ctx.backend->validateIndexData(p);
+    AttnBuffers buf;
+    buf.q = q;
+    buf.k = k;
+    buf.v = v;
+    buf.o = const_cast<void *>(o);  // an input here; AttnBuffers shares the field with the forward's output
+    buf.lse = const_cast<float *>(lse);
+    buf.dO = dO;
+    buf.dQ = dQ;
+    buf.dK = dK;
+    buf.dV = dV;
+    ctx.backend->backward(p, plan, buf, workspace);
+  });
+}
+
+FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunkGetWorkspaceSize(
+    flashAttnHandle_t handle, flashAttnAttentionDescriptor_t attnDesc, flashAttnSeqDescriptor_t seqDesc,
+    flashAttnTensorDescriptor_t qDesc, flashAttnTensorDescriptor_t kDesc, flashAttnTensorDescriptor_t vDesc,
+    flashAttnTensorDescriptor_t oDesc, flashAttnTensorDescriptor_t lseDesc, int32_t numChunks, size_t *bytes) {
+  return guarded("flashAttnDecodeChunkGetWorkspaceSize", [&] {
+    flashAttnContext &ctx = handleRef(handle);
+    requireOutputPointer(bytes, "bytes");
+    const AttnProblem p = buildAttnProblem(Op::DecodeChunk, optionalAttention(attnDesc), optionalSeq(seqDesc),
+                                           attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc), numChunks);
+    *bytes = ctx.backend->plan(p).workspaceBytes;
+  });
+}
+
+FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunk(
+    flashAttnHandle_t handle, flashAttnAttentionDescriptor_t attnDesc, flashAttnSeqDescriptor_t seqDesc,
+    flashAttnTensorDescriptor_t qDesc, const void *q, flashAttnTensorDescriptor_t kDesc, const void *k,
+    flashAttnTensorDescriptor_t vDesc, const void *v, flashAttnTensorDescriptor_t oDesc, void *o,
+    flashAttnTensorDescriptor_t lseDesc, float *lse, int32_t numChunks, void *workspace, size_t workspaceBytes) {
+  return guarded("flashAttnDecodeChunk", [&] {
+    flashAttnContext &ctx = handleRef(handle);
+    const AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
+    const AttnProblem p =
+        buildAttnProblem(Op::DecodeChunk, optionalAttention(attnDesc), optionalSeq(seqDesc), t, numChunks);
+    const Plan plan = ctx.backend->plan(p);
+    checkBuffers({{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true},
+                  {"LSE", lse, t.lse, true}});
+    checkWorkspace(plan, workspace, workspaceBytes, {{"O", o, t.o, true}, {"LSE", lse, t.lse, true}});
+    ctx.backend->validateIndexData(p);
+    AttnBuffers buf;
+    buf.q = q;
+    buf.k = k;
+    buf.v = v;
+    buf.o = o;
+    buf.lse = lse;
+    ctx.backend->decode(p, plan, buf, workspace);
+  });
+}
+
+FLASHATTN_API flashAttnStatus_t flashAttnMergeStatesGetWorkspaceSize(flashAttnHandle_t handle,
+                                                                     flashAttnTensorDescriptor_t partialODesc,
+                                                                     flashAttnTensorDescriptor_t partialLseDesc,
+                                                                     flashAttnTensorDescriptor_t oDesc,
+                                                                     flashAttnTensorDescriptor_t lseDesc,
+                                                                     size_t *bytes) {
+  return guarded("flashAttnMergeStatesGetWorkspaceSize", [&] {
+    flashAttnContext &ctx = handleRef(handle);
+    requireOutputPointer(bytes, "bytes");
+    const MergeProblem m = buildMergeProblem(tensorRef(partialODesc, "partialO"), &tensorRef(partialLseDesc, "partialLse"),
+                                             tensorRef(oDesc, "O"), optionalTensor(lseDesc, "LSE"));
+    *bytes = ctx.backend->planMerge(m).workspaceBytes;
+  });
+}
+
+FLASHATTN_API flashAttnStatus_t flashAttnMergeStates(flashAttnHandle_t handle,
+                                                     flashAttnTensorDescriptor_t partialODesc, const float *partialO,
+                                                     flashAttnTensorDescriptor_t partialLseDesc,
+                                                     const float *partialLse, flashAttnTensorDescriptor_t oDesc,
+                                                     void *o, flashAttnTensorDescriptor_t lseDesc, float *lse,
+                                                     void *workspace, size_t workspaceBytes) {
+  return guarded("flashAttnMergeStates", [&] {
+    flashAttnContext &ctx = handleRef(handle);
+    const flashAttnTensorStruct &po = tensorRef(partialODesc, "partialO");
+    const flashAttnTensorStruct &pl = tensorRef(partialLseDesc, "partialLse");
+    const flashAttnTensorStruct &od = tensorRef(oDesc, "O");
+    const flashAttnTensorStruct *ld = optionalTensor(lseDesc, "LSE");
+    const MergeProblem m = buildMergeProblem(po, &pl, od, ld);
+    const Plan plan = ctx.backend->planMerge(m);
+    checkBuffers({{"partialO", partialO, &po, false}, {"partialLse", partialLse, &pl, false}, {"O", o, &od, true},
+                  {"LSE", lse, ld, true}});
+    checkWorkspace(plan, workspace, workspaceBytes, {{"O", o, &od, true}, {"LSE", lse, ld, true}});
+    MergeBuffers buf;
+    buf.partialO = partialO;
+    buf.partialLse = partialLse;
+    buf.o = o;
+    buf.lse = lse;
+    ctx.backend->merge(m, plan, buf, workspace);
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,372 @@
+#include "core/problem_builder.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/error.hpp"
+
+namespace flashattn {
+
+namespace {
+
+// Largest byte span a tensor may address: kernels do 64-bit index arithmetic, and 2^62 leaves room for offsets.
+constexpr int64_t kMaxSpanBytes = int64_t(1) << 62;
+constexpr int32_t kMaxDecodeQueries = 16;
+
+std::string shapeOf(const flashAttnTensorStruct &t) {
+  std::string s = "[";
+  for (int i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.dims[i]);
+  return s + "]";
+}
+
+void expectRank(const flashAttnTensorStruct &t, const char *name, int rank, const char *layout) {
+  if (t.rank != rank)
+    fail(FLASHATTN_STATUS_BAD_PARAM, name, " has rank ", t.rank, " (dims ", shapeOf(t), "): expected rank ", rank,
+         " ", layout);
+}
+
+void expectType(const flashAttnTensorStruct &t, const char *name, DType want, const char *wantFrom) {
+  if (t.dtype != want)
+    fail(FLASHATTN_STATUS_BAD_PARAM, name, " is ", dtypeName(t.dtype), " but ", wantFrom, " is ", dtypeName(want),
+         ": the types must match");
+}
+
+void expectDim(const flashAttnTensorStruct &t, const char *name, int dim, int64_t want, const char *what,
+               const char *from) {
+  if (t.dims[dim] != want)
+    fail(FLASHATTN_STATUS_BAD_PARAM, name, " has ", what, " ", t.dims[dim], " (dims ", shapeOf(t), ") but ", from,
+         " has ", want);
+}
+
+void expectSameShape(const flashAttnTensorStruct &t, const char *name, const flashAttnTensorStruct &like,
+                     const char *likeName) {
+  bool same = t.rank == like.rank;
+  for (int i = 0; same && i < t.rank; ++i) same = t.dims[i] == like.dims[i];
+  if (!same)
+    fail(FLASHATTN_STATUS_BAD_PARAM, name, " has dims ", shapeOf(t), " but ", likeName, " has ", shapeOf(like),
+         ": they must match");
+}
+
+// An output whose elements overlap each other would be written by several threads at once. Sufficient test: with
+// the dimensions sorted by stride, each stride reaches past everything the smaller strides span.
+void expectNonOverlapping(const flashAttnTensorStruct &t, const char *name) {
+  std::vector<std::pair<int64_t, int64_t>> strideDim;
+  for (int i = 0; i < t.rank; ++i)
+    if (t.dims[i] > 1) strideDim.emplace_back(t.strides[i], t.dims[i]);
+  std::sort(strideDim.begin(), strideDim.end());
+  int64_t extent = 1;
+  for (auto [stride, dim] : strideDim) {
+    if (stride < extent)
+      fail(FLASHATTN_STATUS_BAD_PARAM, name, " is an output whose elements overlap (a dimension of size ", dim,
+           " has stride ", stride, ", below the ", extent, " elements the smaller strides span)");
+    extent = stride * (dim - 1) + extent;
+  }
+}
+
+Layout layout4(const flashAttnTensorStruct &t) { return Layout{t.strides[0], t.strides[1], t.strides[2]}; }
+// Ragged rank-3 [tokens, heads, dim]: rows are tokens.
+Layout layoutRagged(const flashAttnTensorStruct &t) { return Layout{0, t.strides[1], t.strides[0]}; }
+
+const char *const kDenseQ = "[batch, heads, seqQ, headDim]";
+const char *const kDenseK = "[batch, kvHeads, seqK, headDim]";
+const char *const kRaggedQ = "[totalTokensQ, heads, headDim] (ragged seqDesc)";
+const char *const kRaggedK = "[totalTokensK, kvHeads, headDim] (ragged seqDesc)";
+const char *const kPagedK = "[numPages, pageSize, kvHeads, headDim] (paged seqDesc)";
+
+void resolveAttention(AttnProblem &p, const flashAttnAttentionStruct *attn) {
+  const flashAttnAttentionStruct defaults;
+  const flashAttnAttentionStruct &a = attn ? *attn : defaults;
+  p.scale = a.scale > 0 ? a.scale : float(1.0 / std::sqrt(double(p.headDim)));
+  p.softcap = a.softcap;
+  p.mask = a.mask;
+  p.windowLeft = a.windowLeft;
+  p.windowRight = a.windowRight;
+  p.alibiSlopes = a.alibiSlopes;
+  p.alibiBatchStride = a.alibiPerBatch ? p.heads : 0;
+  p.deterministic = a.deterministic != 0;
+}
+
+}  // namespace
+
+const char *dtypeName(DType t) {
+  switch (t) {
+    case DType::FP16: return "FP16";
+    case DType::BF16: return "BF16";
+    case DType::FP32: return "FP32";
+  }
+  return "unknown";
+}
+
+std::size_t spanBytes(const flashAttnTensorStruct &t) {
+  int64_t last = 0;
+  for (int i = 0; i < t.rank; ++i) last += (t.dims[i] - 1) * t.strides[i];
+  return std::size_t(last + 1) * dtypeSize(t.dtype);
+}
+
+// Overflow-safe: the set-time checks bound dims and strides, and this bounds their combination.
+static void expectAddressable(const flashAttnTensorStruct &t, const char *name) {
+  long double last = 0;
+  for (int i = 0; i < t.rank; ++i) last += (long double)(t.dims[i] - 1) * (long double)t.strides[i];
+  if ((last + 1) * (long double)dtypeSize(t.dtype) >= (long double)kMaxSpanBytes)
+    fail(FLASHATTN_STATUS_BAD_PARAM, name, " (dims ", shapeOf(t), ") spans more than 2^62 bytes: not addressable");
+}
+
+AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const flashAttnSeqStruct *seq,
+                             const AttnTensors &t, int32_t numChunks) {
+  AttnProblem p;
+  p.op = op;
+  const bool ragged = seq && seq->raggedBatch > 0;
+  const bool paged = seq && seq->pagedBatch > 0;
+  const bool kvLengths = seq && seq->seqlensK;
+  if (ragged && paged)
+    fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc is both ragged and paged: a paged cache takes a dense Q");
+  if (op == Op::DecodeChunk && ragged)
+    fail(FLASHATTN_STATUS_BAD_PARAM,
+         "seqDesc is ragged: DecodeChunk takes a dense Q [batch, heads, seqQ, headDim] and per-sequence KV lengths");
+  if (op == Op::Backward && paged)
+    fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc has a paged KV cache: Backward takes dense or ragged K and V");
+  if (ragged && kvLengths)
+    fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+         "seqDesc has both cuSeqlensK and per-sequence KV lengths: give the used lengths through cuSeqlensK");
+  if (paged && !kvLengths)
+    fail(FLASHATTN_STATUS_BAD_PARAM,
+         "seqDesc has a block table but no per-sequence KV lengths (flashAttnSetSeqKvLengths): a paged cache needs them");
+
+  const flashAttnTensorStruct &q = *t.q, &k = *t.k, &v = *t.v, &o = *t.o;
+  expectRank(q, "Q", ragged ? 3 : 4, ragged ? kRaggedQ : kDenseQ);
+  expectRank(k, "K", ragged ? 3 : 4, ragged ? kRaggedK : paged ? kPagedK : kDenseK);
+  expectRank(v, "V", ragged ? 3 : 4, ragged ? kRaggedK : paged ? kPagedK : kDenseK);
+  expectRank(o, "O", ragged ? 3 : 4, ragged ? kRaggedQ : kDenseQ);
+  p.dtype = q.dtype;
+  expectType(k, "K", p.dtype, "Q");
+  expectType(v, "V", p.dtype, "Q");
+  expectType(o, "O", p.dtype, "Q");
+
+  const int hd = q.rank - 1;  // head-dim position of Q/O
+  const int kvHeadDimPos = k.rank - 1;
+  const int kvHeadsPos = paged ? 2 : 1;
+  p.heads = q.dims[1];
+  p.headDim = q.dims[hd];
+  p.kvHeads = k.dims[kvHeadsPos];
+  p.headDimV = v.dims[kvHeadDimPos];
+  expectDim(k, "K", kvHeadDimPos, p.headDim, "headDim", "Q");
+  expectDim(v, "V", kvHeadsPos, p.kvHeads, "kvHeads", "K");
+  for (int i = 0; i < k.rank - 1; ++i)
+    if (i != kvHeadsPos) expectDim(v, "V", i, k.dims[i], i == 0 ? (paged ? "numPages" : ragged ? "tokens" : "batch") : (paged ? "pageSize" : "seqK"), "K");
+  if (p.heads % p.kvHeads != 0)
+    fail(FLASHATTN_STATUS_BAD_PARAM, "K has ", p.kvHeads, " heads, Q has ", p.heads,
+         ": Q heads must be a multiple of K heads");
+  expectDim(o, "O", 1, p.heads, "heads", "Q");
+  expectDim(o, "O", hd, p.headDimV, "headDimV", "V");
+  expectDim(o, "O", 0, q.dims[0], ragged ? "tokens" : "batch", "Q");
+
+  if (ragged) {
+    p.ragged = true;
+    p.batch = seq->raggedBatch;
+    p.cuSeqlensQ = seq->cuSeqlensQ;
+    p.cuSeqlensK = seq->cuSeqlensK;
+    p.seqQ = seq->maxSeqlenQ;
+    p.seqK = seq->maxSeqlenK;
+    p.totalQ = q.dims[0];
+    p.totalK = k.dims[0];
+    expectDim(o, "O", 0, q.dims[0], "tokens", "Q");
+    p.q = layoutRagged(q);
+    p.k = layoutRagged(k);
+    p.v = layoutRagged(v);
+    p.o = layoutRagged(o);
+  } else {
+    p.batch = q.dims[0];
+    p.seqQ = q.dims[2];
+    expectDim(o, "O", 2, p.seqQ, "seqQ", "Q");
+    if (paged) {
+      p.paged = true;
+      p.blockTable = seq->blockTable;
+      p.numPages = k.dims[0];
+      p.pageSize = k.dims[1];
+      p.maxPagesPerSeq = seq->maxPagesPerSeq;
+      if (seq->pagedBatch != p.batch)
+        fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc block table has ", seq->pagedBatch, " rows but Q has batch ", p.batch);
+      if (p.maxPagesPerSeq > INT64_MAX / p.pageSize)
+        fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc maxPagesPerSeq ", p.maxPagesPerSeq, " times pageSize ", p.pageSize,
+             " overflows");
+      p.seqK = p.maxPagesPerSeq * p.pageSize;
+      // Paged K [page, row, head, dim]: Layout.batch = page stride, Layout.row = row stride.
+      p.k = Layout{k.strides[0], k.strides[2], k.strides[1]};
+      p.v = Layout{v.strides[0], v.strides[2], v.strides[1]};
+    } else {
+      expectDim(k, "K", 0, p.batch, "batch", "Q");
+      p.seqK = k.dims[2];
+      p.k = layout4(k);
+      p.v = layout4(v);
+    }
+    p.q = layout4(q);
+    p.o = layout4(o);
+  }
+  if (kvLengths) {
+    if (seq->kvLengthsBatch != p.batch)
+      fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc seqlensK has ", seq->kvLengthsBatch, " entries but the batch is ",
+           p.batch);
+    p.seqlensK = seq->seqlensK;
+  }
+
+  if (t.lse) {
+    const flashAttnTensorStruct &l = *t.lse;
+    expectType(l, "LSE", DType::FP32, "the LSE type required");
+    if (ragged) {
+      expectRank(l, "LSE", 2, "[totalTokensQ, heads] (ragged seqDesc)");
+      expectDim(l, "LSE", 0, p.totalQ, "tokens", "Q");
+      expectDim(l, "LSE", 1, p.heads, "heads", "Q");
+      p.lse = Layout{0, l.strides[1], l.strides[0]};
+    } else {
+      expectRank(l, "LSE", 3, "[batch, heads, seqQ]");
+      expectDim(l, "LSE", 0, p.batch, "batch", "Q");
+      expectDim(l, "LSE", 1, p.heads, "heads", "Q");
+      expectDim(l, "LSE", 2, p.seqQ, "seqQ", "Q");
+      p.lse = Layout{l.strides[0], l.strides[1], l.strides[2]};
+    }
+    p.hasLse = true;
+  } else if (op == Op::Backward) {
+    fail(FLASHATTN_STATUS_BAD_PARAM, "LSE descriptor is NULL: Backward needs the LSE written by Forward");
+  }
+
+  if (op == Op::Backward) {
+    struct Grad {
+      const flashAttnTensorStruct *desc;
+      const char *name;
+      const flashAttnTensorStruct *like;
+      const char *likeName;
+      Layout *layout;
+    } grads[] = {{t.dO, "dO", &o, "O", &p.dO}, {t.dQ, "dQ", &q, "Q", &p.dQ}, {t.dK, "dK", &k, "K", &p.dK},
+                 {t.dV, "dV", &v, "V", &p.dV}};
+    for (const Grad &g : grads) {
+      if (!g.desc) continue;  // size query and CheckSupport: gradients take the layout of their tensor
+      expectSameShape(*g.desc, g.name, *g.like, g.likeName);
+      expectType(*g.desc, g.name, p.dtype, "Q");
+    }
+    for (const Grad &g : grads) {
+      const flashAttnTensorStruct &d = g.desc ? *g.desc : *g.like;
+      *g.layout = ragged ? layoutRagged(d) : layout4(d);
+    }
+  }
+
+  for (const auto *in : {&q, &k, &v}) expectAddressable(*in, in == &q ? "Q" : in == &k ? "K" : "V");
+  expectAddressable(o, "O");
+  expectNonOverlapping(o, "O");
+  if (t.lse && op != Op::Backward) expectNonOverlapping(*t.lse, "LSE");
+  if (op == Op::Backward) {
+    if (t.dO) expectAddressable(*t.dO, "dO");
+    if (t.dQ) expectNonOverlapping(*t.dQ, "dQ");
+    if (t.dK) expectNonOverlapping(*t.dK, "dK");
+    if (t.dV) expectNonOverlapping(*t.dV, "dV");
+  }
+
+  if (op == Op::DecodeChunk) {
+    if (p.seqQ > kMaxDecodeQueries)
+      fail(FLASHATTN_STATUS_BAD_PARAM, "Q has seqQ ", p.seqQ, ": DecodeChunk serves 1..", kMaxDecodeQueries,
+           " query tokens per sequence (use Forward for more)");
+    if (numChunks < 0) fail(FLASHATTN_STATUS_BAD_PARAM, "numChunks is ", numChunks, ": use 0 (automatic) or >= 1");
+    p.numChunks = numChunks;
+  }
+  resolveAttention(p, attn);
+  return p;
+}
+
+MergeProblem buildMergeProblem(const flashAttnTensorStruct &partialO, const flashAttnTensorStruct *partialLse,
+                               const flashAttnTensorStruct &o, const flashAttnTensorStruct *lse) {
+  MergeProblem m;
+  expectRank(partialO, "partialO", 5, "[states, batch, heads, seqQ, headDimV]");
+  expectType(partialO, "partialO", DType::FP32, "the partial-state type required");
+  m.states = partialO.dims[0];
+  m.batch = partialO.dims[1];
+  m.heads = partialO.dims[2];
+  m.seqQ = partialO.dims[3];
+  m.headDimV = partialO.dims[4];
+  for (int i = 0; i < 4; ++i) m.partialOStride[i] = partialO.strides[i];
+  if (partialLse) {
+    expectRank(*partialLse, "partialLse", 4, "[states, batch, heads, seqQ]");
+    expectType(*partialLse, "partialLse", DType::FP32, "the partial-state type required");
+    const char *what[] = {"states", "batch", "heads", "seqQ"};
+    for (int i = 0; i < 4; ++i) expectDim(*partialLse, "partialLse", i, partialO.dims[i], what[i], "partialO");
+    for (int i = 0; i < 4; ++i) m.partialLseStride[i] = partialLse->strides[i];
+    expectAddressable(*partialLse, "partialLse");
+  } else {
+    m.partialLseStride[3] = 1;
+    m.partialLseStride[2] = m.seqQ;
+    m.partialLseStride[1] = m.heads * m.seqQ;
+    m.partialLseStride[0] = m.batch * m.heads * m.seqQ;
+  }
+  expectRank(o, "O", 4, "[batch, heads, seqQ, headDimV]");
+  const char *what[] = {"batch", "heads", "seqQ", "headDimV"};
+  for (int i = 0; i < 4; ++i) expectDim(o, "O", i, partialO.dims[i + 1], what[i], "partialO");
+  m.outType = o.dtype;
+  m.o = layout4(o);
+  expectAddressable(partialO, "partialO");
+  expectAddressable(o, "O");
+  expectNonOverlapping(o, "O");
+  if (lse) {
+    expectRank(*lse, "LSE", 3, "[batch, heads, seqQ]");
+    expectType(*lse, "LSE", DType::FP32, "the LSE type required");
+    for (int i = 0; i < 3; ++i) expectDim(*lse, "LSE", i, partialO.dims[i + 1], what[i], "partialO");
+    expectNonOverlapping(*lse, "LSE");
+    m.lse = Layout{lse->strides[0], lse->strides[1], lse->strides[2]};
+    m.hasLse = true;
+  }
+  return m;
+}
+
+void checkBuffers(std::initializer_list<BufferArg> args) {
+  for (const BufferArg &a : args) {
+    if (!a.desc) {
+      if (a.ptr)
+        fail(FLASHATTN_STATUS_BAD_PARAM, a.name, " pointer is set but its descriptor is NULL: give both or neither");
+      continue;
+    }
+    if (!a.ptr) fail(FLASHATTN_STATUS_BAD_PARAM, a.name, " pointer is NULL");
+    const std::size_t align = dtypeSize(a.desc->dtype);
+    if (reinterpret_cast<uintptr_t>(a.ptr) % align != 0)
+      fail(FLASHATTN_STATUS_BAD_PARAM, a.name, " pointer ", a.ptr, " is not aligned to its ", align,
+           "-byte elements");
+  }
+  // Outputs must not overlap inputs or each other: a kernel reading what another block already overwrote, or two
+  // outputs racing, gives garbage that no test of the op alone would explain.
+  for (const BufferArg &out : args) {
+    if (!out.output || !out.desc) continue;
+    const auto lo = reinterpret_cast<uintptr_t>(out.ptr);
+    const auto hi = lo + spanBytes(*out.desc);
+    for (const BufferArg &other : args) {
+      if (&other == &out || !other.desc) continue;
+      const auto olo = reinterpret_cast<uintptr_t>(other.ptr);
+      const auto ohi = olo + spanBytes(*other.desc);
+      if (lo < ohi && olo < hi)
+        fail(FLASHATTN_STATUS_BAD_PARAM, "output ", out.name, " [", out.ptr, ", +", hi - lo, " bytes) overlaps ",
+             other.output ? "output " : "input ", other.name, " [", other.ptr, ", +", ohi - olo, " bytes)");
+    }
+  }
+}
+
+void checkWorkspace(const Plan &plan, const void *workspace, std::size_t workspaceBytes,
+                    std::initializer_list<BufferArg> outputs) {
+  if (workspaceBytes < plan.workspaceBytes)
+    fail(FLASHATTN_STATUS_INSUFFICIENT_WORKSPACE, "workspaceBytes is ", workspaceBytes, " but this call needs ",
+         plan.workspaceBytes, " (ask the ...GetWorkspaceSize function)");
+  if (workspaceBytes > 0 && !workspace)
+    fail(FLASHATTN_STATUS_BAD_PARAM, "workspace is NULL but workspaceBytes is ", workspaceBytes);
+  if (plan.workspaceBytes == 0) return;
+  if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0)
+    fail(FLASHATTN_STATUS_BAD_PARAM, "workspace pointer ", workspace, " is not aligned to ", kWorkspaceAlignment,
+         " bytes");
+  const auto lo = reinterpret_cast<uintptr_t>(workspace);
+  const auto hi = lo + plan.workspaceBytes;
+  for (const BufferArg &out : outputs) {
+    if (!out.desc || !out.ptr) continue;
+    const auto olo = reinterpret_cast<uintptr_t>(out.ptr);
+    if (lo < olo + spanBytes(*out.desc) && olo < hi)
+      fail(FLASHATTN_STATUS_BAD_PARAM, "workspace overlaps ", out.name);
+  }
+}
+
+}  // namespace flashattn
