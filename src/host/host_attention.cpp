@@ -1,0 +1,571 @@
+#include "host/host_attention.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/error.hpp"
+#include "core/half.hpp"
+#include "core/plan.hpp"
+#include "host/thread_pool.hpp"
+
+namespace flashattn::host {
+namespace {
+
+// Keys are processed in tiles of this width, converted once to FP32 and laid out so that the inner loops run over
+// the tile (vectorizable without reassociating any sum, so every result has one fixed summation order).
+constexpr int64_t kKeyTile = 64;
+// Query rows sharing one converted key tile in forward and in the dQ pass.
+constexpr int64_t kRowBlock = 32;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+struct Fp16Storage {
+  using Raw = uint16_t;
+  static float load(Raw r) { return fp16ToFloat(r); }
+  static Raw store(float f) { return floatToFp16(f); }
+};
+struct Bf16Storage {
+  using Raw = uint16_t;
+  static float load(Raw r) { return bf16ToFloat(r); }
+  static Raw store(float f) { return floatToBf16(f); }
+};
+struct Fp32Storage {
+  using Raw = float;
+  static float load(Raw r) { return r; }
+  static Raw store(float f) { return f; }
+};
+
+template <class S>
+void loadRow(const void *base, int64_t offset, int64_t n, float *out) {
+  const auto *src = static_cast<const typename S::Raw *>(base) + offset;
+  for (int64_t i = 0; i < n; ++i) out[i] = S::load(src[i]);
+}
+
+template <class S>
+void storeRow(void *base, int64_t offset, int64_t n, const float *in) {
+  auto *dst = static_cast<typename S::Raw *>(base) + offset;
+  for (int64_t i = 0; i < n; ++i) dst[i] = S::store(in[i]);
+}
+
+int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Where the rows of every sequence live, for dense, ragged and paged problems alike.
+class Sequences {
+ public:
+  explicit Sequences(const AttnProblem &p) : p_(p) {}
+
+  int64_t queryRows(int64_t b) const { return p_.ragged ? int64_t(p_.cuSeqlensQ[b + 1]) - p_.cuSeqlensQ[b] : p_.seqQ; }
+
+  // Keys sequence b attends to.
+  int64_t keyRows(int64_t b) const {
+    if (p_.seqlensK) return p_.seqlensK[b];
+    if (p_.paged) return p_.seqK;
+    return keyRowsOwned(b);
+  }
+
+  // Key rows of the K/V tensors that belong to sequence b, used or not (backward gives the unused ones zero gradient).
+  int64_t keyRowsOwned(int64_t b) const {
+    if (p_.ragged && p_.cuSeqlensK && !p_.paged) return int64_t(p_.cuSeqlensK[b + 1]) - p_.cuSeqlensK[b];
+    return p_.seqK;
+  }
+
+  int64_t queryOffset(const Layout &l, int64_t b, int64_t h, int64_t i) const {
+    const int64_t row = p_.ragged ? p_.cuSeqlensQ[b] + i : i;
+    return b * l.batch + h * l.head + row * l.row;
+  }
+
+  int64_t keyOffset(const Layout &l, int64_t b, int64_t kvHead, int64_t t) const {
+    if (p_.paged) {
+      const int64_t page = p_.blockTable[b * p_.maxPagesPerSeq + t / p_.pageSize];
+      return page * l.batch + (t % p_.pageSize) * l.row + kvHead * l.head;
+    }
+    const int64_t row = p_.ragged && p_.cuSeqlensK ? p_.cuSeqlensK[b] + t : t;
+    return b * l.batch + kvHead * l.head + row * l.row;
+  }
+
+  int64_t kvHeadOf(int64_t h) const { return h / (p_.heads / p_.kvHeads); }
+
+  float alibiSlope(int64_t b, int64_t h) const {
+    return p_.alibiSlopes ? p_.alibiSlopes[b * p_.alibiBatchStride + h] : 0.f;
+  }
+
+  // Visible keys of row i clipped to [begin, end); empty when lo > hi.
+  KeyRange visible(int64_t i, int64_t sq, int64_t sk, int64_t begin, int64_t end) const {
+    KeyRange r = visibleKeys(p_.mask, p_.windowLeft, p_.windowRight, i, sq, sk);
+    r.lo = std::max(r.lo, begin);
+    r.hi = std::min(r.hi, end - 1);
+    return r;
+  }
+
+ private:
+  const AttnProblem &p_;
+};
+
+// Turns raw dot products s[0..n) of keys j0.. into logits (scale, softcap, ALiBi) and, when asked, d logit / d dot.
+void finishLogits(const AttnProblem &p, float slope, int64_t diagonal, int64_t j0, int64_t begin, int64_t end,
+                  float *s, float *deriv) {
+  for (int64_t jj = begin; jj < end; ++jj) {
+    float x = s[jj] * p.scale;
+    float d = p.scale;
+    if (p.softcap > 0.f) {
+      const float t = std::tanh(x / p.softcap);
+      x = p.softcap * t;
+      d *= 1.f - t * t;
+    }
+    if (slope != 0.f) x -= slope * float(std::llabs(j0 + jj - diagonal));
+    s[jj] = x;
+    if (deriv) deriv[jj] = d;
+  }
+}
+
+// dots[jj] = sum_d row[d] * tile[d][jj] over a key tile stored transposed ([dim][kKeyTile]).
+void dotTile(const float *row, const float *tileT, int64_t dim, float *dots) {
+  for (int64_t jj = 0; jj < kKeyTile; ++jj) dots[jj] = 0.f;
+  for (int64_t d = 0; d < dim; ++d) {
+    const float x = row[d];
+    const float *col = tileT + d * kKeyTile;
+    for (int64_t jj = 0; jj < kKeyTile; ++jj) dots[jj] += x * col[jj];
+  }
+}
+
+template <class S>
+void loadTileTransposed(const Sequences &seq, const void *base, const Layout &l, int64_t b, int64_t kvHead,
+                        int64_t j0, int64_t n, int64_t dim, float *out) {
+  const auto *src = static_cast<const typename S::Raw *>(base);
+  for (int64_t jj = 0; jj < n; ++jj) {
+    const auto *row = src + seq.keyOffset(l, b, kvHead, j0 + jj);
+    for (int64_t d = 0; d < dim; ++d) out[d * kKeyTile + jj] = S::load(row[d]);
+  }
+  // Lanes past the tile take part in dotTile; zeros keep them finite (they are never read as results).
+  for (int64_t d = 0; d < dim; ++d)
+    for (int64_t jj = n; jj < kKeyTile; ++jj) out[d * kKeyTile + jj] = 0.f;
+}
+
+template <class S>
+void loadTileRows(const Sequences &seq, const void *base, const Layout &l, int64_t b, int64_t kvHead, int64_t j0,
+                  int64_t n, int64_t dim, float *out) {
+  for (int64_t jj = 0; jj < n; ++jj) loadRow<S>(base, seq.keyOffset(l, b, kvHead, j0 + jj), dim, out + jj * dim);
+}
+
+// Attention of query rows [i0, i0 + rows) of (b, h) over the keys [keyBegin, keyEnd) of the sequence that the mask
+// lets them see, with an online softmax. Writes the normalized O (FP32, [rows][headDimV]) and the LSE of each row;
+// a row that sees no key gets O = 0 and LSE = -inf.
+template <class S>
+void attendRows(const AttnProblem &p, const Sequences &seq, const AttnBuffers &buf, int64_t b, int64_t h, int64_t i0,
+                int64_t rows, int64_t keyBegin, int64_t keyEnd, float *outO, float *outLse) {
+  const int64_t dim = p.headDim, dimV = p.headDimV;
+  const int64_t sq = seq.queryRows(b), sk = seq.keyRows(b);
+  const int64_t kvHead = seq.kvHeadOf(h);
+  const float slope = seq.alibiSlope(b, h);
+
+  thread_local std::vector<float> q, keyT, value, logits, rowMax, rowSum;
+  thread_local std::vector<KeyRange> ranges;
+  q.resize(size_t(rows * dim));
+  keyT.resize(size_t(dim * kKeyTile));
+  value.resize(size_t(kKeyTile * dimV));
+  logits.resize(size_t(kKeyTile));
+  rowMax.assign(size_t(rows), kNegInf);
+  rowSum.assign(size_t(rows), 0.f);
+  ranges.resize(size_t(rows));
+  std::fill(outO, outO + rows * dimV, 0.f);
+
+  int64_t unionLo = keyEnd, unionHi = keyBegin - 1;
+  for (int64_t r = 0; r < rows; ++r) {
+    loadRow<S>(buf.q, seq.queryOffset(p.q, b, h, i0 + r), dim, &q[size_t(r * dim)]);
+    ranges[size_t(r)] = seq.visible(i0 + r, sq, sk, keyBegin, keyEnd);
+    if (ranges[size_t(r)].lo <= ranges[size_t(r)].hi) {
+      unionLo = std::min(unionLo, ranges[size_t(r)].lo);
+      unionHi = std::max(unionHi, ranges[size_t(r)].hi);
+    }
+  }
+
+  for (int64_t j0 = unionLo; j0 <= unionHi; j0 += kKeyTile) {
+    const int64_t n = std::min(kKeyTile, unionHi + 1 - j0);
+    loadTileTransposed<S>(seq, buf.k, p.k, b, kvHead, j0, n, dim, keyT.data());
+    loadTileRows<S>(seq, buf.v, p.v, b, kvHead, j0, n, dimV, value.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      const KeyRange range = ranges[size_t(r)];
+      if (range.lo > range.hi || range.hi < j0 || range.lo >= j0 + n) continue;
+      const int64_t begin = std::max<int64_t>(range.lo - j0, 0), end = std::min<int64_t>(range.hi - j0 + 1, n);
+      float *s = logits.data();
+      dotTile(&q[size_t(r * dim)], keyT.data(), dim, s);
+      finishLogits(p, slope, i0 + r + sk - sq, j0, begin, end, s, nullptr);
+      float tileMax = kNegInf;
+      for (int64_t jj = begin; jj < end; ++jj) tileMax = std::max(tileMax, s[jj]);
+      if (tileMax == kNegInf) continue;
+      const float oldMax = rowMax[size_t(r)];
+      const float newMax = std::max(oldMax, tileMax);
+      float *acc = outO + r * dimV;
+      if (oldMax != newMax) {
+        const float correction = std::exp(oldMax - newMax);
+        rowSum[size_t(r)] *= correction;
+        for (int64_t e = 0; e < dimV; ++e) acc[e] *= correction;
+      }
+      float sum = rowSum[size_t(r)];
+      for (int64_t jj = begin; jj < end; ++jj) {
+        const float prob = std::exp(s[jj] - newMax);
+        sum += prob;
+        const float *v = &value[size_t(jj * dimV)];
+        for (int64_t e = 0; e < dimV; ++e) acc[e] += prob * v[e];
+      }
+      rowSum[size_t(r)] = sum;
+      rowMax[size_t(r)] = newMax;
+    }
+  }
+
+  for (int64_t r = 0; r < rows; ++r) {
+    const float sum = rowSum[size_t(r)];
+    if (!(sum > 0.f)) {
+      std::fill(outO + r * dimV, outO + (r + 1) * dimV, 0.f);
+      outLse[r] = kNegInf;
+      continue;
+    }
+    const float inv = 1.f / sum;
+    for (int64_t e = 0; e < dimV; ++e) outO[r * dimV + e] *= inv;
+    outLse[r] = rowMax[size_t(r)] + std::log(sum);
+  }
+}
+
+// The merge of one row's partial states, shared by merge() and decode() so both give bitwise the same result.
+// Returns the merged LSE and writes O (FP32) to out[0..dimV).
+float mergeRow(int64_t states, const float *partialO, int64_t stateStrideO, const float *partialLse,
+               int64_t stateStrideLse, int64_t dimV, float *out) {
+  std::fill(out, out + dimV, 0.f);
+  float maxLse = kNegInf;
+  for (int64_t s = 0; s < states; ++s) maxLse = std::max(maxLse, partialLse[s * stateStrideLse]);
+  if (maxLse == kNegInf) return kNegInf;
+  float sum = 0.f;
+  for (int64_t s = 0; s < states; ++s) {
+    const float lse = partialLse[s * stateStrideLse];
+    if (lse == kNegInf) continue;  // an empty state: its O may be anything, it must not be read
+    const float w = std::exp(lse - maxLse);
+    sum += w;
+    const float *o = partialO + s * stateStrideO;
+    for (int64_t e = 0; e < dimV; ++e) out[e] += w * o[e];
+  }
+  const float inv = 1.f / sum;
+  for (int64_t e = 0; e < dimV; ++e) out[e] *= inv;
+  return maxLse + std::log(sum);
+}
+
+template <class S>
+void forwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
+  const Sequences seq(p);
+  const int64_t blocks = ceilDiv(p.seqQ, kRowBlock);
+  const int64_t dimV = p.headDimV;
+  parallelFor(p.batch * p.heads * blocks, [&](int64_t item) {
+    const int64_t block = item % blocks, h = (item / blocks) % p.heads, b = item / (blocks * p.heads);
+    const int64_t i0 = block * kRowBlock, sq = seq.queryRows(b);
+    if (i0 >= sq) return;
+    const int64_t rows = std::min(kRowBlock, sq - i0);
+    thread_local std::vector<float> o, lse;
+    o.resize(size_t(rows * dimV));
+    lse.resize(size_t(rows));
+    attendRows<S>(p, seq, buf, b, h, i0, rows, 0, seq.keyRows(b), o.data(), lse.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      storeRow<S>(buf.o, seq.queryOffset(p.o, b, h, i0 + r), dimV, &o[size_t(r * dimV)]);
+      if (p.hasLse) buf.lse[seq.queryOffset(p.lse, b, h, i0 + r)] = lse[size_t(r)];
+    }
+  });
+}
+
+template <class S>
+void decodeTyped(const AttnProblem &p, int32_t chunks, const DecodeWorkspace &layout, const AttnBuffers &buf,
+                 void *workspace) {
+  const Sequences seq(p);
+  const int64_t dimV = p.headDimV;
+  // Partial state (chunk c, b, h, i) sits at row ((c * batch + b) * heads + h) * seqQ + i of the workspace.
+  const int64_t rowsPerChunk = p.batch * p.heads * p.seqQ;
+  float *partialO = static_cast<float *>(workspace);
+  float *partialLse = reinterpret_cast<float *>(static_cast<char *>(workspace) + layout.lseOffset);
+  parallelFor(int64_t(chunks) * p.batch * p.heads, [&](int64_t item) {
+    const int64_t h = item % p.heads, b = (item / p.heads) % p.batch, c = item / (p.heads * p.batch);
+    const int64_t sk = seq.keyRows(b), sq = seq.queryRows(b);
+    // Chunk c of sequence b: keys [sk * c / chunks, sk * (c + 1) / chunks); may be empty (then its LSE is -inf).
+    const int64_t keyBegin = sk * c / chunks, keyEnd = sk * (c + 1) / chunks;
+    const int64_t firstRow = ((c * p.batch + b) * p.heads + h) * p.seqQ;
+    for (int64_t i0 = 0; i0 < sq; i0 += kRowBlock) {
+      const int64_t rows = std::min(kRowBlock, sq - i0);
+      attendRows<S>(p, seq, buf, b, h, i0, rows, keyBegin, keyEnd, partialO + (firstRow + i0) * dimV,
+                    partialLse + firstRow + i0);
+    }
+  });
+  parallelFor(p.batch * p.heads, [&](int64_t item) {
+    const int64_t h = item % p.heads, b = item / p.heads;
+    thread_local std::vector<float> o;
+    o.resize(size_t(dimV));
+    const int64_t firstRow = (b * p.heads + h) * p.seqQ;
+    for (int64_t i = 0; i < seq.queryRows(b); ++i) {
+      const float lse = mergeRow(chunks, partialO + (firstRow + i) * dimV, rowsPerChunk * dimV,
+                                 partialLse + firstRow + i, rowsPerChunk, dimV, o.data());
+      storeRow<S>(buf.o, seq.queryOffset(p.o, b, h, i), dimV, o.data());
+      if (p.hasLse) buf.lse[seq.queryOffset(p.lse, b, h, i)] = lse;
+    }
+  });
+}
+
+template <class S>
+void mergeTyped(const MergeProblem &p, const MergeBuffers &buf) {
+  const int64_t dimV = p.headDimV;
+  const int64_t *so = p.partialOStride, *sl = p.partialLseStride;
+  parallelFor(p.batch * p.heads, [&](int64_t item) {
+    const int64_t h = item % p.heads, b = item / p.heads;
+    thread_local std::vector<float> o;
+    o.resize(size_t(dimV));
+    for (int64_t i = 0; i < p.seqQ; ++i) {
+      const float lse = mergeRow(p.states, buf.partialO + b * so[1] + h * so[2] + i * so[3], so[0],
+                                 buf.partialLse + b * sl[1] + h * sl[2] + i * sl[3], sl[0], dimV, o.data());
+      storeRow<S>(buf.o, b * p.o.batch + h * p.o.head + i * p.o.row, dimV, o.data());
+      if (p.hasLse) buf.lse[b * p.lse.batch + h * p.lse.head + i * p.lse.row] = lse;
+    }
+  });
+}
+
+// Backward in two passes that each own their outputs, so no sum is ever split between threads:
+//   pass 1, per (b, h, block of query rows): D_i = dO_i . O_i and dQ_i = sum_j dS_ij K_j;
+//   pass 2, per (b, kvHead, tile of keys): dV_j = sum_{h in group, i} P_ij dO_i and dK_j = sum dS_ij Q_i,
+// with P_ij = exp(logit_ij - LSE_i) from the forward's LSE and dS_ij = P_ij (dO_i . V_j - D_i) d logit / d dot.
+template <class S>
+void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
+  const Sequences seq(p);
+  const int64_t dim = p.headDim, dimV = p.headDimV;
+  // D of (b, h, i) at (queryToken * heads + h), queryToken = cuSeqlensQ[b] + i (ragged) or b * seqQ + i.
+  const int64_t queryTokens = p.ragged ? p.totalQ : p.batch * p.seqQ;
+  std::vector<float> rowDot(size_t(queryTokens * p.heads), 0.f);
+  auto rowDotIndex = [&](int64_t b, int64_t h, int64_t i) {
+    return size_t(((p.ragged ? p.cuSeqlensQ[b] : b * p.seqQ) + i) * p.heads + h);
+  };
+
+  const int64_t blocks = ceilDiv(p.seqQ, kRowBlock);
+  parallelFor(p.batch * p.heads * blocks, [&](int64_t item) {
+    const int64_t block = item % blocks, h = (item / blocks) % p.heads, b = item / (blocks * p.heads);
+    const int64_t i0 = block * kRowBlock, sq = seq.queryRows(b), sk = seq.keyRows(b);
+    if (i0 >= sq) return;
+    const int64_t rows = std::min(kRowBlock, sq - i0);
+    const int64_t kvHead = seq.kvHeadOf(h);
+    const float slope = seq.alibiSlope(b, h);
+    thread_local std::vector<float> q, dO, o, dQ, lse, keyT, valueT, keyRows, logits, deriv, dP;
+    thread_local std::vector<KeyRange> ranges;
+    q.resize(size_t(rows * dim));
+    dQ.assign(size_t(rows * dim), 0.f);
+    dO.resize(size_t(rows * dimV));
+    o.resize(size_t(dimV));
+    lse.resize(size_t(rows));
+    keyT.resize(size_t(dim * kKeyTile));
+    valueT.resize(size_t(dimV * kKeyTile));
+    keyRows.resize(size_t(kKeyTile * dim));
+    logits.resize(size_t(kKeyTile));
+    deriv.resize(size_t(kKeyTile));
+    dP.resize(size_t(kKeyTile));
+    ranges.resize(size_t(rows));
+
+    int64_t unionLo = sk, unionHi = -1;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t i = i0 + r;
+      loadRow<S>(buf.q, seq.queryOffset(p.q, b, h, i), dim, &q[size_t(r * dim)]);
+      loadRow<S>(buf.dO, seq.queryOffset(p.dO, b, h, i), dimV, &dO[size_t(r * dimV)]);
+      loadRow<S>(buf.o, seq.queryOffset(p.o, b, h, i), dimV, o.data());
+      float d = 0.f;
+      for (int64_t e = 0; e < dimV; ++e) d += dO[size_t(r * dimV + e)] * o[size_t(e)];
+      rowDot[rowDotIndex(b, h, i)] = d;
+      lse[size_t(r)] = buf.lse[seq.queryOffset(p.lse, b, h, i)];
+      KeyRange range = seq.visible(i, sq, sk, 0, sk);
+      if (lse[size_t(r)] == kNegInf) range = KeyRange{0, -1};  // the forward saw no key: zero gradient
+      ranges[size_t(r)] = range;
+      if (range.lo <= range.hi) {
+        unionLo = std::min(unionLo, range.lo);
+        unionHi = std::max(unionHi, range.hi);
+      }
+    }
+
+    for (int64_t j0 = unionLo; j0 <= unionHi; j0 += kKeyTile) {
+      const int64_t n = std::min(kKeyTile, unionHi + 1 - j0);
+      loadTileTransposed<S>(seq, buf.k, p.k, b, kvHead, j0, n, dim, keyT.data());
+      loadTileTransposed<S>(seq, buf.v, p.v, b, kvHead, j0, n, dimV, valueT.data());
+      loadTileRows<S>(seq, buf.k, p.k, b, kvHead, j0, n, dim, keyRows.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        const KeyRange range = ranges[size_t(r)];
+        if (range.lo > range.hi || range.hi < j0 || range.lo >= j0 + n) continue;
+        const int64_t begin = std::max<int64_t>(range.lo - j0, 0), end = std::min<int64_t>(range.hi - j0 + 1, n);
+        const int64_t i = i0 + r;
+        dotTile(&q[size_t(r * dim)], keyT.data(), dim, logits.data());
+        finishLogits(p, slope, i + sk - sq, j0, begin, end, logits.data(), deriv.data());
+        dotTile(&dO[size_t(r * dimV)], valueT.data(), dimV, dP.data());
+        const float d = rowDot[rowDotIndex(b, h, i)];
+        float *dq = &dQ[size_t(r * dim)];
+        for (int64_t jj = begin; jj < end; ++jj) {
+          const float prob = std::exp(logits[size_t(jj)] - lse[size_t(r)]);
+          const float dS = prob * (dP[size_t(jj)] - d) * deriv[size_t(jj)];
+          const float *k = &keyRows[size_t(jj * dim)];
+          for (int64_t e = 0; e < dim; ++e) dq[e] += dS * k[e];
+        }
+      }
+    }
+    for (int64_t r = 0; r < rows; ++r) storeRow<S>(buf.dQ, seq.queryOffset(p.dQ, b, h, i0 + r), dim, &dQ[size_t(r * dim)]);
+  });
+
+  // Key tiles per sequence: enough for the longest sequence's owned rows (ragged: maxSeqlenK, else seqK).
+  const int64_t tiles = ceilDiv(p.seqK, kKeyTile);
+  const int64_t group = p.heads / p.kvHeads;
+  parallelFor(p.batch * p.kvHeads * tiles, [&](int64_t item) {
+    const int64_t tile = item % tiles, kvHead = (item / tiles) % p.kvHeads, b = item / (tiles * p.kvHeads);
+    const int64_t j0 = tile * kKeyTile, owned = seq.keyRowsOwned(b);
+    if (j0 >= owned) return;
+    const int64_t n = std::min(kKeyTile, owned - j0);
+    const int64_t sq = seq.queryRows(b), sk = seq.keyRows(b);
+    const int64_t used = std::clamp<int64_t>(sk - j0, 0, n);  // keys past the used length get zero gradient
+    thread_local std::vector<float> dK, dV, keyT, valueT, q, dO, logits, deriv, dP;
+    dK.assign(size_t(kKeyTile * dim), 0.f);
+    dV.assign(size_t(kKeyTile * dimV), 0.f);
+    keyT.resize(size_t(dim * kKeyTile));
+    valueT.resize(size_t(dimV * kKeyTile));
+    q.resize(size_t(dim));
+    dO.resize(size_t(dimV));
+    logits.resize(size_t(kKeyTile));
+    deriv.resize(size_t(kKeyTile));
+    dP.resize(size_t(kKeyTile));
+    if (used > 0) {
+      loadTileTransposed<S>(seq, buf.k, p.k, b, kvHead, j0, used, dim, keyT.data());
+      loadTileTransposed<S>(seq, buf.v, p.v, b, kvHead, j0, used, dimV, valueT.data());
+      for (int64_t h = kvHead * group; h < (kvHead + 1) * group; ++h) {
+        const float slope = seq.alibiSlope(b, h);
+        for (int64_t i = 0; i < sq; ++i) {
+          const KeyRange range = seq.visible(i, sq, sk, j0, j0 + used);
+          if (range.lo > range.hi) continue;
+          const float lse = buf.lse[seq.queryOffset(p.lse, b, h, i)];
+          if (lse == kNegInf) continue;
+          const int64_t begin = range.lo - j0, end = range.hi - j0 + 1;
+          loadRow<S>(buf.q, seq.queryOffset(p.q, b, h, i), dim, q.data());
+          loadRow<S>(buf.dO, seq.queryOffset(p.dO, b, h, i), dimV, dO.data());
+          dotTile(q.data(), keyT.data(), dim, logits.data());
+          finishLogits(p, slope, i + sk - sq, j0, begin, end, logits.data(), deriv.data());
+          dotTile(dO.data(), valueT.data(), dimV, dP.data());
+          const float d = rowDot[rowDotIndex(b, h, i)];
+          for (int64_t jj = begin; jj < end; ++jj) {
+            const float prob = std::exp(logits[size_t(jj)] - lse);
+            const float dS = prob * (dP[size_t(jj)] - d) * deriv[size_t(jj)];
+            float *dv = &dV[size_t(jj * dimV)];
+            for (int64_t e = 0; e < dimV; ++e) dv[e] += prob * dO[size_t(e)];
+            float *dk = &dK[size_t(jj * dim)];
+            for (int64_t e = 0; e < dim; ++e) dk[e] += dS * q[size_t(e)];
+          }
+        }
+      }
+    }
+    for (int64_t jj = 0; jj < n; ++jj) {
+      storeRow<S>(buf.dK, seq.keyOffset(p.dK, b, kvHead, j0 + jj), dim, &dK[size_t(jj * dim)]);
+      storeRow<S>(buf.dV, seq.keyOffset(p.dV, b, kvHead, j0 + jj), dimV, &dV[size_t(jj * dimV)]);
+    }
+  });
+}
+
+void checkPrefixSums(const char *name, const int32_t *cu, int64_t batch, int64_t totalRows, const char *tensor,
+                     int64_t maxLength, const char *maxName, const char *what) {
+  require(cu[0] == 0, name, "[0] = ", cu[0], ": cu_seqlens must start at 0");
+  for (int64_t b = 0; b < batch; ++b) {
+    require(cu[b + 1] >= cu[b], name, "[", b + 1, "] = ", cu[b + 1], " is less than ", name, "[", b, "] = ", cu[b],
+            ": cu_seqlens must be non-decreasing");
+    const int64_t length = int64_t(cu[b + 1]) - cu[b];
+    require(length <= maxLength, "sequence ", b, " has ", length, " ", what, " (", name, "[", b + 1, "] - ", name, "[",
+            b, "]) but ", maxName, " is ", maxLength);
+  }
+  require(cu[batch] <= totalRows, name, "[", batch, "] = ", cu[batch], " exceeds the ", totalRows, " tokens of ",
+          tensor);
+}
+
+}  // namespace
+
+void validateIndexArrays(const AttnProblem &p) {
+  if (p.ragged) {
+    require(p.cuSeqlensQ != nullptr, "cuSeqlensQ is NULL in ragged mode");
+    checkPrefixSums("cuSeqlensQ", p.cuSeqlensQ, p.batch, p.totalQ, "Q", p.seqQ, "maxSeqlenQ", "query tokens");
+    if (p.cuSeqlensK && !p.paged)
+      checkPrefixSums("cuSeqlensK", p.cuSeqlensK, p.batch, p.totalK, "K", p.seqK, "maxSeqlenK", "key tokens");
+  }
+  if (p.seqlensK) {
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t used = p.seqlensK[b];
+      require(used >= 0 && used <= p.seqK, "seqlensK[", b, "] = ", used, " is outside [0, ", p.seqK,
+              "] (the key rows of the cache)");
+      if (p.ragged && p.cuSeqlensK && !p.paged) {
+        const int64_t owned = int64_t(p.cuSeqlensK[b + 1]) - p.cuSeqlensK[b];
+        require(used <= owned, "seqlensK[", b, "] = ", used, " exceeds the ", owned,
+                " key tokens of sequence ", b, " (cuSeqlensK[", b + 1, "] - cuSeqlensK[", b, "])");
+      }
+    }
+  }
+  if (p.paged) {
+    require(p.blockTable != nullptr, "blockTable is NULL for a paged cache");
+    const Sequences seq(p);
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t pages = ceilDiv(seq.keyRows(b), p.pageSize);
+      for (int64_t t = 0; t < pages; ++t) {
+        const int64_t page = p.blockTable[b * p.maxPagesPerSeq + t];
+        require(page >= 0 && page < p.numPages, "blockTable[", b, "][", t, "] = ", page, " is outside [0, ",
+                p.numPages, ") (numPages of the paged cache)");
+      }
+    }
+  }
+}
+
+int32_t decodeChunkCount(const AttnProblem &p) {
+  if (p.numChunks > 0) return p.numChunks;
+  // One chunk per 4096 cache rows, as many as 64: enough parallel items for the pool, few partial states.
+  const int64_t chunks = std::clamp<int64_t>(ceilDiv(p.seqK, 4096), 1, 64);
+  return int32_t(chunks);
+}
+
+DecodeWorkspace decodeWorkspace(const AttnProblem &p, int32_t chunks) {
+  // Checked products: a size that does not fit a size_t cannot be addressed, which is NOT_SUPPORTED, not a wrap.
+  auto multiply = [](std::size_t a, int64_t b) {
+    std::size_t out;
+    if (b < 0 || __builtin_mul_overflow(a, std::size_t(b), &out))
+      fail(FLASHATTN_STATUS_NOT_SUPPORTED, "decode workspace size overflows size_t");
+    return out;
+  };
+  const std::size_t rows = multiply(multiply(multiply(std::size_t(chunks), p.batch), p.heads), p.seqQ);
+  const std::size_t oBytes = multiply(multiply(rows, p.headDimV), int64_t(sizeof(float)));
+  const std::size_t lseBytes = multiply(rows, int64_t(sizeof(float)));
+  DecodeWorkspace w;
+  w.lseOffset = alignWorkspace(oBytes);
+  w.totalBytes = w.lseOffset + alignWorkspace(lseBytes);
+  if (w.lseOffset < oBytes || w.totalBytes < w.lseOffset)
+    fail(FLASHATTN_STATUS_NOT_SUPPORTED, "decode workspace size overflows size_t");
+  return w;
+}
+
+#define FLASHATTN_HOST_DISPATCH(dtype, call)         \
+  switch (dtype) {                                   \
+    case DType::FP16: call(Fp16Storage); break;      \
+    case DType::BF16: call(Bf16Storage); break;      \
+    case DType::FP32: call(Fp32Storage); break;      \
+    default: fail(FLASHATTN_STATUS_BAD_PARAM, "unknown data type ", int(dtype)); \
+  }
+
+void forward(const AttnProblem &p, const AttnBuffers &buf) {
+#define CALL(S) forwardTyped<S>(p, buf)
+  FLASHATTN_HOST_DISPATCH(p.dtype, CALL)
+#undef CALL
+}
+
+void backward(const AttnProblem &p, const AttnBuffers &buf) {
+#define CALL(S) backwardTyped<S>(p, buf)
+  FLASHATTN_HOST_DISPATCH(p.dtype, CALL)
+#undef CALL
+}
+
+void decode(const AttnProblem &p, int32_t chunks, const DecodeWorkspace &layout, const AttnBuffers &buf,
+            void *workspace) {
+#define CALL(S) decodeTyped<S>(p, chunks, layout, buf, workspace)
+  FLASHATTN_HOST_DISPATCH(p.dtype, CALL)
+#undef CALL
+}
+
+void merge(const MergeProblem &p, const MergeBuffers &buf) {
+#define CALL(S) mergeTyped<S>(p, buf)
+  FLASHATTN_HOST_DISPATCH(p.outType, CALL)
+#undef CALL
+}
+
+}  // namespace flashattn::host

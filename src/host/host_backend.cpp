@@ -1,0 +1,104 @@
+// The HOST backend: the whole API on host pointers, synchronously, as the reference the CUDA kernels are held to.
+#include <memory>
+#include <string>
+
+#include "core/backend.hpp"
+#include "core/error.hpp"
+#include "host/host_attention.hpp"
+
+namespace flashattn {
+namespace {
+
+const char *opName(Op op) {
+  switch (op) {
+    case Op::Forward: return "forward";
+    case Op::Backward: return "backward";
+    case Op::DecodeChunk: return "decode";
+    case Op::MergeStates: return "merge";
+  }
+  return "unknown";
+}
+
+const char *storageName(DType t) {
+  switch (t) {
+    case DType::FP16: return "fp16";
+    case DType::BF16: return "bf16";
+    case DType::FP32: return "fp32";
+  }
+  return "unknown";
+}
+
+class HostBackend final : public Backend {
+ public:
+  flashAttnBackend_t kind() const override { return FLASHATTN_BACKEND_HOST; }
+
+  Plan plan(const AttnProblem &p) const override {
+    if (p.op == Op::Backward && p.paged)
+      fail(FLASHATTN_STATUS_NOT_SUPPORTED, "backward with a paged KV cache: dK/dV of pages that sequences share "
+                                           "have no defined layout; use dense or ragged K/V for backward");
+    if (p.op == Op::MergeStates)
+      fail(FLASHATTN_STATUS_INTERNAL_ERROR, "host plan() asked for a merge: planMerge() serves merges");
+    Plan plan;
+    plan.deterministic = true;
+    std::string extra;
+    if (p.op == Op::DecodeChunk) {
+      plan.numChunks = host::decodeChunkCount(p);
+      const host::DecodeWorkspace w = host::decodeWorkspace(p, plan.numChunks);
+      plan.workspaceBytes = w.totalBytes;
+      plan.workspaceOffset[0] = 0;
+      plan.workspaceOffset[1] = w.lseOffset;
+      extra = concat(" ", plan.numChunks, " KV chunks per sequence,");
+    }
+    plan.description = concat("host.reference ", opName(p.op), " ", storageName(p.dtype), " d", p.headDim, " dv",
+                               p.headDimV, ",", extra, " fp32 accumulate, deterministic");
+    return plan;
+  }
+
+  Plan planMerge(const MergeProblem &p) const override {
+    Plan plan;
+    plan.deterministic = true;
+    plan.description = concat("host.reference merge of ", p.states, " states into ", storageName(p.outType), " dv",
+                              p.headDimV, ", fp32 accumulate, deterministic");
+    return plan;
+  }
+
+  void validateIndexData(const AttnProblem &p) const override { host::validateIndexArrays(p); }
+
+  void forward(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
+    (void)plan;
+    (void)workspace;
+    // The index arrays decide every address read; checking them again costs O(batch) and keeps a caller that skipped
+    // validateIndexData from reading outside the tensors.
+    host::validateIndexArrays(p);
+    host::forward(p, buf);
+  }
+
+  void backward(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
+    (void)plan;
+    (void)workspace;
+    if (p.paged) (void)this->plan(p);  // throws NOT_SUPPORTED with the reason
+    require(buf.lse != nullptr, "backward needs the LSE written by the forward");
+    host::validateIndexArrays(p);
+    host::backward(p, buf);
+  }
+
+  void decode(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
+    host::validateIndexArrays(p);
+    require(plan.numChunks >= 1, "decode plan has ", plan.numChunks, " chunks");
+    const host::DecodeWorkspace w = host::decodeWorkspace(p, plan.numChunks);
+    require(workspace != nullptr || w.totalBytes == 0, "decode needs a workspace of ", w.totalBytes, " bytes");
+    host::decode(p, plan.numChunks, w, buf, workspace);
+  }
+
+  void merge(const MergeProblem &p, const Plan &plan, const MergeBuffers &buf, void *workspace) override {
+    (void)plan;
+    (void)workspace;
+    host::merge(p, buf);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> makeHostBackend() { return std::make_unique<HostBackend>(); }
+
+}  // namespace flashattn
