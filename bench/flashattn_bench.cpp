@@ -1,0 +1,1546 @@
+// flashattn-bench: times libflashattn's forward, backward and split-KV decode, checks every result against the HOST
+// backend on the same inputs, and writes rows that bench/report.py joins with the peers' figures (peers.py).
+//
+// Only the public API is used (plus the CUDA runtime for buffers and events when the build has CUDA), so this file
+// is also a worked example of calling the library.
+//
+// Correctness: the HOST backend is slow, so for big shapes it runs on a slice that shares the host copy of the
+// inputs through strided descriptors: one batch, at most two query heads (or one KV head with its whole query group
+// where dK/dV need it), and a subset of query rows or keys chosen so the host work stays within --check-gflop.
+// Causal masks are bottom-right aligned, which is what lets a slice of the LAST rows (or the last keys) keep exactly
+// the visibility of the full problem; without a mask the slice spreads over the whole sequence instead.
+
+#include <flashattn/flashattn.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#if defined(FLASHATTN_BENCH_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Errors
+
+// A failed library call; NOT_SUPPORTED is reported as such and does not fail the run.
+struct ApiError : std::runtime_error {
+  flashAttnStatus_t status;
+  ApiError(flashAttnStatus_t s, const std::string &text) : std::runtime_error(text), status(s) {}
+};
+
+std::string lastLibraryMessage() {
+  char buf[2048];
+  flashAttnGetLastErrorMessage(buf, sizeof buf);
+  return buf;
+}
+
+void apiCheck(flashAttnStatus_t status, const char *what) {
+  if (status == FLASHATTN_STATUS_SUCCESS) return;
+  throw ApiError(status, std::string(what) + ": " + flashAttnGetErrorString(status) + ": " + lastLibraryMessage());
+}
+
+#if defined(FLASHATTN_BENCH_CUDA)
+void cudaCheck(cudaError_t err, const char *what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Storage types
+
+size_t elementBytes(flashAttnDataType_t t) { return t == FLASHATTN_DATA_FP32 ? 4 : 2; }
+
+const char *dtypeName(flashAttnDataType_t t) {
+  switch (t) {
+    case FLASHATTN_DATA_FP16: return "fp16";
+    case FLASHATTN_DATA_BF16: return "bf16";
+    default: return "fp32";
+  }
+}
+
+// Normwise gates of design/TESTING.md; the HOST result rounds to the same storage type as ours.
+double normwiseGate(flashAttnDataType_t t) {
+  switch (t) {
+    case FLASHATTN_DATA_BF16: return 5e-3;
+    case FLASHATTN_DATA_FP16: return 6e-4;
+    default: return 1e-5;
+  }
+}
+constexpr double kLseGate = 1e-4;
+
+uint32_t floatBits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+float bitsToFloat(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t toBf16(float f) {
+  const uint32_t u = floatBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // round to nearest even
+}
+float fromBf16(uint16_t h) { return bitsToFloat(uint32_t(h) << 16); }
+
+uint16_t toFp16(float f) {
+  const uint32_t u = floatBits(f);
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return uint16_t(sign | 0x7e00u);
+  if (a >= 0x477ff000u) return uint16_t(sign | 0x7c00u);  // 65520 and up round to infinity
+  if (a < 0x38800000u) {
+    // Subnormal: the value is m * 2^-24; scaling by 2^24 is exact and nearbyint rounds to nearest even.
+    return uint16_t(sign | uint16_t(std::nearbyint(bitsToFloat(a) * 16777216.0f)));
+  }
+  const uint32_t r = a + 0xfffu + ((a >> 13) & 1u);
+  return uint16_t(sign | uint16_t((r - (112u << 23)) >> 13));
+}
+float fromFp16(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0) return (sign ? -1.0f : 1.0f) * std::ldexp(float(m), -24);
+  if (e == 31) return bitsToFloat(sign | 0x7f800000u | (m << 13));
+  return bitsToFloat(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+double loadElement(const uint8_t *base, flashAttnDataType_t t, int64_t index) {
+  if (t == FLASHATTN_DATA_FP32) {
+    float f;
+    std::memcpy(&f, base + index * 4, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, base + index * 2, 2);
+  return t == FLASHATTN_DATA_BF16 ? fromBf16(h) : fromFp16(h);
+}
+
+void storeElement(uint8_t *base, flashAttnDataType_t t, int64_t index, float value) {
+  if (t == FLASHATTN_DATA_FP32) {
+    std::memcpy(base + index * 4, &value, 4);
+    return;
+  }
+  const uint16_t h = t == FLASHATTN_DATA_BF16 ? toBf16(value) : toFp16(value);
+  std::memcpy(base + index * 2, &h, 2);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Host memory, aligned like device memory (the library wants element alignment, workspaces 256 bytes)
+
+class HostBlock {
+ public:
+  HostBlock() = default;
+  explicit HostBlock(size_t bytes) : bytes_(bytes) {
+    const size_t rounded = std::max<size_t>(256, (bytes + 255) / 256 * 256);
+    ptr_ = static_cast<uint8_t *>(std::aligned_alloc(256, rounded));
+    if (!ptr_) throw std::runtime_error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+  }
+  ~HostBlock() { std::free(ptr_); }
+  HostBlock(HostBlock &&o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
+  HostBlock &operator=(HostBlock &&o) noexcept {
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+    return *this;
+  }
+  HostBlock(const HostBlock &) = delete;
+  HostBlock &operator=(const HostBlock &) = delete;
+  uint8_t *data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  uint8_t *ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Memory of the benchmarked handle: device memory on CUDA, host memory on HOST
+
+class Memory {
+ public:
+  explicit Memory(bool cuda) : cuda_(cuda) {}
+  bool cuda() const { return cuda_; }
+
+  void *allocate(size_t bytes) {
+    if (bytes == 0) return nullptr;
+#if defined(FLASHATTN_BENCH_CUDA)
+    if (cuda_) {
+      void *p = nullptr;
+      cudaCheck(cudaMalloc(&p, bytes), ("cudaMalloc of " + std::to_string(bytes) + " bytes").c_str());
+      return p;
+    }
+#endif
+    const size_t rounded = (bytes + 255) / 256 * 256;
+    void *p = std::aligned_alloc(256, rounded);
+    if (!p) throw std::runtime_error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+    return p;
+  }
+  void release(void *p) {
+    if (!p) return;
+#if defined(FLASHATTN_BENCH_CUDA)
+    if (cuda_) {
+      cudaFree(p);
+      return;
+    }
+#endif
+    std::free(p);
+  }
+  void upload(void *dst, const void *src, size_t bytes) {
+#if defined(FLASHATTN_BENCH_CUDA)
+    if (cuda_) {
+      cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+      return;
+    }
+#endif
+    std::memcpy(dst, src, bytes);
+  }
+  void download(void *dst, const void *src, size_t bytes) {
+#if defined(FLASHATTN_BENCH_CUDA)
+    if (cuda_) {
+      cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the device");
+      return;
+    }
+#endif
+    std::memcpy(dst, src, bytes);
+  }
+  // 0xFF bytes are NaN in every storage type: an element the library never writes fails the finiteness check.
+  void poison(void *p, size_t bytes) {
+    if (!p) return;
+#if defined(FLASHATTN_BENCH_CUDA)
+    if (cuda_) {
+      cudaCheck(cudaMemset(p, 0xFF, bytes), "cudaMemset");
+      return;
+    }
+#endif
+    std::memset(p, 0xFF, bytes);
+  }
+  void synchronize() {
+#if defined(FLASHATTN_BENCH_CUDA)
+    if (cuda_) cudaCheck(cudaDeviceSynchronize(), "kernel execution");
+#endif
+  }
+
+ private:
+  bool cuda_;
+};
+
+class Buffer {
+ public:
+  Buffer(Memory &mem, size_t bytes) : mem_(&mem), ptr_(mem.allocate(bytes)), bytes_(bytes) {}
+  ~Buffer() {
+    if (mem_) mem_->release(ptr_);
+  }
+  Buffer(Buffer &&o) noexcept : mem_(o.mem_), ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.mem_ = nullptr;
+    o.ptr_ = nullptr;
+  }
+  Buffer(const Buffer &) = delete;
+  Buffer &operator=(const Buffer &) = delete;
+  Buffer &operator=(Buffer &&) = delete;
+  void *get() const { return ptr_; }
+  uint8_t *bytesPtr() const { return static_cast<uint8_t *>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  void upload(const HostBlock &h) { mem_->upload(ptr_, h.data(), bytes_); }
+  void poison() { mem_->poison(ptr_, bytes_); }
+  HostBlock download() const {
+    HostBlock h(bytes_);
+    mem_->download(h.data(), ptr_, bytes_);
+    return h;
+  }
+
+ private:
+  Memory *mem_;
+  void *ptr_;
+  size_t bytes_;
+};
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Strided views: a full tensor, or a slice of one that shares its storage
+
+struct Pick {
+  int64_t start = 0, count = 1, step = 1;
+};
+
+Pick allOf(int64_t n) { return Pick{0, n, 1}; }
+// `want` indices spread over [0, n) ending at the last one, so offsets far from the start are exercised.
+Pick spread(int64_t n, int64_t want) {
+  if (want >= n) return allOf(n);
+  const int64_t step = n / want;
+  return Pick{n - 1 - (want - 1) * step, want, step};
+}
+// The last `want` indices: with bottom-right masks they see exactly the keys they see in the full problem.
+Pick tail(int64_t n, int64_t want) {
+  if (want >= n) return allOf(n);
+  return Pick{n - want, want, 1};
+}
+
+struct View {
+  int rank = 0;
+  int64_t dims[5] = {};
+  int64_t strides[5] = {};
+  int64_t offset = 0;  // elements from the start of the storage
+
+  static View dense(std::initializer_list<int64_t> d) {
+    View v;
+    v.rank = int(d.size());
+    int i = 0;
+    for (int64_t x : d) v.dims[i++] = x;
+    int64_t s = 1;
+    for (int j = v.rank - 1; j >= 0; --j) {
+      v.strides[j] = s;
+      s *= v.dims[j];
+    }
+    return v;
+  }
+  View pick(int axis, const Pick &p) const {
+    View v = *this;
+    v.offset += p.start * strides[axis];
+    v.dims[axis] = p.count;
+    if (p.count > 1) v.strides[axis] *= p.step;
+    return v;
+  }
+  int64_t elements() const {
+    int64_t n = 1;
+    for (int i = 0; i < rank; ++i) n *= dims[i];
+    return n;
+  }
+  // Elements from the storage start to one past the last addressed element.
+  int64_t extent() const {
+    int64_t e = offset + 1;
+    for (int i = 0; i < rank; ++i) e += (dims[i] - 1) * strides[i];
+    return e;
+  }
+  View compact() const {
+    View v = *this;
+    v.offset = 0;
+    int64_t s = 1;
+    for (int j = rank - 1; j >= 0; --j) {
+      v.strides[j] = s;
+      s *= dims[j];
+    }
+    return v;
+  }
+  template <typename F>
+  void forEach(F &&f) const {  // f(offset of the element in storage, linear index in the view)
+    int64_t idx[5] = {};
+    const int64_t n = elements();
+    for (int64_t lin = 0; lin < n; ++lin) {
+      int64_t off = offset;
+      for (int i = 0; i < rank; ++i) off += idx[i] * strides[i];
+      f(off, lin);
+      for (int i = rank - 1; i >= 0; --i) {
+        if (++idx[i] < dims[i]) break;
+        idx[i] = 0;
+      }
+    }
+  }
+};
+
+enum class Layout { BHSD, BSHD };
+
+// [batch, heads, seq, dim] in memory order BHSD (heads outer) or BSHD (tokens outer, heads interleaved).
+View tensor4(Layout layout, int64_t b, int64_t h, int64_t s, int64_t d) {
+  View v;
+  v.rank = 4;
+  v.dims[0] = b;
+  v.dims[1] = h;
+  v.dims[2] = s;
+  v.dims[3] = d;
+  if (layout == Layout::BHSD) {
+    v.strides[0] = h * s * d;
+    v.strides[1] = s * d;
+    v.strides[2] = d;
+  } else {
+    v.strides[0] = s * h * d;
+    v.strides[1] = d;
+    v.strides[2] = h * d;
+  }
+  v.strides[3] = 1;
+  return v;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Descriptors (RAII)
+
+class TensorDesc {
+ public:
+  TensorDesc(flashAttnDataType_t t, const View &v) {
+    apiCheck(flashAttnCreateTensorDescriptor(&d_), "flashAttnCreateTensorDescriptor");
+    int64_t strides[5];
+    for (int i = 0; i < v.rank; ++i) strides[i] = v.dims[i] == 1 && i == v.rank - 1 ? 1 : v.strides[i];
+    const flashAttnStatus_t s = flashAttnSetTensorDescriptor(d_, t, v.rank, v.dims, strides);
+    if (s != FLASHATTN_STATUS_SUCCESS) {
+      flashAttnDestroyTensorDescriptor(d_);
+      apiCheck(s, "flashAttnSetTensorDescriptor");
+    }
+  }
+  ~TensorDesc() { flashAttnDestroyTensorDescriptor(d_); }
+  TensorDesc(const TensorDesc &) = delete;
+  TensorDesc &operator=(const TensorDesc &) = delete;
+  operator flashAttnTensorDescriptor_t() const { return d_; }
+
+ private:
+  flashAttnTensorDescriptor_t d_ = nullptr;
+};
+
+class AttnDesc {
+ public:
+  explicit AttnDesc(bool causal) {
+    apiCheck(flashAttnCreateAttentionDescriptor(&d_), "flashAttnCreateAttentionDescriptor");
+    if (causal) {
+      const flashAttnStatus_t s = flashAttnSetAttentionMask(d_, FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT);
+      if (s != FLASHATTN_STATUS_SUCCESS) {
+        flashAttnDestroyAttentionDescriptor(d_);
+        apiCheck(s, "flashAttnSetAttentionMask");
+      }
+    }
+  }
+  ~AttnDesc() { flashAttnDestroyAttentionDescriptor(d_); }
+  AttnDesc(const AttnDesc &) = delete;
+  AttnDesc &operator=(const AttnDesc &) = delete;
+  operator flashAttnAttentionDescriptor_t() const { return d_; }
+
+ private:
+  flashAttnAttentionDescriptor_t d_ = nullptr;
+};
+
+class SeqDesc {
+ public:
+  SeqDesc() { apiCheck(flashAttnCreateSeqDescriptor(&d_), "flashAttnCreateSeqDescriptor"); }
+  ~SeqDesc() { flashAttnDestroySeqDescriptor(d_); }
+  SeqDesc(const SeqDesc &) = delete;
+  SeqDesc &operator=(const SeqDesc &) = delete;
+  operator flashAttnSeqDescriptor_t() const { return d_; }
+
+ private:
+  flashAttnSeqDescriptor_t d_ = nullptr;
+};
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Random inputs
+
+// normal(0, 1) from splitmix64 and Box-Muller: fast enough for gigabyte caches.
+class NormalSource {
+ public:
+  explicit NormalSource(uint64_t seed) : state_(seed * 0x9E3779B97F4A7C15ull + 0x632BE59BD9B4E019ull) {}
+  float next() {
+    if (haveSpare_) {
+      haveSpare_ = false;
+      return spare_;
+    }
+    const double u1 = (double(bits() >> 11) + 1.0) * 0x1.0p-53;  // (0, 1]: log stays finite
+    const double u2 = double(bits() >> 11) * 0x1.0p-53;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    spare_ = float(r * std::sin(6.283185307179586 * u2));
+    haveSpare_ = true;
+    return float(r * std::cos(6.283185307179586 * u2));
+  }
+  uint64_t bits() {
+    uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+
+ private:
+  uint64_t state_;
+  float spare_ = 0.f;
+  bool haveSpare_ = false;
+};
+
+// Fills n elements. Beyond kRandomPeriod elements the block repeats: a period that is no multiple of any row, head
+// or page size keeps neighbouring rows distinct while gigabyte decode caches fill in well under a second.
+constexpr int64_t kRandomPeriod = (int64_t(1) << 22) + 1021;
+
+void fillRandom(uint8_t *dst, flashAttnDataType_t t, int64_t n, uint64_t seed) {
+  NormalSource rng(seed);
+  const int64_t block = std::min(n, kRandomPeriod);
+  for (int64_t i = 0; i < block; ++i) storeElement(dst, t, i, rng.next());
+  const size_t es = elementBytes(t);
+  for (int64_t done = block; done < n;) {
+    const int64_t chunk = std::min(done, n - done);
+    std::memcpy(dst + done * es, dst, size_t(chunk) * es);
+    done += chunk;
+  }
+}
+
+HostBlock randomTensor(flashAttnDataType_t t, int64_t elements, uint64_t seed) {
+  HostBlock h(size_t(elements) * elementBytes(t));
+  fillRandom(h.data(), t, elements, seed);
+  return h;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Comparison
+
+struct ErrorStats {
+  double maxAbs = 0, diff2 = 0, ref2 = 0;
+  int64_t nonFinite = 0, compared = 0;
+  double normwise() const {
+    if (nonFinite) return std::numeric_limits<double>::infinity();
+    if (ref2 == 0) return diff2 == 0 ? 0 : std::numeric_limits<double>::infinity();
+    return std::sqrt(diff2 / ref2);
+  }
+};
+
+// ours is read at view `ov` of its storage, the HOST result at view `rv` of its own.
+ErrorStats compare(const uint8_t *ours, const View &ov, const uint8_t *ref, const View &rv, flashAttnDataType_t t) {
+  std::vector<int64_t> refOffsets(size_t(rv.elements()));
+  rv.forEach([&](int64_t off, int64_t lin) { refOffsets[size_t(lin)] = off; });
+  ErrorStats s;
+  ov.forEach([&](int64_t off, int64_t lin) {
+    const double a = loadElement(ours, t, off), b = loadElement(ref, t, refOffsets[size_t(lin)]);
+    ++s.compared;
+    if (!std::isfinite(a) || !std::isfinite(b)) {
+      ++s.nonFinite;
+      return;
+    }
+    s.maxAbs = std::max(s.maxAbs, std::fabs(a - b));
+    s.diff2 += (a - b) * (a - b);
+    s.ref2 += b * b;
+  });
+  return s;
+}
+
+// LSE: absolute error where both are finite; a row that is -inf on one side only is a mismatch.
+struct LseStats {
+  double maxAbs = 0;
+  int64_t mismatched = 0;
+};
+
+LseStats compareLse(const float *ours, const View &ov, const float *ref, const View &rv) {
+  std::vector<int64_t> refOffsets(size_t(rv.elements()));
+  rv.forEach([&](int64_t off, int64_t lin) { refOffsets[size_t(lin)] = off; });
+  LseStats s;
+  ov.forEach([&](int64_t off, int64_t lin) {
+    const float a = ours[off], b = ref[refOffsets[size_t(lin)]];
+    if (std::isnan(a) || std::isnan(b)) {
+      ++s.mismatched;
+    } else if (std::isinf(a) || std::isinf(b)) {
+      if (a != b) ++s.mismatched;
+    } else {
+      s.maxAbs = std::max(s.maxAbs, double(std::fabs(a - b)));
+    }
+  });
+  return s;
+}
+
+// Copies the FP32 elements of a view into a dense block (the LSE descriptor needs a unit last stride, which a
+// spread row slice does not have).
+HostBlock gatherFloats(const float *src, const View &v) {
+  HostBlock out(size_t(v.elements()) * 4);
+  float *dst = reinterpret_cast<float *>(out.data());
+  v.forEach([&](int64_t off, int64_t lin) { dst[lin] = src[off]; });
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Results
+
+struct Row {
+  std::string kind, op;  // prefill fwd|bwd, decode decode
+  flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
+  int64_t B = 0, H = 0, HK = 0, Sq = 0, Sk = 0, D = 0;
+  bool causal = false;
+  int32_t chunks = 0;
+  int64_t pageSize = 0;
+  int64_t copies = 1;
+  std::string kernel;
+  double ms = NAN, tflops = NAN, kvGBps = NAN;
+  bool checked = false, pass = false;
+  double maxErr = NAN, normwise = NAN, lseErr = NAN, checkSeconds = 0;
+  std::string checkScope, error;
+  bool notSupported = false;
+};
+
+std::string jsonString(const std::string &s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+std::string jsonNumber(double x) {
+  if (!std::isfinite(x)) return "null";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
+std::string rowJson(const Row &r) {
+  std::string j = "{\"kind\": " + jsonString(r.kind) + ", \"op\": " + jsonString(r.op) +
+                  ", \"dtype\": " + jsonString(dtypeName(r.dtype)) + ", \"D\": " + std::to_string(r.D);
+  if (r.kind == "decode") {
+    j += ", \"S\": " + std::to_string(r.Sk) + ", \"L\": " + std::to_string(r.Sk) + ", \"Sq\": " + std::to_string(r.Sq);
+  } else {
+    j += ", \"S\": " + std::to_string(r.Sq) + ", \"Sk\": " + std::to_string(r.Sk);
+  }
+  j += ", \"B\": " + std::to_string(r.B) + ", \"H\": " + std::to_string(r.H) + ", \"HK\": " + std::to_string(r.HK) +
+       ", \"causal\": " + (r.causal ? "true" : "false");
+  if (r.kind == "decode") {
+    j += ", \"chunks\": " + std::to_string(r.chunks) + ", \"page_size\": " + std::to_string(r.pageSize) +
+         ", \"copies\": " + std::to_string(r.copies);
+  }
+  if (!r.error.empty()) {
+    j += ", \"error\": " + jsonString(r.error) + ", \"not_supported\": " + (r.notSupported ? "true" : "false");
+  } else {
+    j += ", \"ms\": " + jsonNumber(r.ms);
+    if (r.kind == "decode")
+      j += ", \"kv_GBps\": " + jsonNumber(r.kvGBps);
+    else
+      j += ", \"tflops\": " + jsonNumber(r.tflops);
+  }
+  if (!r.kernel.empty()) j += ", \"kernel\": " + jsonString(r.kernel);
+  if (r.checked) {
+    j += ", \"max_err\": " + jsonNumber(r.maxErr) + ", \"normwise\": " + jsonNumber(r.normwise);
+    if (std::isfinite(r.lseErr)) j += ", \"lse_err\": " + jsonNumber(r.lseErr);
+    j += ", \"pass\": " + std::string(r.pass ? "true" : "false") + ", \"check\": " + jsonString(r.checkScope);
+  } else if (r.error.empty()) {
+    j += ", \"pass\": null";
+  }
+  return j + "}";
+}
+
+std::string shapeText(const Row &r) {
+  char buf[256];
+  if (r.kind == "decode") {
+    std::snprintf(buf, sizeof buf, "decode %s B=%lld H=%lld/%lld Sq=%lld L=%lld D=%lld%s%s", dtypeName(r.dtype),
+                  (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk,
+                  (long long)r.D, r.causal ? " causal" : "",
+                  r.pageSize ? (" page=" + std::to_string(r.pageSize)).c_str() : "");
+  } else {
+    std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%lld%s", r.op.c_str(),
+                  dtypeName(r.dtype), (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq,
+                  (long long)r.Sk, (long long)r.D, r.causal ? " causal" : "");
+  }
+  return buf;
+}
+
+std::string resultText(const Row &r) {
+  char buf[512];
+  if (!r.error.empty()) {
+    std::snprintf(buf, sizeof buf, "%s %s", r.notSupported ? "NOT_SUPPORTED" : "ERROR", r.error.c_str());
+    return buf;
+  }
+  std::string perf;
+  if (r.kind == "decode")
+    std::snprintf(buf, sizeof buf, "%9.4f ms %8.1f GB/s", r.ms, r.kvGBps);
+  else
+    std::snprintf(buf, sizeof buf, "%9.4f ms %7.1f TFLOP/s", r.ms, r.tflops);
+  perf = buf;
+  if (!r.checked) return perf + "  (unchecked)";
+  std::snprintf(buf, sizeof buf, "  max_err %.2e normwise %.2e%s %s", r.maxErr, r.normwise,
+                std::isfinite(r.lseErr) ? (" lse " + std::string(jsonNumber(r.lseErr))).c_str() : "",
+                r.pass ? "PASS" : "FAIL");
+  return perf + buf;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Options
+
+struct Options {
+  std::string op = "all";
+  flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
+  bool dtypeGiven = false;
+  int64_t batch = 2, heads = 16, kvHeads = 0, seq = 1024, seqK = 0, dim = 128, qTokens = 1;
+  bool dimGiven = false;
+  bool causal = false;
+  int32_t chunks = 0;
+  int64_t pageSize = 0;
+  int iters = -1, warmup = -1;
+  std::string json;
+  std::string sweep;
+  Layout layout = Layout::BHSD;
+  double checkGflop = 2.0;
+  bool check = true;
+  std::string backend = "auto";
+  int device = -1;
+  bool demo = false;
+};
+
+void usage(FILE *f) {
+  std::fprintf(f,
+               "usage: flashattn-bench [options]\n"
+               "  --op fwd|bwd|decode|all     operations to run (default all)\n"
+               "  --dtype bf16|fp16|fp32      storage type (default bf16; with --sweep: only this type)\n"
+               "  --batch B --heads H --kv-heads HK --seq S --seqk SK --dim D\n"
+               "                              shape (defaults 2, 16, H, 1024, S, 128); decode reads a cache of SK\n"
+               "  --qtokens T                 decode query tokens per sequence, 1..16 (default 1)\n"
+               "  --causal                    bottom-right causal mask\n"
+               "  --chunks N                  decode KV chunks (0 = automatic)\n"
+               "  --page-size P               decode from a paged cache with P rows per page (0 = dense)\n"
+               "  --layout bhsd|bshd          memory order of Q, K, V, O (default bhsd)\n"
+               "  --iters N --warmup N        timed calls (median reported) and untimed calls before them\n"
+               "  --sweep prefill|decode|all  the sweeps of design/KERNELS.md (--dim, --dtype, --op filter them)\n"
+               "  --json FILE                 write the result rows (rewritten after every shape)\n"
+               "  --check-gflop G             host work allowed per correctness check (default 2)\n"
+               "  --no-check                  skip the HOST comparison\n"
+               "  --backend auto|cuda|host    handle to benchmark (default auto)\n"
+               "  --device N                  CUDA device to use\n"
+               "Without options a short demo runs (small shapes when no GPU is usable).\n"
+               "Exit status: 0 all checks passed, 1 a check failed or an operation failed, 2 bad usage.\n");
+}
+
+bool parseDtype(const std::string &s, flashAttnDataType_t *t) {
+  if (s == "bf16" || s == "bfloat16") *t = FLASHATTN_DATA_BF16;
+  else if (s == "fp16" || s == "float16" || s == "half") *t = FLASHATTN_DATA_FP16;
+  else if (s == "fp32" || s == "float32" || s == "float") *t = FLASHATTN_DATA_FP32;
+  else return false;
+  return true;
+}
+
+bool parseInt(const char *s, int64_t lo, int64_t *out) {
+  char *end = nullptr;
+  errno = 0;
+  const long long v = std::strtoll(s, &end, 10);
+  if (errno || !end || *end || end == s || v < lo) return false;
+  *out = v;
+  return true;
+}
+
+Options parseOptions(int argc, char **argv) {
+  Options o;
+  o.demo = argc == 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> const char * {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    auto integer = [&](int64_t lo) {
+      const char *v = value();
+      int64_t x;
+      if (!parseInt(v, lo, &x)) throw std::invalid_argument(a + " " + v + ": expected an integer >= " + std::to_string(lo));
+      return x;
+    };
+    if (a == "--help" || a == "-h") {
+      usage(stdout);
+      std::exit(0);
+    } else if (a == "--op") {
+      o.op = value();
+      if (o.op != "fwd" && o.op != "bwd" && o.op != "decode" && o.op != "all")
+        throw std::invalid_argument("--op " + o.op + ": expected fwd, bwd, decode or all");
+    } else if (a == "--dtype") {
+      const std::string v = value();
+      if (!parseDtype(v, &o.dtype)) throw std::invalid_argument("--dtype " + v + ": expected bf16, fp16 or fp32");
+      o.dtypeGiven = true;
+    } else if (a == "--batch") o.batch = integer(1);
+    else if (a == "--heads") o.heads = integer(1);
+    else if (a == "--kv-heads") o.kvHeads = integer(1);
+    else if (a == "--seq") o.seq = integer(1);
+    else if (a == "--seqk") o.seqK = integer(1);
+    else if (a == "--dim") {
+      o.dim = integer(1);
+      o.dimGiven = true;
+    } else if (a == "--qtokens") o.qTokens = integer(1);
+    else if (a == "--causal") o.causal = true;
+    else if (a == "--chunks") o.chunks = int32_t(integer(0));
+    else if (a == "--page-size") o.pageSize = integer(0);
+    else if (a == "--iters") o.iters = int(integer(1));
+    else if (a == "--warmup") o.warmup = int(integer(0));
+    else if (a == "--json") o.json = value();
+    else if (a == "--sweep") {
+      o.sweep = value();
+      if (o.sweep != "prefill" && o.sweep != "decode" && o.sweep != "all")
+        throw std::invalid_argument("--sweep " + o.sweep + ": expected prefill, decode or all");
+    } else if (a == "--layout") {
+      const std::string v = value();
+      if (v == "bhsd") o.layout = Layout::BHSD;
+      else if (v == "bshd") o.layout = Layout::BSHD;
+      else throw std::invalid_argument("--layout " + v + ": expected bhsd or bshd");
+    } else if (a == "--check-gflop") {
+      const char *v = value();
+      char *end = nullptr;
+      o.checkGflop = std::strtod(v, &end);
+      if (!end || *end || !(o.checkGflop > 0)) throw std::invalid_argument(std::string("--check-gflop ") + v + ": expected a number > 0");
+    } else if (a == "--no-check") o.check = false;
+    else if (a == "--backend") {
+      o.backend = value();
+      if (o.backend != "auto" && o.backend != "cuda" && o.backend != "host")
+        throw std::invalid_argument("--backend " + o.backend + ": expected auto, cuda or host");
+    } else if (a == "--device") o.device = int(integer(0));
+    else throw std::invalid_argument("unknown option " + a);
+  }
+  if (o.kvHeads == 0) o.kvHeads = o.heads;
+  if (o.seqK == 0) o.seqK = o.seq;
+  if (o.heads % o.kvHeads != 0)
+    throw std::invalid_argument("--heads " + std::to_string(o.heads) + " is not a multiple of --kv-heads " +
+                                std::to_string(o.kvHeads));
+  return o;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Shapes
+
+struct PrefillShape {
+  flashAttnDataType_t dtype;
+  int64_t B, H, HK, Sq, Sk, D;
+  bool causal;
+};
+
+struct DecodeShape {
+  flashAttnDataType_t dtype;
+  int64_t B, H, HK, T, L, D;
+  bool causal;
+  int32_t chunks;
+  int64_t pageSize;
+};
+
+// Key-query pairs that do work: the papers count half of the square for causal Sq == Sk, so figures compare with
+// theirs; otherwise the exact number of visible pairs under the bottom-right mask.
+double visiblePairs(int64_t sq, int64_t sk, bool causal) {
+  if (!causal) return double(sq) * double(sk);
+  if (sq == sk) return double(sq) * double(sk) / 2;
+  double pairs = 0;
+  for (int64_t i = 0; i < sq; ++i) pairs += double(std::clamp<int64_t>(i + sk - sq + 1, 0, sk));
+  return pairs;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// The benchmark
+
+class Bench {
+ public:
+  Bench(Options o, flashAttnHandle_t handle, flashAttnHandle_t host, bool cuda)
+      : opt_(std::move(o)), handle_(handle), host_(host), mem_(cuda) {
+    if (opt_.iters < 0) opt_.iters = cuda ? 30 : 3;
+    if (opt_.warmup < 0) opt_.warmup = cuda ? 5 : 1;
+#if defined(FLASHATTN_BENCH_CUDA)
+    if (cuda) {
+      cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+      apiCheck(flashAttnSetStream(handle_, stream_), "flashAttnSetStream");
+    }
+#endif
+  }
+  ~Bench() {
+#if defined(FLASHATTN_BENCH_CUDA)
+    if (stream_) {
+      flashAttnSetStream(handle_, nullptr);
+      cudaStreamDestroy(stream_);
+    }
+#endif
+  }
+
+  void setPlanned(size_t n) { planned_ = n; }
+  void setMeta(std::string deviceName, std::string backendName) {
+    deviceName_ = std::move(deviceName);
+    backendName_ = std::move(backendName);
+  }
+  int failures() const { return failures_; }
+  const std::vector<Row> &rows() const { return rows_; }
+
+  void prefill(const PrefillShape &s, bool doFwd, bool doBwd);
+  void decode(const DecodeShape &s);
+  void printTable() const;
+
+ private:
+  double budgetFlops() const { return opt_.checkGflop * 1e9; }
+  void record(Row row);
+  std::vector<double> timeCalls(const std::function<flashAttnStatus_t(int64_t)> &call, int64_t firstIndex,
+                                const char *what);
+  std::string support(flashAttnOperation_t op, flashAttnAttentionDescriptor_t attn, flashAttnSeqDescriptor_t seq,
+                      flashAttnTensorDescriptor_t q, flashAttnTensorDescriptor_t k, flashAttnTensorDescriptor_t v,
+                      flashAttnTensorDescriptor_t o);
+  void writeJson() const;
+
+  Options opt_;
+  flashAttnHandle_t handle_, host_;
+  Memory mem_;
+#if defined(FLASHATTN_BENCH_CUDA)
+  cudaStream_t stream_ = nullptr;
+#endif
+  std::vector<Row> rows_;
+  int failures_ = 0;
+  size_t planned_ = 0;
+  std::string deviceName_, backendName_;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Each timed call gets its own pair of events, as peers.py times its peers, so the ratios compare like with like.
+// `call(i)` gets a running index so decode can rotate among input copies.
+std::vector<double> Bench::timeCalls(const std::function<flashAttnStatus_t(int64_t)> &call, int64_t firstIndex,
+                                     const char *what) {
+  int64_t index = firstIndex;
+  for (int i = 0; i < opt_.warmup; ++i) apiCheck(call(index++), what);
+  std::vector<double> ms(size_t(opt_.iters));
+#if defined(FLASHATTN_BENCH_CUDA)
+  if (mem_.cuda()) {
+    std::vector<cudaEvent_t> start(ms.size()), stop(ms.size());
+    for (size_t i = 0; i < ms.size(); ++i) {
+      cudaCheck(cudaEventCreate(&start[i]), "cudaEventCreate");
+      cudaCheck(cudaEventCreate(&stop[i]), "cudaEventCreate");
+    }
+    cudaError_t err = cudaStreamSynchronize(stream_);
+    for (size_t i = 0; i < ms.size() && err == cudaSuccess; ++i) {
+      cudaEventRecord(start[i], stream_);
+      try {
+        apiCheck(call(index++), what);
+      } catch (const std::exception &) {
+        for (size_t j = 0; j < ms.size(); ++j) {
+          cudaEventDestroy(start[j]);
+          cudaEventDestroy(stop[j]);
+        }
+        throw;
+      }
+      cudaEventRecord(stop[i], stream_);
+    }
+    if (err == cudaSuccess) err = cudaEventSynchronize(stop.back());
+    for (size_t i = 0; i < ms.size() && err == cudaSuccess; ++i) {
+      float t = 0;
+      err = cudaEventElapsedTime(&t, start[i], stop[i]);
+      ms[i] = t;
+    }
+    for (size_t i = 0; i < ms.size(); ++i) {
+      cudaEventDestroy(start[i]);
+      cudaEventDestroy(stop[i]);
+    }
+    cudaCheck(err, what);
+    return ms;
+  }
+#endif
+  for (auto &t : ms) {
+    const auto t0 = std::chrono::steady_clock::now();
+    apiCheck(call(index++), what);
+    t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  return ms;
+}
+
+std::string Bench::support(flashAttnOperation_t op, flashAttnAttentionDescriptor_t attn,
+                           flashAttnSeqDescriptor_t seq, flashAttnTensorDescriptor_t q,
+                           flashAttnTensorDescriptor_t k, flashAttnTensorDescriptor_t v,
+                           flashAttnTensorDescriptor_t o) {
+  char text[512] = {};
+  int32_t deterministic = 0;
+  apiCheck(flashAttnCheckSupport(handle_, op, attn, seq, q, k, v, o, text, sizeof text, &deterministic),
+           "flashAttnCheckSupport");
+  return text;
+}
+
+void Bench::record(Row row) {
+  const bool failed = (!row.error.empty() && !row.notSupported) || (row.checked && !row.pass);
+  if (failed) ++failures_;
+  rows_.push_back(std::move(row));
+  const Row &r = rows_.back();
+  std::fprintf(stderr, "[%zu/%zu] %-48s %s", rows_.size(), std::max(planned_, rows_.size()), shapeText(r).c_str(),
+               resultText(r).c_str());
+  if (r.checked) std::fprintf(stderr, " (host check %.1f s: %s)", r.checkSeconds, r.checkScope.c_str());
+  std::fprintf(stderr, "\n");
+  writeJson();
+}
+
+void Bench::writeJson() const {
+  if (opt_.json.empty()) return;
+  const std::string tmp = opt_.json + ".tmp";
+  FILE *f = std::fopen(tmp.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "cannot write %s: %s\n", tmp.c_str(), std::strerror(errno));
+    return;
+  }
+  const char *commit = std::getenv("FLASHATTN_BENCH_COMMIT");
+  char date[32] = {};
+  const std::time_t now = std::time(nullptr);
+  std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  int32_t version = flashAttnGetVersion();
+  std::fprintf(f, "[\n {\"kind\": \"meta\", \"backend\": %s, \"device\": %s, \"version\": \"%d.%d.%d\", "
+               "\"commit\": %s, \"date\": \"%s\", \"iters\": %d, \"warmup\": %d}",
+               jsonString(backendName_).c_str(), jsonString(deviceName_).c_str(), version / 10000,
+               version / 100 % 100, version % 100, jsonString(commit ? commit : "").c_str(), date, opt_.iters,
+               opt_.warmup);
+  for (const Row &r : rows_) std::fprintf(f, ",\n %s", rowJson(r).c_str());
+  std::fprintf(f, "\n]\n");
+  const bool ok = std::fclose(f) == 0;
+  if (!ok || std::rename(tmp.c_str(), opt_.json.c_str()) != 0)
+    std::fprintf(stderr, "cannot write %s: %s\n", opt_.json.c_str(), std::strerror(errno));
+}
+
+void Bench::printTable() const {
+  std::printf("\n%-50s %s\n", "shape", "result");
+  for (const Row &r : rows_) std::printf("%-50s %s\n", shapeText(r).c_str(), resultText(r).c_str());
+  int unsupported = 0, unchecked = 0;
+  for (const Row &r : rows_) {
+    unsupported += r.notSupported;
+    unchecked += r.error.empty() && !r.checked;
+  }
+  std::printf("\n%zu rows: %d failed, %d not supported, %d unchecked\n", rows_.size(), failures_, unsupported,
+              unchecked);
+}
+
+// Which heads a check looks at. The pair {0, last} keeps query head h reading KV head h / group in the slice too
+// (the last query head reads the last KV head), so one strided descriptor covers both.
+struct HeadPick {
+  Pick q, kv;
+};
+HeadPick pairOfHeads(int64_t H, int64_t HK) {
+  HeadPick p;
+  p.q = H == 1 ? allOf(1) : Pick{0, 2, H - 1};
+  p.kv = HK == 1 ? allOf(1) : Pick{0, 2, HK - 1};
+  return p;
+}
+// dK/dV of a KV head sum over its whole query group, so a check of them needs the group: the last KV head and its
+// queries, or the pair of heads when every KV head has one query head.
+HeadPick lastGroup(int64_t H, int64_t HK) {
+  const int64_t g = H / HK;
+  if (g == 1) return pairOfHeads(H, HK);
+  return HeadPick{Pick{H - g, g, 1}, Pick{HK - 1, 1, 1}};
+}
+
+std::string pickText(const char *name, const Pick &p, int64_t n) {
+  if (p.count == n) return std::string("all ") + name;
+  char buf[96];
+  if (p.step == 1)
+    std::snprintf(buf, sizeof buf, "%s %lld..%lld", name, (long long)p.start, (long long)(p.start + p.count - 1));
+  else
+    std::snprintf(buf, sizeof buf, "%lld %s step %lld", (long long)p.count, name, (long long)p.step);
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Prefill: forward and backward
+
+void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
+  Row base;
+  base.kind = "prefill";
+  base.dtype = s.dtype;
+  base.B = s.B;
+  base.H = s.H;
+  base.HK = s.HK;
+  base.Sq = s.Sq;
+  base.Sk = s.Sk;
+  base.D = s.D;
+  base.causal = s.causal;
+  Row fwd = base, bwd = base;
+  fwd.op = "fwd";
+  bwd.op = "bwd";
+  const size_t es = elementBytes(s.dtype);
+  const double fwdFlops = 2.0 * double(s.B) * double(s.H) * visiblePairs(s.Sq, s.Sk, s.causal) * double(2 * s.D);
+
+  const View qv = tensor4(opt_.layout, s.B, s.H, s.Sq, s.D);
+  const View kv = tensor4(opt_.layout, s.B, s.HK, s.Sk, s.D);
+  const View lv = View::dense({s.B, s.H, s.Sq});
+  auto bytesOf = [&](const View &v) { return size_t(v.extent()) * es; };
+
+  // Filled by the forward stage, read by the backward stage.
+  std::unique_ptr<AttnDesc> attn;
+  std::unique_ptr<TensorDesc> qD, kD, vD, oD, lD;
+  HostBlock hq, hk, hv, ho, hl;
+  std::unique_ptr<Buffer> dq, dk, dv, dout, dlse;
+
+  auto fail = [&](Row &row, const std::exception &e) {
+    row.error = e.what();
+    if (auto *api = dynamic_cast<const ApiError *>(&e)) row.notSupported = api->status == FLASHATTN_STATUS_NOT_SUPPORTED;
+  };
+
+  bool forwardOk = false;
+  try {
+    attn = std::make_unique<AttnDesc>(s.causal);
+    qD = std::make_unique<TensorDesc>(s.dtype, qv);
+    kD = std::make_unique<TensorDesc>(s.dtype, kv);
+    vD = std::make_unique<TensorDesc>(s.dtype, kv);
+    oD = std::make_unique<TensorDesc>(s.dtype, qv);
+    lD = std::make_unique<TensorDesc>(FLASHATTN_DATA_FP32, lv);
+    fwd.kernel = support(FLASHATTN_OP_FORWARD, *attn, nullptr, *qD, *kD, *vD, *oD);
+
+    hq = randomTensor(s.dtype, qv.extent(), 1);
+    hk = randomTensor(s.dtype, kv.extent(), 2);
+    hv = randomTensor(s.dtype, kv.extent(), 3);
+    dq = std::make_unique<Buffer>(mem_, bytesOf(qv));
+    dk = std::make_unique<Buffer>(mem_, bytesOf(kv));
+    dv = std::make_unique<Buffer>(mem_, bytesOf(kv));
+    dout = std::make_unique<Buffer>(mem_, bytesOf(qv));
+    dlse = std::make_unique<Buffer>(mem_, bytesOf(lv) / es * 4);
+    dq->upload(hq);
+    dk->upload(hk);
+    dv->upload(hv);
+
+    size_t wsBytes = 0;
+    apiCheck(flashAttnForwardGetWorkspaceSize(handle_, *attn, nullptr, *qD, *kD, *vD, *oD, *lD, &wsBytes),
+             "flashAttnForwardGetWorkspaceSize");
+    Buffer ws(mem_, wsBytes);
+    auto run = [&](int64_t) {
+      return flashAttnForward(handle_, *attn, nullptr, *qD, dq->get(), *kD, dk->get(), *vD, dv->get(), *oD,
+                              dout->get(), *lD, static_cast<float *>(dlse->get()), ws.get(), wsBytes);
+    };
+    dout->poison();
+    dlse->poison();
+    apiCheck(run(0), "flashAttnForward");
+    mem_.synchronize();
+    ho = dout->download();
+    hl = dlse->download();
+    forwardOk = true;
+
+    if (doFwd) {
+      if (opt_.check) {
+        const auto t0 = std::chrono::steady_clock::now();
+        HeadPick heads = HeadPick{allOf(s.H), allOf(s.HK)};
+        Pick batch = allOf(s.B), rows = allOf(s.Sq);
+        const double full = fwdFlops * (s.causal ? 2.0 : 1.0);
+        if (full > budgetFlops()) {
+          batch = Pick{s.B - 1, 1, 1};
+          heads = pairOfHeads(s.H, s.HK);
+          const int64_t want = std::max<int64_t>(16, int64_t(budgetFlops() / (double(heads.q.count) * s.Sk * s.D * 4)));
+          rows = s.causal ? tail(s.Sq, want) : spread(s.Sq, want);
+        }
+        const View q1 = qv.pick(0, batch).pick(1, heads.q).pick(2, rows);
+        const View k1 = kv.pick(0, batch).pick(1, heads.kv);
+        const View l1 = lv.pick(0, batch).pick(1, heads.q).pick(2, rows);
+        const View oRef = q1.compact(), lRef = l1.compact();
+        HostBlock refO(size_t(oRef.elements()) * es), refL(size_t(lRef.elements()) * 4);
+        TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), o1D(s.dtype, oRef), l1D(FLASHATTN_DATA_FP32, lRef);
+        size_t hostWs = 0;
+        apiCheck(flashAttnForwardGetWorkspaceSize(host_, *attn, nullptr, q1D, k1D, k1D, o1D, l1D, &hostWs),
+                 "HOST flashAttnForwardGetWorkspaceSize");
+        HostBlock hws(hostWs);
+        apiCheck(flashAttnForward(host_, *attn, nullptr, q1D, hq.data() + q1.offset * es, k1D,
+                                  hk.data() + k1.offset * es, k1D, hv.data() + k1.offset * es, o1D, refO.data(), l1D,
+                                  reinterpret_cast<float *>(refL.data()), hostWs ? hws.data() : nullptr, hostWs),
+                 "HOST flashAttnForward");
+        const ErrorStats e = compare(ho.data(), q1, refO.data(), oRef, s.dtype);
+        const LseStats le = compareLse(reinterpret_cast<const float *>(hl.data()), l1,
+                                       reinterpret_cast<const float *>(refL.data()), lRef);
+        fwd.checked = true;
+        fwd.maxErr = e.nonFinite ? INFINITY : e.maxAbs;
+        fwd.normwise = e.normwise();
+        fwd.lseErr = le.mismatched ? INFINITY : le.maxAbs;
+        fwd.pass = fwd.normwise <= normwiseGate(s.dtype) && fwd.lseErr <= kLseGate;
+        fwd.checkScope = pickText("batches", batch, s.B) + ", " + pickText("heads", heads.q, s.H) + ", " +
+                         pickText("rows", rows, s.Sq);
+        if (e.nonFinite) fwd.checkScope += ", " + std::to_string(e.nonFinite) + " non-finite outputs";
+        fwd.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      }
+      fwd.ms = median(timeCalls(run, 1, "flashAttnForward"));
+      fwd.tflops = fwdFlops / (fwd.ms * 1e-3) / 1e12;
+    }
+  } catch (const std::exception &e) {
+    fail(fwd, e);
+  }
+  if (doFwd) record(fwd);
+  if (!doBwd) return;
+  if (!forwardOk) {
+    bwd.error = "forward failed: " + fwd.error;
+    bwd.notSupported = fwd.notSupported;
+    record(bwd);
+    return;
+  }
+
+  try {
+    bwd.kernel = support(FLASHATTN_OP_BACKWARD, *attn, nullptr, *qD, *kD, *vD, *oD);
+    HostBlock hdo = randomTensor(s.dtype, qv.extent(), 4);
+    Buffer ddo(mem_, bytesOf(qv)), ddq(mem_, bytesOf(qv)), ddk(mem_, bytesOf(kv)), ddv(mem_, bytesOf(kv));
+    ddo.upload(hdo);
+    TensorDesc dOD(s.dtype, qv), dQD(s.dtype, qv), dKD(s.dtype, kv), dVD(s.dtype, kv);
+    size_t wsBytes = 0;
+    apiCheck(flashAttnBackwardGetWorkspaceSize(handle_, *attn, nullptr, *qD, *kD, *vD, *oD, *lD, &wsBytes),
+             "flashAttnBackwardGetWorkspaceSize");
+    Buffer ws(mem_, wsBytes);
+    auto run = [&](int64_t) {
+      return flashAttnBackward(handle_, *attn, nullptr, *qD, dq->get(), *kD, dk->get(), *vD, dv->get(), *oD,
+                               dout->get(), dOD, ddo.get(), *lD, static_cast<const float *>(dlse->get()), dQD,
+                               ddq.get(), dKD, ddk.get(), dVD, ddv.get(), ws.get(), wsBytes);
+    };
+    ddq.poison();
+    ddk.poison();
+    ddv.poison();
+    apiCheck(run(0), "flashAttnBackward");
+    mem_.synchronize();
+
+    if (opt_.check) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const HostBlock gq = ddq.download(), gk = ddk.download(), gv = ddv.download();
+      ErrorStats eq, ek, ev;
+      std::vector<std::string> scope;
+      // One HOST backward over a slice: Q rows `rows` against keys `keys`. P is recomputed from the saved LSE, so
+      // a slice of keys gives exact dK/dV for those keys and a slice of rows exact dQ for those rows.
+      auto hostBackward = [&](const Pick &batch, const HeadPick &heads, const Pick &rows, const Pick &keys,
+                              bool wantDq, bool wantDkv) {
+        const View q1 = qv.pick(0, batch).pick(1, heads.q).pick(2, rows);
+        const View k1 = kv.pick(0, batch).pick(1, heads.kv).pick(2, keys);
+        const View l1 = lv.pick(0, batch).pick(1, heads.q).pick(2, rows);
+        const View qRef = q1.compact(), kRef = k1.compact(), lRef = l1.compact();
+        HostBlock lse1 = gatherFloats(reinterpret_cast<const float *>(hl.data()), l1);
+        HostBlock rq(size_t(qRef.elements()) * es), rk(size_t(kRef.elements()) * es), rv(size_t(kRef.elements()) * es);
+        TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), l1D(FLASHATTN_DATA_FP32, lRef), qRD(s.dtype, qRef),
+            kRD(s.dtype, kRef);
+        size_t hostWs = 0;
+        apiCheck(flashAttnBackwardGetWorkspaceSize(host_, *attn, nullptr, q1D, k1D, k1D, q1D, l1D, &hostWs),
+                 "HOST flashAttnBackwardGetWorkspaceSize");
+        HostBlock hws(hostWs);
+        const size_t qo = size_t(q1.offset) * es, ko = size_t(k1.offset) * es;
+        apiCheck(flashAttnBackward(host_, *attn, nullptr, q1D, hq.data() + qo, k1D, hk.data() + ko, k1D,
+                                   hv.data() + ko, q1D, ho.data() + qo, q1D, hdo.data() + qo, l1D,
+                                   reinterpret_cast<const float *>(lse1.data()), qRD, rq.data(), kRD, rk.data(), kRD,
+                                   rv.data(), hostWs ? hws.data() : nullptr, hostWs),
+                 "HOST flashAttnBackward");
+        if (wantDq) eq = compare(gq.data(), q1, rq.data(), qRef, s.dtype);
+        if (wantDkv) {
+          ek = compare(gk.data(), k1, rk.data(), kRef, s.dtype);
+          ev = compare(gv.data(), k1, rv.data(), kRef, s.dtype);
+        }
+        scope.push_back(std::string(wantDq && wantDkv ? "dQ dK dV" : wantDq ? "dQ" : "dK dV") + " on " +
+                        pickText("batches", batch, s.B) + ", " + pickText("heads", heads.q, s.H) + ", " +
+                        pickText("rows", rows, s.Sq) + ", " + pickText("keys", keys, s.Sk));
+      };
+      const double perPair = double(s.D) * 10;  // recompute S and dP, then dS, dQ, dK, dV
+      if (double(s.B) * s.H * s.Sq * s.Sk * perPair <= budgetFlops()) {
+        hostBackward(allOf(s.B), HeadPick{allOf(s.H), allOf(s.HK)}, allOf(s.Sq), allOf(s.Sk), true, true);
+      } else {
+        const Pick batch{s.B - 1, 1, 1};
+        const HeadPick rowHeads = pairOfHeads(s.H, s.HK), keyHeads = lastGroup(s.H, s.HK);
+        const int64_t wantRows =
+            std::max<int64_t>(16, int64_t(budgetFlops() / (double(rowHeads.q.count) * s.Sk * perPair)));
+        const int64_t wantKeys =
+            std::max<int64_t>(16, int64_t(budgetFlops() / (double(keyHeads.q.count) * s.Sq * perPair)));
+        hostBackward(batch, rowHeads, s.causal ? tail(s.Sq, wantRows) : spread(s.Sq, wantRows), allOf(s.Sk), true,
+                     false);
+        hostBackward(batch, keyHeads, allOf(s.Sq), s.causal ? tail(s.Sk, wantKeys) : spread(s.Sk, wantKeys), false,
+                     true);
+      }
+      bwd.checked = true;
+      bwd.maxErr = std::max({eq.maxAbs, ek.maxAbs, ev.maxAbs});
+      bwd.normwise = std::max({eq.normwise(), ek.normwise(), ev.normwise()});
+      const int64_t nonFinite = eq.nonFinite + ek.nonFinite + ev.nonFinite;
+      if (nonFinite) bwd.maxErr = INFINITY;
+      bwd.pass = bwd.normwise <= normwiseGate(s.dtype);
+      char worst[160];
+      std::snprintf(worst, sizeof worst, "normwise dQ %.2e dK %.2e dV %.2e", eq.normwise(), ek.normwise(),
+                    ev.normwise());
+      bwd.checkScope = worst;
+      for (const auto &part : scope) bwd.checkScope += "; " + part;
+      if (nonFinite) bwd.checkScope += "; " + std::to_string(nonFinite) + " non-finite gradients";
+      bwd.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    bwd.ms = median(timeCalls(run, 1, "flashAttnBackward"));
+    bwd.tflops = 2.5 * fwdFlops / (bwd.ms * 1e-3) / 1e12;
+  } catch (const std::exception &e) {
+    fail(bwd, e);
+  }
+  record(bwd);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Decode
+
+// A KV cache that fits in the L2 (50-60 MB on H100/H200) would measure the L2: the timed calls rotate among enough
+// copies of the inputs that the set read exceeds this.
+constexpr double kRotationBytes = 512.0 * 1024 * 1024;
+
+void Bench::decode(const DecodeShape &s) {
+  Row row;
+  row.kind = "decode";
+  row.op = "decode";
+  row.dtype = s.dtype;
+  row.B = s.B;
+  row.H = s.H;
+  row.HK = s.HK;
+  row.Sq = s.T;
+  row.Sk = s.L;
+  row.D = s.D;
+  row.causal = s.causal;
+  row.chunks = s.chunks;
+  row.pageSize = s.pageSize;
+  const size_t es = elementBytes(s.dtype);
+  const bool paged = s.pageSize > 0;
+  const double kvBytes = 2.0 * double(s.B) * double(s.HK) * double(s.L) * double(s.D) * double(es);
+
+  try {
+    const View qv = tensor4(opt_.layout, s.B, s.H, s.T, s.D);
+    const View lv = View::dense({s.B, s.H, s.T});
+    const int64_t pagesPerSeq = paged ? (s.L + s.pageSize - 1) / s.pageSize : 0;
+    const int64_t numPages = s.B * pagesPerSeq;
+    const View cv = paged ? View::dense({numPages, s.pageSize, s.HK, s.D}) : tensor4(opt_.layout, s.B, s.HK, s.L, s.D);
+
+    AttnDesc attn(s.causal);
+    TensorDesc qD(s.dtype, qv), cD(s.dtype, cv), oD(s.dtype, qv), lD(FLASHATTN_DATA_FP32, lv);
+
+    // Per-sequence lengths and the block table, in host memory (for the HOST check) and in the handle's memory.
+    std::vector<int32_t> lengths(size_t(s.B), int32_t(s.L));
+    std::vector<int32_t> table(static_cast<size_t>(numPages));
+    if (paged) {
+      std::iota(table.begin(), table.end(), 0);
+      NormalSource shuffle(7);
+      for (size_t i = table.size(); i > 1; --i) std::swap(table[i - 1], table[shuffle.bits() % i]);
+    }
+    HostBlock hLengths(lengths.size() * 4), hTable(std::max<size_t>(1, table.size()) * 4);
+    std::memcpy(hLengths.data(), lengths.data(), lengths.size() * 4);
+    if (paged) std::memcpy(hTable.data(), table.data(), table.size() * 4);
+    Buffer dLengths(mem_, lengths.size() * 4), dTable(mem_, paged ? table.size() * 4 : 0);
+    dLengths.upload(hLengths);
+    if (paged) dTable.upload(hTable);
+    SeqDesc seq;
+    apiCheck(flashAttnSetSeqKvLengths(seq, s.B, static_cast<const int32_t *>(dLengths.get())),
+             "flashAttnSetSeqKvLengths");
+    if (paged)
+      apiCheck(flashAttnSetSeqPaged(seq, s.B, static_cast<const int32_t *>(dTable.get()), pagesPerSeq),
+               "flashAttnSetSeqPaged");
+    row.kernel = support(FLASHATTN_OP_DECODE_CHUNK, attn, seq, qD, cD, cD, oD);
+
+    HostBlock hq = randomTensor(s.dtype, qv.extent(), 11);
+    HostBlock hk = randomTensor(s.dtype, cv.extent(), 12);
+    HostBlock hv = randomTensor(s.dtype, cv.extent(), 13);
+    if (paged && s.L % s.pageSize) {
+      // Slots past the end of each sequence hold NaN: a kernel that reads them spoils the output.
+      for (int64_t b = 0; b < s.B; ++b) {
+        const int64_t page = table[size_t(b * pagesPerSeq + pagesPerSeq - 1)];
+        for (int64_t r = s.L % s.pageSize; r < s.pageSize; ++r)
+          for (int64_t h = 0; h < s.HK; ++h)
+            for (int64_t d = 0; d < s.D; ++d) {
+              const int64_t off = page * cv.strides[0] + r * cv.strides[1] + h * cv.strides[2] + d;
+              storeElement(hk.data(), s.dtype, off, NAN);
+              storeElement(hv.data(), s.dtype, off, NAN);
+            }
+      }
+    }
+
+    const double setBytes = kvBytes + double(qv.extent()) * double(es);
+    const int64_t copies = mem_.cuda() ? std::max<int64_t>(1, int64_t(std::ceil(kRotationBytes / setBytes))) : 1;
+    row.copies = copies;
+    std::vector<Buffer> cq, ck, cvb;
+    for (int64_t c = 0; c < copies; ++c) {
+      cq.emplace_back(mem_, hq.bytes());
+      ck.emplace_back(mem_, hk.bytes());
+      cvb.emplace_back(mem_, hv.bytes());
+      cq.back().upload(hq);
+      ck.back().upload(hk);
+      cvb.back().upload(hv);
+    }
+    Buffer dout(mem_, size_t(qv.extent()) * es), dlse(mem_, size_t(lv.extent()) * 4);
+    size_t wsBytes = 0;
+    apiCheck(flashAttnDecodeChunkGetWorkspaceSize(handle_, attn, seq, qD, cD, cD, oD, lD, s.chunks, &wsBytes),
+             "flashAttnDecodeChunkGetWorkspaceSize");
+    Buffer ws(mem_, wsBytes);
+    auto run = [&](int64_t i) {
+      const size_t c = size_t(i % copies);
+      return flashAttnDecodeChunk(handle_, attn, seq, qD, cq[c].get(), cD, ck[c].get(), cD, cvb[c].get(), oD,
+                                  dout.get(), lD, static_cast<float *>(dlse.get()), s.chunks, ws.get(), wsBytes);
+    };
+    dout.poison();
+    dlse.poison();
+    apiCheck(run(0), "flashAttnDecodeChunk");
+    mem_.synchronize();
+
+    if (opt_.check) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const HostBlock ho = dout.download(), hl = dlse.download();
+      Pick batch = allOf(s.B);
+      HeadPick heads{allOf(s.H), allOf(s.HK)};
+      if (double(s.B) * s.H * s.T * s.L * s.D * 4 > budgetFlops()) {
+        batch = Pick{s.B - 1, 1, 1};
+        heads = pairOfHeads(s.H, s.HK);
+      }
+      const View q1 = qv.pick(0, batch).pick(1, heads.q);
+      const View l1 = lv.pick(0, batch).pick(1, heads.q);
+      const View c1 = paged ? cv.pick(2, heads.kv) : cv.pick(0, batch).pick(1, heads.kv);
+      const View oRef = q1.compact(), lRef = l1.compact();
+      HostBlock refO(size_t(oRef.elements()) * es), refL(size_t(lRef.elements()) * 4);
+      TensorDesc q1D(s.dtype, q1), c1D(s.dtype, c1), o1D(s.dtype, oRef), l1D(FLASHATTN_DATA_FP32, lRef);
+      SeqDesc hostSeq;
+      const int32_t *lens = reinterpret_cast<const int32_t *>(hLengths.data()) + batch.start;
+      apiCheck(flashAttnSetSeqKvLengths(hostSeq, batch.count, lens), "HOST flashAttnSetSeqKvLengths");
+      if (paged)
+        apiCheck(flashAttnSetSeqPaged(hostSeq, batch.count,
+                                      reinterpret_cast<const int32_t *>(hTable.data()) + batch.start * pagesPerSeq,
+                                      pagesPerSeq),
+                 "HOST flashAttnSetSeqPaged");
+      size_t hostWs = 0;
+      apiCheck(flashAttnDecodeChunkGetWorkspaceSize(host_, attn, hostSeq, q1D, c1D, c1D, o1D, l1D, s.chunks, &hostWs),
+               "HOST flashAttnDecodeChunkGetWorkspaceSize");
+      HostBlock hws(hostWs);
+      apiCheck(flashAttnDecodeChunk(host_, attn, hostSeq, q1D, hq.data() + q1.offset * es, c1D,
+                                    hk.data() + c1.offset * es, c1D, hv.data() + c1.offset * es, o1D, refO.data(),
+                                    l1D, reinterpret_cast<float *>(refL.data()), s.chunks,
+                                    hostWs ? hws.data() : nullptr, hostWs),
+               "HOST flashAttnDecodeChunk");
+      const ErrorStats e = compare(ho.data(), q1, refO.data(), oRef, s.dtype);
+      const LseStats le = compareLse(reinterpret_cast<const float *>(hl.data()), l1,
+                                     reinterpret_cast<const float *>(refL.data()), lRef);
+      row.checked = true;
+      row.maxErr = e.nonFinite ? INFINITY : e.maxAbs;
+      row.normwise = e.normwise();
+      row.lseErr = le.mismatched ? INFINITY : le.maxAbs;
+      row.pass = row.normwise <= normwiseGate(s.dtype) && row.lseErr <= kLseGate;
+      row.checkScope = pickText("batches", batch, s.B) + ", " + pickText("heads", heads.q, s.H);
+      if (e.nonFinite) row.checkScope += ", " + std::to_string(e.nonFinite) + " non-finite outputs";
+      row.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    row.ms = median(timeCalls(run, 1, "flashAttnDecodeChunk"));
+    row.kvGBps = kvBytes / (row.ms * 1e-3) / 1e9;
+  } catch (const std::exception &e) {
+    row.error = e.what();
+    if (auto *api = dynamic_cast<const ApiError *>(&e)) row.notSupported = api->status == FLASHATTN_STATUS_NOT_SUPPORTED;
+  }
+  record(row);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Plans: what a run consists of
+
+struct Plan {
+  std::vector<PrefillShape> prefill;
+  bool fwd = false, bwd = false;
+  std::vector<DecodeShape> decode;
+  size_t rows() const { return prefill.size() * (size_t(fwd) + size_t(bwd)) + decode.size(); }
+};
+
+Plan makePlan(const Options &o, bool cuda) {
+  Plan p;
+  p.fwd = o.op == "fwd" || o.op == "all";
+  p.bwd = o.op == "bwd" || o.op == "all";
+  const bool decodeOp = o.op == "decode" || o.op == "all";
+  if (o.demo) {
+    p.fwd = p.bwd = true;
+    if (cuda) {
+      for (bool causal : {false, true}) p.prefill.push_back({FLASHATTN_DATA_BF16, 4, 16, 16, 4096, 4096, 128, causal});
+      p.decode.push_back({FLASHATTN_DATA_BF16, 8, 32, 8, 1, 8192, 128, false, 0, 0});
+      p.decode.push_back({FLASHATTN_DATA_BF16, 8, 32, 8, 1, 8192, 128, false, 0, 64});
+    } else {
+      for (bool causal : {false, true}) p.prefill.push_back({FLASHATTN_DATA_BF16, 1, 4, 2, 256, 256, 64, causal});
+      p.decode.push_back({FLASHATTN_DATA_BF16, 2, 8, 2, 1, 1000, 64, false, 0, 0});
+      p.decode.push_back({FLASHATTN_DATA_BF16, 2, 8, 2, 1, 1000, 64, false, 3, 16});
+    }
+    return p;
+  }
+  if (!o.sweep.empty()) {
+    if (o.sweep == "prefill" || o.sweep == "all") {
+      std::vector<flashAttnDataType_t> types{FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16};
+      if (o.dtypeGiven) types = {o.dtype};
+      for (flashAttnDataType_t t : types)
+        for (int64_t D : {64, 128, 256}) {
+          if (o.dimGiven && D != o.dim) continue;
+          for (int64_t S = 512; S <= 16384; S *= 2)
+            for (bool causal : {false, true}) p.prefill.push_back({t, 16384 / S, 2048 / D, 2048 / D, S, S, D, causal});
+        }
+    }
+    if (o.sweep == "decode" || o.sweep == "all") {
+      const std::pair<int64_t, int64_t> shapes[] = {{1, 8192}, {1, 65536}, {1, 131072}, {8, 8192},
+                                                     {8, 32768}, {32, 4096}, {64, 8192}};
+      for (const auto &[B, L] : shapes) p.decode.push_back({FLASHATTN_DATA_BF16, B, 32, 8, 1, L, 128, false, o.chunks, o.pageSize});
+    }
+    if (o.op == "decode") p.prefill.clear();
+    if (o.op == "fwd" || o.op == "bwd") p.decode.clear();
+    return p;
+  }
+  if (p.fwd || p.bwd) p.prefill.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.seq, o.seqK, o.dim, o.causal});
+  if (decodeOp) p.decode.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.qTokens, o.seqK, o.dim, o.causal, o.chunks, o.pageSize});
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  Options opt;
+  try {
+    opt = parseOptions(argc, argv);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "flashattn-bench: %s\n", e.what());
+    usage(stderr);
+    return 2;
+  }
+
+#if defined(FLASHATTN_BENCH_CUDA)
+  if (opt.device >= 0 && cudaSetDevice(opt.device) != cudaSuccess) {
+    std::fprintf(stderr, "flashattn-bench: cannot use CUDA device %d\n", opt.device);
+    return 2;
+  }
+#endif
+
+  const flashAttnBackend_t wanted = opt.backend == "cuda"   ? FLASHATTN_BACKEND_CUDA
+                                    : opt.backend == "host" ? FLASHATTN_BACKEND_HOST
+                                                            : FLASHATTN_BACKEND_AUTO;
+  flashAttnHandle_t handle = nullptr, host = nullptr;
+  flashAttnStatus_t st = flashAttnCreateWithBackend(&handle, wanted);
+  if (st != FLASHATTN_STATUS_SUCCESS) {
+    std::fprintf(stderr, "flashattn-bench: cannot create a %s handle: %s: %s\n", opt.backend.c_str(),
+                 flashAttnGetErrorString(st), lastLibraryMessage().c_str());
+    return 1;
+  }
+  flashAttnBackend_t backend = FLASHATTN_BACKEND_HOST;
+  flashAttnGetBackend(handle, &backend);
+#if !defined(FLASHATTN_BENCH_CUDA)
+  if (backend == FLASHATTN_BACKEND_CUDA) {
+    // This bench was built without the CUDA runtime, so it has no device memory to give the CUDA handle.
+    std::fprintf(stderr, "flashattn-bench: built without CUDA support; benchmarking the HOST backend\n");
+    flashAttnDestroy(handle);
+    if (flashAttnCreateWithBackend(&handle, FLASHATTN_BACKEND_HOST) != FLASHATTN_STATUS_SUCCESS) return 1;
+    backend = FLASHATTN_BACKEND_HOST;
+  }
+#endif
+  const bool cuda = backend == FLASHATTN_BACKEND_CUDA;
+  st = flashAttnCreateWithBackend(&host, FLASHATTN_BACKEND_HOST);
+  if (st != FLASHATTN_STATUS_SUCCESS) {
+    std::fprintf(stderr, "flashattn-bench: cannot create the HOST reference handle: %s: %s\n",
+                 flashAttnGetErrorString(st), lastLibraryMessage().c_str());
+    flashAttnDestroy(handle);
+    return 1;
+  }
+
+  std::string deviceName = "host CPU";
+#if defined(FLASHATTN_BENCH_CUDA)
+  if (cuda) {
+    int dev = 0;
+    cudaDeviceProp prop{};
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess) {
+      char buf[384];
+      std::snprintf(buf, sizeof buf, "%s (sm_%d%d, %d SMs)", prop.name, prop.major, prop.minor,
+                    prop.multiProcessorCount);
+      deviceName = buf;
+    }
+  }
+#endif
+  const int32_t version = flashAttnGetVersion();
+  std::printf("flashattn-bench: libflashattn %d.%d.%d (header %d.%d.%d), backend %s on %s\n", version / 10000,
+              version / 100 % 100, version % 100, FLASHATTN_VERSION / 10000, FLASHATTN_VERSION / 100 % 100,
+              FLASHATTN_VERSION % 100, cuda ? "CUDA" : "HOST", deviceName.c_str());
+  if (!cuda) std::printf("no usable GPU: running on the HOST backend\n");
+  std::fflush(stdout);
+
+  int failures = 0;
+  try {
+    const Plan plan = makePlan(opt, cuda);
+    Bench bench(opt, handle, host, cuda);
+    bench.setPlanned(plan.rows());
+    bench.setMeta(deviceName, cuda ? "CUDA" : "HOST");
+    for (const PrefillShape &s : plan.prefill) bench.prefill(s, plan.fwd, plan.bwd);
+    for (const DecodeShape &s : plan.decode) bench.decode(s);
+    bench.printTable();
+    failures = bench.failures();
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "flashattn-bench: %s\n", e.what());
+    failures = 1;
+  }
+  flashAttnDestroy(host);
+  flashAttnDestroy(handle);
+  return failures ? 1 : 0;
+}
