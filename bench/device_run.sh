@@ -1,0 +1,241 @@
+#!/usr/bin/env bash
+# The one script sent to the GPU machine. Runs in the repository root with $OUT set; every step is timed and logged,
+# and what comes back under $OUT stays a handful of files:
+#   summary.txt   one line per step (status, seconds), then the tail of each failed step's log
+#   logs.tar.gz   the full log of every step (refreshed after each step, so a killed run still returns them)
+#   ours.json     flashattn-bench rows (rewritten after every shape)       [bench]
+#   peers.json    peers.py rows                                             [peers]
+#   report.md     ours joined with the peers                                [report]
+#
+# usage: bench/device_run.sh [PART [SWEEP]]...
+#   info                 nvidia-smi (always runs first)
+#   build                configure (CMake preset `device` when CMakePresets.json has one) and build with -j$BUILD_JOBS
+#   tests                build, then ctest -L gpu
+#   sanitize             build, then compute-sanitizer memcheck/racecheck/initcheck/synccheck over the GPU tests
+#                        with FLASHATTN_TEST_SLICE=edge
+#   peers [SWEEP]        python3 .peers/peers.py (SWEEP prefill|decode|all sets PEERS; default $PEERS or all)
+#   bench [SWEEP]        build, then flashattn-bench --sweep SWEEP --json $OUT/ours.json (default $BENCH_SWEEP or all)
+#   report               bench/report.py over $OUT/ours.json and $OUT/peers.json
+#   all                  build tests sanitize peers bench report
+# Without arguments: $DEVICE_RUN_PARTS, or `tests`.
+#
+# Environment: BUILD_JOBS (16), CMAKE_ARGS (extra configure arguments), CTEST_ARGS (extra, e.g. "-R forward"),
+# SANITIZE_TOOLS ("memcheck racecheck initcheck synccheck"), SANITIZE_FILTER (regex on test executable names),
+# BENCH_ARGS (extra flashattn-bench arguments, e.g. "--dtype bf16 --dim 128"), FLASHATTN_BENCH_COMMIT (recorded in
+# ours.json), BUILD_DIR (build folder without the preset; default build-device), DEVICE_BUDGET_S (570: the whole script stops its steps before the device tool's 10-minute limit).
+set -u
+
+OUT="${OUT:?OUT must name the folder whose files come back}"
+mkdir -p "$OUT"
+ROOT="$(pwd)"
+START=$(date +%s)
+BUDGET="${DEVICE_BUDGET_S:-570}"
+JOBS="${BUILD_JOBS:-16}"
+LOGS="$(mktemp -d /tmp/device_run.XXXXXX)/logs"
+mkdir -p "$LOGS"
+SUMMARY="$OUT/summary.txt"
+STEPS="$LOGS/steps.txt"
+: >"$STEPS"
+ARGS_TEXT="$*"
+FAILED_STEPS=()
+
+# ---------------------------------------------------------------------------------------------------------- parts
+parts=()
+sweep_peers="${PEERS:-all}"
+sweep_bench="${BENCH_SWEEP:-all}"
+args=("$@")
+[ ${#args[@]} -eq 0 ] && read -r -a args <<<"${DEVICE_RUN_PARTS:-tests}"
+i=0
+while [ $i -lt ${#args[@]} ]; do
+  a="${args[$i]}"
+  next="${args[$((i + 1))]:-}"
+  case "$a" in
+    info | build | tests | sanitize | report) parts+=("$a") ;;
+    peers | bench)
+      parts+=("$a")
+      if [ "$next" = prefill ] || [ "$next" = decode ] || [ "$next" = all ]; then
+        if [ "$a" = peers ]; then sweep_peers="$next"; else sweep_bench="$next"; fi
+        i=$((i + 1))
+      fi
+      ;;
+    all) parts+=(build tests sanitize peers bench report) ;;
+    *) echo "device_run.sh: unknown part '$a' (info build tests sanitize peers bench report all)" >&2; exit 2 ;;
+  esac
+  i=$((i + 1))
+done
+wants() { local p; for p in "${parts[@]}"; do [ "$p" = "$1" ] && return 0; done; return 1; }
+
+# ---------------------------------------------------------------------------------------------------------- steps
+remaining() { echo $((BUDGET - ($(date +%s) - START))); }
+
+write_summary() {
+  {
+    echo "device_run.sh $ARGS_TEXT: parts ${parts[*]} (peers sweep $sweep_peers, bench sweep $sweep_bench)"
+    echo "elapsed $(($(date +%s) - START)) s of a $BUDGET s budget"
+    cat "$STEPS"
+    for s in "${FAILED_STEPS[@]}"; do
+      echo
+      echo "---- tail of $s.log"
+      tail -n 40 "$LOGS/$s.log" 2>/dev/null
+    done
+  } >"$SUMMARY"
+  tar -czf "$OUT/logs.tar.gz.tmp" -C "$(dirname "$LOGS")" logs 2>/dev/null && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+}
+
+# step NAME TIMEOUT_S COMMAND...: runs COMMAND with its output in $LOGS/NAME.log, within the budget left.
+step() {
+  local name="$1" limit="$2"
+  shift 2
+  local left
+  left=$(($(remaining) - 15))
+  if [ "$left" -lt 20 ]; then
+    printf '%-24s SKIPPED (budget spent)\n' "$name" | tee -a "$STEPS"
+    FAILED_STEPS+=("$name")
+    echo "skipped: the ${BUDGET}s budget was spent" >"$LOGS/$name.log"
+    write_summary
+    return 124
+  fi
+  [ "$limit" -gt "$left" ] && limit=$left
+  echo "==> $name (limit ${limit}s)"
+  local t0 rc
+  t0=$(date +%s)
+  timeout --signal=TERM --kill-after=10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  rc=$?
+  local dt=$(($(date +%s) - t0))
+  local status=ok
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="TIMEOUT after ${limit}s"; elif [ $rc -ne 0 ]; then status="FAILED rc=$rc"; fi
+  printf '%-24s %-22s %5d s\n' "$name" "$status" "$dt" | tee -a "$STEPS"
+  if [ $rc -ne 0 ]; then
+    FAILED_STEPS+=("$name")
+    tail -n 25 "$LOGS/$name.log" | sed 's/^/    /'
+  fi
+  write_summary
+  return $rc
+}
+
+# ---------------------------------------------------------------------------------------------------------- info
+step nvidia-smi 30 bash -c 'nvidia-smi -L && nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit,temperature.gpu --format=csv'
+
+# ---------------------------------------------------------------------------------------------------------- build
+# The build folder: the `device` configure preset's binaryDir when there is one, else build-device.
+BUILD="${BUILD_DIR:-$ROOT/build-device}"
+USE_PRESET=0
+if [ -z "${BUILD_DIR:-}" ] && [ -f CMakePresets.json ]; then
+  preset_dir=$(python3 - <<'EOF'
+import json
+presets = {p["name"]: p for p in json.load(open("CMakePresets.json")).get("configurePresets", [])}
+def binary_dir(name, seen=()):
+    p = presets.get(name)
+    if p is None or name in seen:
+        return None
+    if "binaryDir" in p:
+        return p["binaryDir"].replace("${sourceDir}", ".").replace("${presetName}", "device")
+    parents = p.get("inherits", [])
+    for parent in [parents] if isinstance(parents, str) else parents:
+        d = binary_dir(parent, seen + (name,))
+        if d:
+            return d
+    return None
+if "device" in presets:
+    print(binary_dir("device") or "")
+EOF
+  )
+  if [ -n "$preset_dir" ]; then
+    USE_PRESET=1
+    case "$preset_dir" in /*) BUILD="$preset_dir" ;; *) BUILD="$ROOT/${preset_dir#./}" ;; esac
+  fi
+fi
+
+built=0
+build() {
+  [ $built -eq 1 ] && return 0
+  built=2
+  if [ $USE_PRESET -eq 1 ]; then
+    # shellcheck disable=SC2086
+    step configure 300 cmake --preset device ${CMAKE_ARGS:-} || return 1
+  else
+    # shellcheck disable=SC2086
+    step configure 300 cmake -S . -B "$BUILD" -G Ninja -DFLASHATTN_CUDA_ARCHITECTURES=90-real ${CMAKE_ARGS:-} || return 1
+  fi
+  step build 540 cmake --build "$BUILD" -j "$JOBS" || return 1
+  built=1
+}
+
+if wants build || wants tests || wants sanitize || wants bench; then build; fi
+
+# ---------------------------------------------------------------------------------------------------------- tests
+if wants tests; then
+  if [ $built -eq 1 ]; then
+    # shellcheck disable=SC2086
+    step ctest-gpu 540 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 500 ${CTEST_ARGS:-}
+  else
+    printf '%-24s SKIPPED (no build)\n' ctest-gpu | tee -a "$STEPS"
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------------------- sanitize
+sanitize_tool() {
+  local tool="$1" sanitizer rc=0 exe
+  sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  local extra=()
+  [ "$tool" = memcheck ] && extra=(--padding 32)
+  local exes
+  exes=$(find "$BUILD/tests/gpu" -maxdepth 1 -type f -executable -name 'test_gpu_*' 2>/dev/null | sort)
+  [ -n "${SANITIZE_FILTER:-}" ] && exes=$(echo "$exes" | grep -E "$SANITIZE_FILTER")
+  if [ -z "$exes" ]; then
+    echo "no GPU test executables under $BUILD/tests/gpu"
+    return 1
+  fi
+  for exe in $exes; do
+    echo "---- $tool $(basename "$exe")"
+    FLASHATTN_TEST_SLICE=edge "$sanitizer" --tool "$tool" "${extra[@]}" --error-exitcode 1 "$exe" || {
+      rc=1
+      echo "---- $tool $(basename "$exe"): FAILED"
+    }
+  done
+  return $rc
+}
+export -f sanitize_tool
+export BUILD SANITIZE_FILTER="${SANITIZE_FILTER:-}"
+
+if wants sanitize; then
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do
+    if [ $built -eq 1 ]; then
+      step "sanitize-$tool" 540 bash -c "sanitize_tool $tool"
+    else
+      printf '%-24s SKIPPED (no build)\n' "sanitize-$tool" | tee -a "$STEPS"
+    fi
+  done
+fi
+
+# ---------------------------------------------------------------------------------------------------------- peers
+if wants peers; then
+  if [ -f .peers/peers.py ]; then
+    step "peers-$sweep_peers" 540 env PEERS="$sweep_peers" OUT="$OUT" python3 .peers/peers.py
+  else
+    printf '%-24s SKIPPED (.peers/peers.py missing)\n' "peers-$sweep_peers" | tee -a "$STEPS"
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------------------- bench
+if wants bench; then
+  if [ $built -eq 1 ]; then
+    # shellcheck disable=SC2086
+    step "bench-$sweep_bench" 540 "$BUILD/bench/flashattn-bench" --sweep "$sweep_bench" --json "$OUT/ours.json" ${BENCH_ARGS:-}
+    # The table part of the bench's output is what the lead reads first.
+    sed -n '/^shape /,$p' "$LOGS/bench-$sweep_bench.log" | head -n 200
+  else
+    printf '%-24s SKIPPED (no build)\n' "bench-$sweep_bench" | tee -a "$STEPS"
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------------------- report
+if wants report; then
+  step report 60 python3 bench/report.py --ours "$OUT/ours.json" --peers "$OUT/peers.json" --markdown "$OUT/report.md"
+  cat "$LOGS/report.log"
+fi
+
+write_summary
+echo
+cat "$SUMMARY"
+[ ${#FAILED_STEPS[@]} -eq 0 ]

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Join flashattn-bench rows (ours.json) with the peers' rows (peers.json, from peers.py) and print a table.
+
+Prefill rows join on (dtype, D, S, B, H, causal) and the operation (peers carry fwd_* and bwd_* in one row); decode
+rows on (B, L, heads, KV heads, D). Either file may be missing or lack a shape: the table keeps the rows it has and
+shows '-' for the other side. Decode rows also show the fraction of the measured copy bandwidth (peers.py's
+device-to-device copy, read + write counted) that the KV read reaches.
+
+usage: report.py [--ours FILE] [--peers FILE] [--markdown FILE]
+       defaults: $OUT/ours.json, $OUT/peers.json, $OUT/report.md ($OUT defaults to the current folder)
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+DTYPE_NAMES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
+               "float32": "fp32", "fp32": "fp32"}
+PEERS = ("flash", "cudnn")
+
+
+def load(path, what):
+    if not path or not os.path.exists(path):
+        print(f"report: no {what} file ({path}); that side stays empty", file=sys.stderr)
+        return []
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+    except (OSError, ValueError) as ex:
+        print(f"report: cannot read {what} file {path}: {ex}", file=sys.stderr)
+        return []
+    if not isinstance(rows, list):
+        print(f"report: {path} is not a list of rows", file=sys.stderr)
+        return []
+    return [r for r in rows if isinstance(r, dict)]
+
+
+def prefill_key(r):
+    return (DTYPE_NAMES.get(str(r.get("dtype")), str(r.get("dtype"))), int(r["D"]), int(r["S"]), int(r["B"]),
+            int(r["H"]), bool(r["causal"]))
+
+
+def decode_key(r, heads_field, kv_field):
+    return (int(r["B"]), int(r["L"]), int(r.get(heads_field, 32)), int(r.get(kv_field, 8)), int(r.get("D", 128)))
+
+
+def ratio(a, b):
+    if a is None or b is None or b <= 0:
+        return None
+    return a / b
+
+
+def fmt(x, digits=0):
+    if x is None:
+        return "-"
+    return f"{x:.{digits}f}"
+
+
+def geomean(values):
+    values = [v for v in values if v is not None and v > 0]
+    if not values:
+        return None
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def ours_cell(r, field):
+    """The figure of one of our rows, or why there is none."""
+    if r is None:
+        return None, "-"
+    if "error" in r:
+        return None, "NOT_SUPPORTED" if r.get("not_supported") else "ERROR"
+    v = r.get(field)
+    return v, fmt(v, 0 if field == "kv_GBps" else 1)
+
+
+def check_cell(r):
+    if r is None or "error" in r:
+        return ""
+    if r.get("pass") is None:
+        return "unchecked"
+    nw = r.get("normwise")
+    return ("PASS" if r["pass"] else "FAIL") + (f" {nw:.1e}" if isinstance(nw, (int, float)) else "")
+
+
+def build(ours, peers):
+    meta = next((r for r in ours if r.get("kind") == "meta"), {})
+    ceiling = next((r for r in peers if r.get("kind") == "ceiling"), {})
+    copy_gbps = ceiling.get("copy_TBps", 0) * 1000 or None
+
+    peer_prefill, peer_decode = {}, {}
+    for r in peers:
+        backend = r.get("backend")
+        if backend not in PEERS:
+            continue
+        if r.get("kind") == "prefill":
+            peer_prefill.setdefault(prefill_key(r), {})[backend] = r
+        elif r.get("kind") == "decode":
+            peer_decode.setdefault(decode_key(r, "Hq", "Hkv"), {})[backend] = r
+
+    our_prefill, our_decode = {}, {}
+    for r in ours:
+        if r.get("kind") == "prefill":
+            our_prefill[(prefill_key(r), r.get("op"))] = r
+        elif r.get("kind") == "decode":
+            # Several of our decode variants (paged, chunk counts) may share one peer shape.
+            our_decode.setdefault(decode_key(r, "H", "HK"), []).append(r)
+
+    prefill_rows = []
+    keys = set(k for k, _ in our_prefill) | set(peer_prefill)
+    for key in sorted(keys, key=lambda k: (k[0], k[1], k[5], k[2])):
+        for op in ("fwd", "bwd"):
+            mine = our_prefill.get((key, op))
+            theirs = peer_prefill.get(key, {})
+            peer_vals = {}
+            for p in PEERS:
+                pr = theirs.get(p)
+                peer_vals[p] = pr.get(f"{op}_tflops") if pr and "error" not in pr else None
+            if mine is None and all(v is None for v in peer_vals.values()):
+                continue
+            value, text = ours_cell(mine, "tflops")
+            dtype, D, S, B, H, causal = key
+            prefill_rows.append(dict(
+                shape=f"{op} {dtype} D{D} S{S} B{B} H{H}{' causal' if causal else ''}", ours=value, ours_text=text,
+                flash=peer_vals["flash"], cudnn=peer_vals["cudnn"], vs_flash=ratio(value, peer_vals["flash"]),
+                vs_cudnn=ratio(value, peer_vals["cudnn"]), check=check_cell(mine)))
+
+    decode_rows = []
+    for key in sorted(set(our_decode) | set(peer_decode)):
+        theirs = peer_decode.get(key, {})
+        peer_vals = {p: (theirs[p].get("kv_GBps") if p in theirs and "error" not in theirs[p] else None) for p in PEERS}
+        B, L, H, HK, D = key
+        for mine in our_decode.get(key, [None]):
+            value, text = ours_cell(mine, "kv_GBps")
+            extra = ""
+            if mine is not None:
+                if mine.get("page_size"):
+                    extra += f" page{mine['page_size']}"
+                if mine.get("chunks"):
+                    extra += f" chunks{mine['chunks']}"
+            decode_rows.append(dict(
+                shape=f"decode B{B} L{L} H{H}/{HK} D{D}{extra}", ours=value, ours_text=text, flash=peer_vals["flash"],
+                cudnn=peer_vals["cudnn"], vs_flash=ratio(value, peer_vals["flash"]),
+                vs_cudnn=ratio(value, peer_vals["cudnn"]), of_copy=ratio(value, copy_gbps), check=check_cell(mine)))
+    return meta, ceiling, prefill_rows, decode_rows
+
+
+def table(header, rows):
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) if i == 0 else h.rjust(w) for i, (h, w) in enumerate(zip(header, widths)))]
+    for r in rows:
+        lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))))
+    return "\n".join(lines)
+
+
+def markdown_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def summary_lines(rows, unit):
+    lines = []
+    for peer in PEERS:
+        g = geomean([r[f"vs_{peer}"] for r in rows])
+        n = sum(1 for r in rows if r[f"vs_{peer}"] is not None)
+        ahead = sum(1 for r in rows if r[f"vs_{peer}"] is not None and r[f"vs_{peer}"] > 1)
+        if n:
+            lines.append(f"ours/{peer.upper()}: geometric mean {g:.2f} over {n} shapes, ahead on {ahead}")
+    missing = sum(1 for r in rows if r["ours"] is None)
+    if missing:
+        lines.append(f"{missing} {unit} rows without a figure of ours (missing, not supported or failed)")
+    failed = sum(1 for r in rows if r["check"].startswith("FAIL"))
+    if failed:
+        lines.append(f"{failed} {unit} rows FAILED the correctness check")
+    return lines
+
+
+def main():
+    out_dir = os.environ.get("OUT", ".")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ours", default=os.path.join(out_dir, "ours.json"))
+    ap.add_argument("--peers", default=os.path.join(out_dir, "peers.json"))
+    ap.add_argument("--markdown", default=os.path.join(out_dir, "report.md"),
+                    help="where the markdown version goes ('' = nowhere)")
+    args = ap.parse_args()
+
+    ours = load(args.ours, "ours")
+    peers = load(args.peers, "peers")
+    meta, ceiling, prefill_rows, decode_rows = build(ours, peers)
+
+    title = "flashattn-bench vs peers"
+    info = []
+    if meta:
+        info.append(f"device {meta.get('device', '?')}, backend {meta.get('backend', '?')}, libflashattn "
+                    f"{meta.get('version', '?')}, commit {meta.get('commit') or '?'}, {meta.get('date', '?')}, "
+                    f"median of {meta.get('iters', '?')} calls")
+    if ceiling:
+        info.append(f"ceilings (peers.py, same run): copy {ceiling.get('copy_TBps', 0):.2f} TB/s (read + write), "
+                    f"bf16 matmul {ceiling.get('bf16_matmul_tflops', 0):.0f} TFLOP/s")
+
+    p_header = ["shape", "ours TFLOP/s", "FLASH", "CUDNN", "ours/FLASH", "ours/CUDNN", "check"]
+    p_cells = [[r["shape"], r["ours_text"], fmt(r["flash"], 1), fmt(r["cudnn"], 1), fmt(r["vs_flash"], 2),
+                fmt(r["vs_cudnn"], 2), r["check"]] for r in prefill_rows]
+    d_header = ["shape", "ours GB/s", "FLASH", "CUDNN", "ours/FLASH", "ours/CUDNN", "of copy BW", "check"]
+    d_cells = [[r["shape"], r["ours_text"], fmt(r["flash"]), fmt(r["cudnn"]), fmt(r["vs_flash"], 2),
+                fmt(r["vs_cudnn"], 2), fmt(None if r["of_copy"] is None else 100 * r["of_copy"]) +
+                ("%" if r["of_copy"] is not None else ""), r["check"]] for r in decode_rows]
+
+    print(title)
+    for line in info:
+        print(line)
+    if p_cells:
+        print("\nPrefill (TFLOP/s; forward 4*B*H*S*S*D, halved when causal; backward 2.5x)")
+        print(table(p_header, p_cells))
+        for line in summary_lines(prefill_rows, "prefill"):
+            print(line)
+    if d_cells:
+        print("\nDecode (KV bytes read / time)")
+        print(table(d_header, d_cells))
+        for line in summary_lines(decode_rows, "decode"):
+            print(line)
+    if not p_cells and not d_cells:
+        print("\nno rows on either side")
+
+    if args.markdown:
+        md = [f"# {title}", ""] + [f"- {line}" for line in info]
+        if p_cells:
+            md += ["", "## Prefill (TFLOP/s)", "", markdown_table(p_header, p_cells), ""]
+            md += [f"- {line}" for line in summary_lines(prefill_rows, "prefill")]
+        if d_cells:
+            md += ["", "## Decode (KV-read GB/s)", "", markdown_table(d_header, d_cells), ""]
+            md += [f"- {line}" for line in summary_lines(decode_rows, "decode")]
+        try:
+            with open(args.markdown, "w") as f:
+                f.write("\n".join(md) + "\n")
+            print(f"\nmarkdown: {args.markdown}")
+        except OSError as ex:
+            print(f"report: cannot write {args.markdown}: {ex}", file=sys.stderr)
+    # Failed checks show in the table; flashattn-bench's own exit status is what fails a run.
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
