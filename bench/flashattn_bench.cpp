@@ -174,11 +174,29 @@ class HostBlock {
 
 // ---------------------------------------------------------------------------------------------------------------------
 // Memory of the benchmarked handle: device memory on CUDA, host memory on HOST
+//
+// Every copy and fill goes on the stream the library works on, so it is ordered with the library's kernels (a plain
+// cudaMemcpy from pageable memory may return before its DMA lands, and the legacy stream does not order with a
+// non-blocking one).
 
 class Memory {
  public:
-  explicit Memory(bool cuda) : cuda_(cuda) {}
+  explicit Memory(bool cuda) : cuda_(cuda) {
+#if defined(FLASHATTN_BENCH_CUDA)
+    if (cuda_) cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+#endif
+  }
+  ~Memory() {
+#if defined(FLASHATTN_BENCH_CUDA)
+    if (stream_) cudaStreamDestroy(stream_);
+#endif
+  }
+  Memory(const Memory &) = delete;
+  Memory &operator=(const Memory &) = delete;
   bool cuda() const { return cuda_; }
+#if defined(FLASHATTN_BENCH_CUDA)
+  cudaStream_t stream() const { return stream_; }
+#endif
 
   void *allocate(size_t bytes) {
     if (bytes == 0) return nullptr;
@@ -207,7 +225,8 @@ class Memory {
   void upload(void *dst, const void *src, size_t bytes) {
 #if defined(FLASHATTN_BENCH_CUDA)
     if (cuda_) {
-      cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to the device");
+      cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "cudaMemcpyAsync to the device");
+      cudaCheck(cudaStreamSynchronize(stream_), "cudaMemcpyAsync to the device");  // `src` may go away next
       return;
     }
 #endif
@@ -216,7 +235,8 @@ class Memory {
   void download(void *dst, const void *src, size_t bytes) {
 #if defined(FLASHATTN_BENCH_CUDA)
     if (cuda_) {
-      cudaCheck(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy from the device");
+      cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "cudaMemcpyAsync from the device");
+      cudaCheck(cudaStreamSynchronize(stream_), "cudaMemcpyAsync from the device");
       return;
     }
 #endif
@@ -227,20 +247,24 @@ class Memory {
     if (!p) return;
 #if defined(FLASHATTN_BENCH_CUDA)
     if (cuda_) {
-      cudaCheck(cudaMemset(p, 0xFF, bytes), "cudaMemset");
+      cudaCheck(cudaMemsetAsync(p, 0xFF, bytes, stream_), "cudaMemsetAsync");
       return;
     }
 #endif
     std::memset(p, 0xFF, bytes);
   }
+  // Waits for the library's work; a kernel fault surfaces here.
   void synchronize() {
 #if defined(FLASHATTN_BENCH_CUDA)
-    if (cuda_) cudaCheck(cudaDeviceSynchronize(), "kernel execution");
+    if (cuda_) cudaCheck(cudaStreamSynchronize(stream_), "kernel execution");
 #endif
   }
 
  private:
   bool cuda_;
+#if defined(FLASHATTN_BENCH_CUDA)
+  cudaStream_t stream_ = nullptr;
+#endif
 };
 
 class Buffer {
@@ -632,10 +656,11 @@ std::string rowJson(const Row &r) {
 std::string shapeText(const Row &r) {
   char buf[256];
   if (r.kind == "decode") {
-    std::snprintf(buf, sizeof buf, "decode %s B=%lld H=%lld/%lld Sq=%lld L=%lld D=%lld%s%s", dtypeName(r.dtype),
+    std::snprintf(buf, sizeof buf, "decode %s B=%lld H=%lld/%lld Sq=%lld L=%lld D=%lld%s%s%s", dtypeName(r.dtype),
                   (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk,
                   (long long)r.D, r.causal ? " causal" : "",
-                  r.pageSize ? (" page=" + std::to_string(r.pageSize)).c_str() : "");
+                  r.pageSize ? (" page=" + std::to_string(r.pageSize)).c_str() : "",
+                  r.chunks ? (" chunks=" + std::to_string(r.chunks)).c_str() : "");
   } else {
     std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%lld%s", r.op.c_str(),
                   dtypeName(r.dtype), (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq,
@@ -652,9 +677,9 @@ std::string resultText(const Row &r) {
   }
   std::string perf;
   if (r.kind == "decode")
-    std::snprintf(buf, sizeof buf, "%9.4f ms %8.1f GB/s", r.ms, r.kvGBps);
+    std::snprintf(buf, sizeof buf, "%9.4f ms %8.4g GB/s", r.ms, r.kvGBps);
   else
-    std::snprintf(buf, sizeof buf, "%9.4f ms %7.1f TFLOP/s", r.ms, r.tflops);
+    std::snprintf(buf, sizeof buf, "%9.4f ms %7.4g TFLOP/s", r.ms, r.tflops);
   perf = buf;
   if (!r.checked) return perf + "  (unchecked)";
   std::snprintf(buf, sizeof buf, "  max_err %.2e normwise %.2e%s %s", r.maxErr, r.normwise,
@@ -683,7 +708,7 @@ struct Options {
   bool check = true;
   std::string backend = "auto";
   int device = -1;
-  bool demo = false;
+  bool demo = true;  // until an option names a shape, an operation or a sweep
 };
 
 void usage(FILE *f) {
@@ -705,7 +730,7 @@ void usage(FILE *f) {
                "  --no-check                  skip the HOST comparison\n"
                "  --backend auto|cuda|host    handle to benchmark (default auto)\n"
                "  --device N                  CUDA device to use\n"
-               "Without options a short demo runs (small shapes when no GPU is usable).\n"
+               "Without shape, operation or sweep options a short demo runs (small shapes when no GPU is usable).\n"
                "Exit status: 0 all checks passed, 1 a check failed or an operation failed, 2 bad usage.\n");
 }
 
@@ -728,7 +753,6 @@ bool parseInt(const char *s, int64_t lo, int64_t *out) {
 
 Options parseOptions(int argc, char **argv) {
   Options o;
-  o.demo = argc == 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> const char * {
@@ -741,6 +765,11 @@ Options parseOptions(int argc, char **argv) {
       if (!parseInt(v, lo, &x)) throw std::invalid_argument(a + " " + v + ": expected an integer >= " + std::to_string(lo));
       return x;
     };
+    static const char *const kShapeOptions[] = {"--op", "--dtype", "--batch", "--heads", "--kv-heads", "--seq",
+                                                "--seqk", "--dim", "--qtokens", "--causal", "--chunks",
+                                                "--page-size", "--sweep"};
+    for (const char *name : kShapeOptions)
+      if (a == name) o.demo = false;
     if (a == "--help" || a == "-h") {
       usage(stdout);
       std::exit(0);
@@ -834,18 +863,12 @@ class Bench {
     if (opt_.iters < 0) opt_.iters = cuda ? 30 : 3;
     if (opt_.warmup < 0) opt_.warmup = cuda ? 5 : 1;
 #if defined(FLASHATTN_BENCH_CUDA)
-    if (cuda) {
-      cudaCheck(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-      apiCheck(flashAttnSetStream(handle_, stream_), "flashAttnSetStream");
-    }
+    if (cuda) apiCheck(flashAttnSetStream(handle_, mem_.stream()), "flashAttnSetStream");
 #endif
   }
   ~Bench() {
 #if defined(FLASHATTN_BENCH_CUDA)
-    if (stream_) {
-      flashAttnSetStream(handle_, nullptr);
-      cudaStreamDestroy(stream_);
-    }
+    if (mem_.cuda()) flashAttnSetStream(handle_, nullptr);  // the stream dies with mem_
 #endif
   }
 
@@ -874,9 +897,6 @@ class Bench {
   Options opt_;
   flashAttnHandle_t handle_, host_;
   Memory mem_;
-#if defined(FLASHATTN_BENCH_CUDA)
-  cudaStream_t stream_ = nullptr;
-#endif
   std::vector<Row> rows_;
   int failures_ = 0;
   size_t planned_ = 0;
@@ -903,9 +923,10 @@ std::vector<double> Bench::timeCalls(const std::function<flashAttnStatus_t(int64
       cudaCheck(cudaEventCreate(&start[i]), "cudaEventCreate");
       cudaCheck(cudaEventCreate(&stop[i]), "cudaEventCreate");
     }
-    cudaError_t err = cudaStreamSynchronize(stream_);
+    cudaStream_t stream = mem_.stream();
+    cudaError_t err = cudaStreamSynchronize(stream);
     for (size_t i = 0; i < ms.size() && err == cudaSuccess; ++i) {
-      cudaEventRecord(start[i], stream_);
+      cudaEventRecord(start[i], stream);
       try {
         apiCheck(call(index++), what);
       } catch (const std::exception &) {
@@ -915,7 +936,7 @@ std::vector<double> Bench::timeCalls(const std::function<flashAttnStatus_t(int64
         }
         throw;
       }
-      cudaEventRecord(stop[i], stream_);
+      cudaEventRecord(stop[i], stream);
     }
     if (err == cudaSuccess) err = cudaEventSynchronize(stop.back());
     for (size_t i = 0; i < ms.size() && err == cudaSuccess; ++i) {
@@ -1018,13 +1039,16 @@ HeadPick lastGroup(int64_t H, int64_t HK) {
   return HeadPick{Pick{H - g, g, 1}, Pick{HK - 1, 1, 1}};
 }
 
-std::string pickText(const char *name, const Pick &p, int64_t n) {
-  if (p.count == n) return std::string("all ") + name;
+// "all heads", "head 5", "heads 3..5", "2 heads step 5".
+std::string pickText(const char *one, const char *many, const Pick &p, int64_t n) {
+  if (p.count == n) return std::string("all ") + many;
   char buf[96];
-  if (p.step == 1)
-    std::snprintf(buf, sizeof buf, "%s %lld..%lld", name, (long long)p.start, (long long)(p.start + p.count - 1));
+  if (p.count == 1)
+    std::snprintf(buf, sizeof buf, "%s %lld", one, (long long)p.start);
+  else if (p.step == 1)
+    std::snprintf(buf, sizeof buf, "%s %lld..%lld", many, (long long)p.start, (long long)(p.start + p.count - 1));
   else
-    std::snprintf(buf, sizeof buf, "%lld %s step %lld", (long long)p.count, name, (long long)p.step);
+    std::snprintf(buf, sizeof buf, "%lld %s step %lld", (long long)p.count, many, (long long)p.step);
   return buf;
 }
 
@@ -1136,8 +1160,8 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
         fwd.normwise = e.normwise();
         fwd.lseErr = le.mismatched ? INFINITY : le.maxAbs;
         fwd.pass = fwd.normwise <= normwiseGate(s.dtype) && fwd.lseErr <= kLseGate;
-        fwd.checkScope = pickText("batches", batch, s.B) + ", " + pickText("heads", heads.q, s.H) + ", " +
-                         pickText("rows", rows, s.Sq);
+        fwd.checkScope = pickText("batch", "batches", batch, s.B) + ", " + pickText("head", "heads", heads.q, s.H) + ", " +
+                         pickText("row", "rows", rows, s.Sq);
         if (e.nonFinite) fwd.checkScope += ", " + std::to_string(e.nonFinite) + " non-finite outputs";
         fwd.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
@@ -1210,8 +1234,8 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           ev = compare(gv.data(), k1, rv.data(), kRef, s.dtype);
         }
         scope.push_back(std::string(wantDq && wantDkv ? "dQ dK dV" : wantDq ? "dQ" : "dK dV") + " on " +
-                        pickText("batches", batch, s.B) + ", " + pickText("heads", heads.q, s.H) + ", " +
-                        pickText("rows", rows, s.Sq) + ", " + pickText("keys", keys, s.Sk));
+                        pickText("batch", "batches", batch, s.B) + ", " + pickText("head", "heads", heads.q, s.H) + ", " +
+                        pickText("row", "rows", rows, s.Sq) + ", " + pickText("key", "keys", keys, s.Sk));
       };
       const double perPair = double(s.D) * 10;  // recompute S and dP, then dS, dQ, dK, dV
       if (double(s.B) * s.H * s.Sq * s.Sk * perPair <= budgetFlops()) {
@@ -1391,7 +1415,7 @@ void Bench::decode(const DecodeShape &s) {
       row.normwise = e.normwise();
       row.lseErr = le.mismatched ? INFINITY : le.maxAbs;
       row.pass = row.normwise <= normwiseGate(s.dtype) && row.lseErr <= kLseGate;
-      row.checkScope = pickText("batches", batch, s.B) + ", " + pickText("heads", heads.q, s.H);
+      row.checkScope = pickText("batch", "batches", batch, s.B) + ", " + pickText("head", "heads", heads.q, s.H);
       if (e.nonFinite) row.checkScope += ", " + std::to_string(e.nonFinite) + " non-finite outputs";
       row.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
