@@ -6,8 +6,9 @@ rows on (B, L, heads, KV heads, D). Either file may be missing or lack a shape: 
 shows '-' for the other side. Decode rows also show the fraction of the measured copy bandwidth (peers.py's
 device-to-device copy, read + write counted) that the KV read reaches.
 
-usage: report.py [--ours FILE] [--peers FILE] [--markdown FILE]
-       defaults: $OUT/ours.json, $OUT/peers.json, $OUT/report.md ($OUT defaults to the current folder)
+usage: report.py [--ours FILE] [--peers FILE] [--markdown FILE] [--json FILE]
+       defaults: $OUT/ours.json, $OUT/peers.json, $OUT/report.md, no JSON ($OUT defaults to the current folder)
+--json writes {"ours": [...], "peers": [...]}: the rows behind the table, as bench/results/ keeps them.
 """
 import argparse
 import json
@@ -183,6 +184,7 @@ def main():
     ap.add_argument("--peers", default=os.path.join(out_dir, "peers.json"))
     ap.add_argument("--markdown", default=os.path.join(out_dir, "report.md"),
                     help="where the markdown version goes ('' = nowhere)")
+    ap.add_argument("--json", default="", help="where both sides' rows go together ('' = nowhere)")
     args = ap.parse_args()
 
     ours = load(args.ours, "ours")
@@ -237,6 +239,13 @@ def main():
             print(f"\nmarkdown: {args.markdown}")
         except OSError as ex:
             print(f"report: cannot write {args.markdown}: {ex}", file=sys.stderr)
+    if args.json:
+        try:
+            with open(args.json, "w") as f:
+                json.dump({"ours": ours, "peers": peers}, f, indent=1)
+            print(f"rows: {args.json}")
+        except OSError as ex:
+            print(f"report: cannot write {args.json}: {ex}", file=sys.stderr)
     # Failed checks show in the table; flashattn-bench's own exit status is what fails a run.
     return 0
 
