@@ -12,14 +12,23 @@
 
 namespace flashattn::cuda::prim {
 
+// The chunk permutation of a row is chunk ^ swizzleRowXor(row). It depends only on row % 8, so a tile address can be
+// split into a per-lane part (row % 8, and the low chunk bit a lane adds) and compile-time parts (row offsets that are
+// multiples of 8, even chunk offsets): chunk ^ xor == (evenOffset ^ (laneBit ^ xor)) since evenOffset + laneBit ==
+// evenOffset ^ laneBit.
 template <int ChunksPerRow>
-__device__ __forceinline__ int swizzleChunk(int row, int chunk) {
+__device__ __forceinline__ int swizzleRowXor(int row) {
   static_assert(ChunksPerRow % 4 == 0, "swizzle needs rows of a multiple of 4 chunks (64 bytes)");
   if constexpr (ChunksPerRow % 8 == 0) {
-    return chunk ^ (row & 7);
+    return row & 7;
   } else {
-    return chunk ^ ((row >> 1) & 3);
+    return (row >> 1) & 3;
   }
+}
+
+template <int ChunksPerRow>
+__device__ __forceinline__ int swizzleChunk(int row, int chunk) {
+  return chunk ^ swizzleRowXor<ChunksPerRow>(row);
 }
 
 // Element offset of (row, column) in a swizzled tile of 16-bit elements, ColumnsPerRow elements per row.

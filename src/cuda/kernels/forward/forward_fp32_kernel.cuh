@@ -1,0 +1,175 @@
+// The FP32-storage forward kernel: plain FFMA arithmetic in FP32 (no tensor cores, no TF32), accurate exp2f and
+// tanhf, so the result carries FP32-level accuracy. Same semantics and work split as the tensor-core kernel: one CTA
+// per (sequence, head, BlockM query rows), key blocks outside the visible range skipped, online softmax.
+//
+// Thread layout: 8 lanes per query row (BlockM = Threads / 8). For S, lane `sub` of a row computes keys sub, sub + 8;
+// for O it owns columns sub, sub + 8, ... Rows of the shared tiles are padded by one float so the column walks of the
+// 8 lanes fall in distinct banks.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/kernels/forward/forward_common.cuh"
+#include "cuda/primitives/math.cuh"
+
+namespace flashattn::cuda::forward {
+
+__device__ __forceinline__ float fp32NegativeInfinity() { return __int_as_float(0xff800000u); }
+
+// Reductions over the 8 lanes of one row (lanes 8r .. 8r+7 of a warp).
+__device__ __forceinline__ float octetMax(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
+  return v;
+}
+
+__device__ __forceinline__ float octetSum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  v += __shfl_xor_sync(0xffffffffu, v, 2);
+  v += __shfl_xor_sync(0xffffffffu, v, 4);
+  return v;
+}
+
+// Rows x D tile into shared memory (row pitch D + 1), zeros beyond validRows / headDim.
+template <int D, int Rows, int Threads>
+__device__ __forceinline__ void loadTileFp32(float *tile, const float *rows, int64_t rowStride, int validRows,
+                                             int headDim) {
+  for (int idx = threadIdx.x; idx < Rows * D; idx += Threads) {
+    const int r = idx / D;
+    const int c = idx - r * D;
+    tile[r * (D + 1) + c] = (r < validRows && c < headDim) ? rows[int64_t(r) * rowStride + c] : 0.f;
+  }
+}
+
+template <int D, int BlockM, int BlockN, int Warps>
+__global__ void __launch_bounds__(Warps * 32) forwardFp32Kernel(const ForwardParams p) {
+  constexpr int kThreads = Warps * 32;
+  constexpr int kLanesPerRow = 8;
+  static_assert(BlockM * kLanesPerRow == kThreads, "8 lanes per query row");
+  static_assert(BlockN % kLanesPerRow == 0 && D % kLanesPerRow == 0, "keys and columns split over 8 lanes");
+  constexpr int kKeysPerLane = BlockN / kLanesPerRow;
+  constexpr int kColumnsPerLane = D / kLanesPerRow;
+  constexpr int kPitch = D + 1;
+  constexpr int kPPitch = BlockN + 1;
+
+  extern __shared__ __align__(16) unsigned char ffmaShared[];
+  float *sQ = reinterpret_cast<float *>(ffmaShared);
+  float *sK = sQ + BlockM * kPitch;
+  float *sV = sK + BlockN * kPitch;
+  float *sP = sV + BlockN * kPitch;
+
+  const WorkItem work = decodeWorkItem(p);
+  const SequenceExtent seq = sequenceExtent(p, work.batch);
+  const int m0 = work.queryBlock * BlockM;
+  if (m0 >= seq.seqQ) return;
+  const int rowsHere = min(BlockM, seq.seqQ - m0);
+
+  const int row = threadIdx.x / kLanesPerRow;
+  const int sub = threadIdx.x % kLanesPerRow;
+  const int i = m0 + row;
+
+  float *oRows = static_cast<float *>(p.o) + int64_t(work.batch) * p.oBatch + int64_t(work.head) * p.oHead +
+                 (seq.qStart + m0) * p.oRow;
+  float *lseRows = p.lse == nullptr ? nullptr
+                                    : p.lse + int64_t(work.batch) * p.lseBatch + int64_t(work.head) * p.lseHead +
+                                          (seq.qStart + m0) * p.lseRow;
+
+  const RowKeys firstRow = rowKeys(p, m0, seq.seqQ, seq.seqK);
+  const RowKeys lastRow = rowKeys(p, m0 + rowsHere - 1, seq.seqQ, seq.seqK);
+  const RowKeys myKeys = i < seq.seqQ ? rowKeys(p, i, seq.seqQ, seq.seqK) : RowKeys{0, -1};
+  const int alignedRow = i + seq.seqK - seq.seqQ;
+
+  const float *qRows = static_cast<const float *>(p.q) + int64_t(work.batch) * p.qBatch +
+                       int64_t(work.head) * p.qHead + (seq.qStart + m0) * p.qRow;
+  const int kvHead = work.head / p.headsPerKvHead;
+  const float *kRows = static_cast<const float *>(p.k) + int64_t(work.batch) * p.kBatch +
+                       int64_t(kvHead) * p.kHead + seq.kStart * p.kRow;
+  const float *vRows = static_cast<const float *>(p.v) + int64_t(work.batch) * p.vBatch +
+                       int64_t(kvHead) * p.vHead + seq.kStart * p.vRow;
+
+  const float softcapLog2 = p.softcap * prim::kLog2e;
+  const float scaleOverSoftcap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
+  const float scaleLog2 = p.scale * prim::kLog2e;
+  const float slopeLog2 = alibiSlope(p, work.batch, work.head) * prim::kLog2e;
+
+  float acc[kColumnsPerLane];
+#pragma unroll
+  for (int c = 0; c < kColumnsPerLane; ++c) acc[c] = 0.f;
+  float rowMax = fp32NegativeInfinity();
+  float rowSum = 0.f;
+
+  if (firstRow.lo <= lastRow.hi) {
+    loadTileFp32<D, BlockM, kThreads>(sQ, qRows, p.qRow, rowsHere, p.headDim);
+    const int firstKeyBlock = firstRow.lo / BlockN;
+    const int lastKeyBlock = lastRow.hi / BlockN;
+    for (int n = lastKeyBlock; n >= firstKeyBlock; --n) {
+      const int n0 = n * BlockN;
+      __syncthreads();  // every thread is done with the previous K, V and P
+      loadTileFp32<D, BlockN, kThreads>(sK, kRows + int64_t(n0) * p.kRow, p.kRow, seq.seqK - n0, p.headDim);
+      loadTileFp32<D, BlockN, kThreads>(sV, vRows + int64_t(n0) * p.vRow, p.vRow, seq.seqK - n0, p.headDim);
+      __syncthreads();
+
+      float s[kKeysPerLane];
+#pragma unroll
+      for (int x = 0; x < kKeysPerLane; ++x) s[x] = 0.f;
+#pragma unroll 8
+      for (int d = 0; d < D; ++d) {
+        const float qd = sQ[row * kPitch + d];
+#pragma unroll
+        for (int x = 0; x < kKeysPerLane; ++x) s[x] = fmaf(qd, sK[(sub + kLanesPerRow * x) * kPitch + d], s[x]);
+      }
+
+      // Log2-domain logits: scale, softcap, ALiBi, mask.
+      float blockMax = fp32NegativeInfinity();
+#pragma unroll
+      for (int x = 0; x < kKeysPerLane; ++x) {
+        const int j = n0 + sub + kLanesPerRow * x;
+        float t = p.softcap > 0.f ? softcapLog2 * tanhf(s[x] * scaleOverSoftcap) : s[x] * scaleLog2;
+        t -= slopeLog2 * fabsf(float(j - alignedRow));
+        s[x] = (j < myKeys.lo || j > myKeys.hi) ? fp32NegativeInfinity() : t;
+        blockMax = fmaxf(blockMax, s[x]);
+      }
+      blockMax = octetMax(blockMax);
+      const float newMax = fmaxf(rowMax, blockMax);
+      const float shift = newMax == fp32NegativeInfinity() ? 0.f : newMax;  // keeps -inf - -inf out
+      const float correction = exp2f(rowMax - shift);
+      rowMax = newMax;
+      float blockSum = 0.f;
+#pragma unroll
+      for (int x = 0; x < kKeysPerLane; ++x) {
+        const float pe = exp2f(s[x] - shift);
+        blockSum += pe;
+        sP[row * kPPitch + sub + kLanesPerRow * x] = pe;
+      }
+      rowSum = rowSum * correction + blockSum;
+#pragma unroll
+      for (int c = 0; c < kColumnsPerLane; ++c) acc[c] *= correction;
+      __syncwarp();  // the 8 lanes of a row (one warp) exchange P through shared memory
+
+#pragma unroll 4
+      for (int key = 0; key < BlockN; ++key) {
+        const float pk = sP[row * kPPitch + key];
+#pragma unroll
+        for (int c = 0; c < kColumnsPerLane; ++c) acc[c] = fmaf(pk, sV[key * kPitch + sub + kLanesPerRow * c], acc[c]);
+      }
+    }
+  }
+
+  const float total = octetSum(rowSum);  // all lanes of the warp, before any of them leaves
+  if (row >= rowsHere) return;
+  const bool empty = !(total > 0.f);
+  const float inverse = empty ? 0.f : 1.f / total;
+  float *oRow = oRows + int64_t(row) * p.oRow;
+#pragma unroll
+  for (int c = 0; c < kColumnsPerLane; ++c) {
+    const int column = sub + kLanesPerRow * c;
+    if (column < p.headDim) oRow[column] = acc[c] * inverse;
+  }
+  if (lseRows != nullptr && sub == 0)
+    lseRows[int64_t(row) * p.lseRow] = empty ? fp32NegativeInfinity() : (rowMax + log2f(total)) * prim::kLn2;
+}
+
+}  // namespace flashattn::cuda::forward

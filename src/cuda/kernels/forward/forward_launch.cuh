@@ -1,0 +1,52 @@
+// The definition of launchInstance<Element, HeadDim>: picks the kernel and tile of an instance, raises its dynamic
+// shared-memory limit once per device, and enqueues one launch. Included only by the generated instance files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/kernels/forward/forward_fp32_kernel.cuh"
+#include "cuda/kernels/forward/forward_mma_kernel.cuh"
+#include "cuda/kernels/forward/forward_params.hpp"
+
+namespace flashattn::cuda::forward {
+
+// cudaFuncSetAttribute is per device and not a stream operation (allowed during graph capture); doing it once per
+// (kernel, device) keeps it off the launch path. Devices past 63 set it on every launch, which is merely slower.
+template <typename Kernel>
+cudaError_t ensureSharedLimit(Kernel kernel, std::size_t bytes, int device) {
+  static std::atomic<uint64_t> configuredDevices{0};
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  const uint64_t bit = device >= 0 && device < 64 ? (uint64_t(1) << device) : 0;
+  if (bit != 0 && (configuredDevices.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (err == cudaSuccess && bit != 0) configuredDevices.fetch_or(bit, std::memory_order_acq_rel);
+  return err;
+}
+
+template <typename Element, int HeadDim>
+cudaError_t launchInstance(const ForwardParams &params, int device, cudaStream_t stream) {
+  const int64_t ctas = int64_t(params.queryBlocks) * params.heads * params.batch;
+  if (ctas <= 0) return cudaSuccess;
+  if constexpr (std::is_same_v<Element, float>) {
+    constexpr TileShape tile = fp32TileFor(HeadDim);
+    constexpr std::size_t shared = fp32SharedBytes(HeadDim);
+    const auto kernel = forwardFp32Kernel<HeadDim, tile.blockM, tile.blockN, tile.warps>;
+    const cudaError_t err = ensureSharedLimit(kernel, shared, device);
+    if (err != cudaSuccess) return err;
+    kernel<<<dim3(unsigned(ctas)), dim3(tile.warps * 32), shared, stream>>>(params);
+  } else {
+    constexpr TileShape tile = mmaTileFor(HeadDim);
+    constexpr std::size_t shared = mmaSharedBytes(HeadDim);
+    const auto kernel = forwardMmaKernel<Element, HeadDim, tile.blockM, tile.blockN, tile.warps>;
+    const cudaError_t err = ensureSharedLimit(kernel, shared, device);
+    if (err != cudaSuccess) return err;
+    kernel<<<dim3(unsigned(ctas)), dim3(tile.warps * 32), shared, stream>>>(params);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace flashattn::cuda::forward

@@ -1,0 +1,360 @@
+// The portable tensor-core forward kernel (sm80+), FlashAttention-2 style, for FP16 and BF16 storage.
+//
+// One CTA serves BlockM query rows of one (sequence, head); Warps warps split those rows (each warp owns
+// BlockM / Warps whole rows, so the softmax statistics of a row live in the 4 lanes of a quad). Key blocks of BlockN
+// keys are visited from the last visible one down to the first; blocks outside the block's visible key range are
+// never loaded. S = Q K^T and O += P V run on mma.sync m16n8k16 with FP32 accumulators; Q, K and V tiles sit in
+// XOR-swizzled shared memory and reach the tensor cores through ldmatrix (.trans for V); P never leaves registers.
+//
+// Pipeline (one K and one V buffer): V(n) is fetched while S(n) and its softmax are computed, K(n-1) while P(n) V(n)
+// is accumulated, so every global load overlaps tensor-core work of the same CTA.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/kernels/forward/forward_common.cuh"
+#include "cuda/primitives/primitives.cuh"
+
+namespace flashattn::cuda::forward {
+
+__device__ __forceinline__ float negativeInfinity() { return __int_as_float(0xff800000u); }
+
+// Copies a Rows x D tile (rows at `rows`, rowStride apart) into the swizzled shared tile. Rows >= validRows and
+// columns >= headDim arrive as zeros, so tails and padded head dims contribute nothing and never read out of bounds.
+// With vectorAccess the copies are asynchronous (the caller commits and waits); otherwise they complete here.
+//
+// kThreadsPerRow lanes share a row (a power of two dividing the row's chunks, so a warp covers whole 64..512-byte row
+// segments); the row loop is deliberately not unrolled: unrolled, the compiler keeps every pass's 64-bit address alive
+// across the key loop and spills them.
+template <typename Element, int D, int Rows, int Threads>
+__device__ __forceinline__ void loadTile(Element *tile, const Element *rows, int64_t rowStride, int validRows,
+                                         int headDim, bool vectorAccess, const void *safeAddress) {
+  constexpr int kChunksPerRow = D / 8;
+  constexpr int kThreadsPerRow = (kChunksPerRow & -kChunksPerRow) < 32 ? (kChunksPerRow & -kChunksPerRow) : 32;
+  constexpr int kChunkSteps = kChunksPerRow / kThreadsPerRow;
+  constexpr int kRowsPerPass = Threads / kThreadsPerRow;
+  static_assert(Threads % kThreadsPerRow == 0 && Rows % kRowsPerPass == 0, "tile rows must split into whole passes");
+  const int chunk0 = int(threadIdx.x) % kThreadsPerRow;
+#pragma unroll 1
+  for (int r = int(threadIdx.x) / kThreadsPerRow; r < Rows; r += kRowsPerPass) {
+    const Element *rowSource = rows + int64_t(r) * rowStride;
+    const bool rowValid = r < validRows;
+#pragma unroll
+    for (int step = 0; step < kChunkSteps; ++step) {
+      const int column = (chunk0 + step * kThreadsPerRow) * 8;
+      Element *destination = tile + prim::swizzledOffset16<D>(r, column);
+      const Element *source = rowSource + column;
+      if (vectorAccess) {
+        const bool valid = rowValid && column < headDim;
+        prim::cpAsync16(prim::smemAddress(destination), valid ? static_cast<const void *>(source) : safeAddress,
+                        valid);
+      } else {
+        const uint16_t *elements = reinterpret_cast<const uint16_t *>(source);
+        uint32_t packed[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const uint32_t lo = (rowValid && column + 2 * e < headDim) ? elements[2 * e] : 0u;
+          const uint32_t hi = (rowValid && column + 2 * e + 1 < headDim) ? elements[2 * e + 1] : 0u;
+          packed[e] = lo | (hi << 16);
+        }
+        *reinterpret_cast<uint4 *>(destination) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+      }
+    }
+  }
+}
+
+// ldmatrix addresses into a swizzled tile, split so that the loop needs no address arithmetic: the lane's row
+// (laneRow; its row % 8 fixes the XOR) and the chunk bit it adds (laneChunk) give a few per-lane base addresses, one per
+// even chunk offset inside an XOR group; row offsets (multiples of 8) and whole XOR groups are compile-time immediates.
+// Without this the compiler hoists one address register per (row, chunk) pair out of the key loop and spills.
+template <int D>
+struct SwizzledLane {
+  static constexpr int kGroupChunks = (D / 8) % 8 == 0 ? 8 : 4;  // chunks one XOR pattern spans (swizzle.cuh)
+  uint32_t base[kGroupChunks / 2];
+  __device__ __forceinline__ SwizzledLane(const void *tile, int laneRow, int laneChunk) {
+    const uint32_t rowAddress = prim::smemAddress(tile) + uint32_t(laneRow * D * 2);
+    const int chunkXor = laneChunk ^ prim::swizzleRowXor<D / 8>(laneRow);
+#pragma unroll
+    for (int k = 0; k < kGroupChunks / 2; ++k) base[k] = rowAddress + uint32_t(((2 * k) ^ chunkXor) << 4);
+  }
+  // rowOffset % 8 == 0 and chunkOffset even, both compile-time after unrolling.
+  __device__ __forceinline__ uint32_t address(int rowOffset, int chunkOffset) const {
+    const int inGroup = chunkOffset % kGroupChunks;
+    return base[inGroup / 2] + uint32_t(rowOffset * D * 2 + (chunkOffset - inGroup) * 16);
+  }
+};
+
+template <typename Element>
+__device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *oRows, float *lseRows, int rows,
+                                               int threads) {
+  // No visible key for any row of the block: O = 0, LSE = -inf.
+  const int64_t elements = int64_t(rows) * p.headDim;
+  for (int64_t idx = threadIdx.x; idx < elements; idx += threads) {
+    const int64_t r = idx / p.headDim;
+    const int64_t c = idx - r * p.headDim;
+    reinterpret_cast<uint16_t *>(oRows)[r * p.oRow + c] = 0;  // +0.0 in FP16 and BF16
+  }
+  if (lseRows != nullptr)
+    for (int r = threadIdx.x; r < rows; r += threads) lseRows[int64_t(r) * p.lseRow] = negativeInfinity();
+}
+
+template <typename Element, int D, int BlockM, int BlockN, int Warps>
+__global__ void __launch_bounds__(Warps * 32) forwardMmaKernel(const ForwardParams p) {
+  constexpr int kThreads = Warps * 32;
+  constexpr int kWarpRows = BlockM / Warps;
+  constexpr int kMTiles = kWarpRows / 16;  // 16-row mma tiles per warp
+  constexpr int kNTiles = BlockN / 8;      // 8-key accumulator tiles of S
+  constexpr int kDTiles = D / 8;           // 8-column accumulator tiles of O
+  constexpr int kQkSteps = D / 16;         // k-steps of Q K^T
+  constexpr int kPvSteps = BlockN / 16;    // k-steps of P V
+  static_assert(kWarpRows % 16 == 0 && kNTiles % 2 == 0 && kDTiles % 2 == 0, "tile does not fit the mma shape");
+
+  extern __shared__ __align__(128) unsigned char mmaShared[];
+  Element *sQ = reinterpret_cast<Element *>(mmaShared);
+  Element *sK = sQ + BlockM * D;
+  Element *sV = sK + BlockN * D;
+
+  const WorkItem work = decodeWorkItem(p);
+  const SequenceExtent seq = sequenceExtent(p, work.batch);
+  const int m0 = work.queryBlock * BlockM;
+  if (m0 >= seq.seqQ) return;  // ragged: this sequence is shorter than the grid's bound
+  const int rowsHere = min(BlockM, seq.seqQ - m0);
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int group = lane >> 2;  // accumulator row within a 16-row tile (and +8)
+  const int quad = lane & 3;    // accumulator column pair
+  const int warpRow0 = warp * kWarpRows;
+
+  Element *oRows = static_cast<Element *>(p.o) + int64_t(work.batch) * p.oBatch + int64_t(work.head) * p.oHead +
+                   (seq.qStart + m0) * p.oRow;
+  float *lseRows = p.lse == nullptr ? nullptr
+                                    : p.lse + int64_t(work.batch) * p.lseBatch + int64_t(work.head) * p.lseHead +
+                                          (seq.qStart + m0) * p.lseRow;
+
+  // Visible-key bounds are monotone in the row, so the first and last rows bound the whole block.
+  const RowKeys firstRow = rowKeys(p, m0, seq.seqQ, seq.seqK);
+  const RowKeys lastRow = rowKeys(p, m0 + rowsHere - 1, seq.seqQ, seq.seqK);
+  if (firstRow.lo > lastRow.hi) {
+    writeEmptyRows(p, oRows, lseRows, rowsHere, kThreads);
+    return;
+  }
+  const int firstKeyBlock = firstRow.lo / BlockN;
+  const int lastKeyBlock = lastRow.hi / BlockN;
+  // Keys every row of the block sees: a key block inside [allLo, allHi] needs no per-element mask.
+  const int allLo = lastRow.lo;
+  const int allHi = firstRow.hi;
+
+  // Per element, key j is visible to row i iff lowerDiagonal <= j - i <= upperDiagonal and j < seqK (the same rule
+  // as visibleKeys, in a form that needs no per-row registers). This thread's rows are myRow0 + mt*16 + half*8.
+  const Diagonals diagonals = visibleDiagonals(p, seq.seqQ, seq.seqK);
+  const int myRow0 = m0 + warpRow0 + group;
+
+  const Element *qRows = static_cast<const Element *>(p.q) + int64_t(work.batch) * p.qBatch +
+                         int64_t(work.head) * p.qHead + (seq.qStart + m0) * p.qRow;
+  const int kvHead = work.head / p.headsPerKvHead;
+  const Element *kRows = static_cast<const Element *>(p.k) + int64_t(work.batch) * p.kBatch +
+                         int64_t(kvHead) * p.kHead + seq.kStart * p.kRow;
+  const Element *vRows = static_cast<const Element *>(p.v) + int64_t(work.batch) * p.vBatch +
+                         int64_t(kvHead) * p.vHead + seq.kStart * p.vRow;
+
+  loadTile<Element, D, BlockM, kThreads>(sQ, qRows, p.qRow, rowsHere, p.headDim, p.vectorAccess, p.q);
+  loadTile<Element, D, BlockN, kThreads>(sK, kRows + int64_t(lastKeyBlock) * BlockN * p.kRow, p.kRow,
+                                         seq.seqK - lastKeyBlock * BlockN, p.headDim, p.vectorAccess, p.k);
+  prim::cpAsyncCommit();
+
+  // Plain logits fold scale * log2(e) into the exp2 argument (one FFMA per element); softcap and ALiBi need the
+  // logit itself, so those paths turn S into log2-domain logits first and use a unit scale.
+  const bool transformLogits = p.softcap > 0.f || p.alibiSlopes != nullptr;
+  const float exp2Scale = transformLogits ? 1.f : p.scale * prim::kLog2e;
+  const float softcapLog2 = p.softcap * prim::kLog2e;
+  const float scaleOverSoftcap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
+  const float scaleLog2 = p.scale * prim::kLog2e;
+  const float slopeLog2 = alibiSlope(p, work.batch, work.head) * prim::kLog2e;
+
+  const SwizzledLane<D> qLane(sQ, warpRow0 + (lane & 15), lane >> 4);
+  const SwizzledLane<D> kLane(sK, (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+  const SwizzledLane<D> vLane(sV, (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4);
+
+  float acc[kMTiles][kDTiles][4];
+  float rowMax[kMTiles][2];
+  float rowSum[kMTiles][2];
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+    for (int dt = 0; dt < kDTiles; ++dt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.f;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      rowMax[mt][half] = negativeInfinity();
+      rowSum[mt][half] = 0.f;
+    }
+  }
+
+  for (int n = lastKeyBlock; n >= firstKeyBlock; --n) {
+    const int n0 = n * BlockN;
+    prim::cpAsyncWait<0>();
+    __syncthreads();  // K(n) (and Q) landed; every warp is done reading V(n+1)
+    loadTile<Element, D, BlockN, kThreads>(sV, vRows + int64_t(n0) * p.vRow, p.vRow, seq.seqK - n0, p.headDim,
+                                           p.vectorAccess, p.v);
+    prim::cpAsyncCommit();
+
+    float s[kMTiles][kNTiles][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.f;
+
+#pragma unroll
+    for (int ks = 0; ks < kQkSteps; ++ks) {
+      uint32_t qFrag[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) prim::ldmatrixX4(qFrag[mt], qLane.address(mt * 16, ks * 2));
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t kFrag[4];
+        prim::ldmatrixX4(kFrag, kLane.address(np * 16, ks * 2));
+        const uint32_t b0[2] = {kFrag[0], kFrag[1]};
+        const uint32_t b1[2] = {kFrag[2], kFrag[3]};
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          prim::mmaM16N8K16<Element>(s[mt][2 * np], qFrag[mt], b0);
+          prim::mmaM16N8K16<Element>(s[mt][2 * np + 1], qFrag[mt], b1);
+        }
+      }
+    }
+
+    if (transformLogits) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = p.softcap > 0.f ? softcapLog2 * tanhf(s[mt][nt][e] * scaleOverSoftcap)
+                                      : s[mt][nt][e] * scaleLog2;
+            const int j = n0 + nt * 8 + 2 * quad + (e & 1);
+            const int i = myRow0 + mt * 16 + (e >> 1) * 8;
+            x -= slopeLog2 * fabsf(float(j - (i + seq.seqK - seq.seqQ)));
+            s[mt][nt][e] = x;
+          }
+    }
+
+    if (n0 < allLo || n0 + BlockN - 1 > allHi) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int j = n0 + nt * 8 + 2 * quad + (e & 1);
+            const int distance = j - (myRow0 + mt * 16 + (e >> 1) * 8);
+            if (distance < diagonals.lower || distance > diagonals.upper || j >= seq.seqK)
+              s[mt][nt][e] = negativeInfinity();
+          }
+    }
+
+    // Online softmax: rescale what was accumulated to the new row maximum, then P = exp2(S * scale - max).
+    uint32_t pFrag[kMTiles][kPvSteps][4];
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float blockMax = negativeInfinity();
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+          blockMax = fmaxf(blockMax, fmaxf(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]));
+        blockMax = prim::quadMax(blockMax);
+        const float newMax = fmaxf(rowMax[mt][half], blockMax);
+        // A row with nothing visible yet keeps max -inf; subtracting 0 then keeps every exp2 argument -inf (P = 0)
+        // instead of -inf - -inf = NaN. Its old max is -inf too, so the correction is exp2(-inf) = 0 on zeros.
+        const float newMaxScaled = newMax == negativeInfinity() ? 0.f : newMax * exp2Scale;
+        const float correction = prim::exp2Fast(rowMax[mt][half] * exp2Scale - newMaxScaled);
+        rowMax[mt][half] = newMax;
+        float blockSum = 0.f;
+#pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float pe = prim::exp2Fast(fmaf(s[mt][nt][2 * half + e], exp2Scale, -newMaxScaled));
+            s[mt][nt][2 * half + e] = pe;
+            blockSum += pe;
+          }
+        rowSum[mt][half] = rowSum[mt][half] * correction + blockSum;
+#pragma unroll
+        for (int dt = 0; dt < kDTiles; ++dt) {
+          acc[mt][dt][2 * half] *= correction;
+          acc[mt][dt][2 * half + 1] *= correction;
+        }
+      }
+      // The S accumulator layout of two adjacent 8-key tiles is the A-operand layout of one 16-key k-step.
+#pragma unroll
+      for (int kk = 0; kk < kPvSteps; ++kk) {
+        pFrag[mt][kk][0] = prim::packFloat2<Element>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        pFrag[mt][kk][1] = prim::packFloat2<Element>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        pFrag[mt][kk][2] = prim::packFloat2<Element>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        pFrag[mt][kk][3] = prim::packFloat2<Element>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
+    }
+
+    prim::cpAsyncWait<0>();
+    __syncthreads();  // V(n) landed; every warp is done reading K(n)
+    if (n > firstKeyBlock)
+      loadTile<Element, D, BlockN, kThreads>(sK, kRows + int64_t(n0 - BlockN) * p.kRow, p.kRow,
+                                             seq.seqK - (n0 - BlockN), p.headDim, p.vectorAccess, p.k);
+    prim::cpAsyncCommit();
+
+#pragma unroll
+    for (int kk = 0; kk < kPvSteps; ++kk)
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        uint32_t vFrag[4];
+        prim::ldmatrixX4Trans(vFrag, vLane.address(kk * 16, dp * 2));
+        const uint32_t b0[2] = {vFrag[0], vFrag[1]};
+        const uint32_t b1[2] = {vFrag[2], vFrag[3]};
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          prim::mmaM16N8K16<Element>(acc[mt][2 * dp], pFrag[mt][kk], b0);
+          prim::mmaM16N8K16<Element>(acc[mt][2 * dp + 1], pFrag[mt][kk], b1);
+        }
+      }
+  }
+
+  // Epilogue: normalize and store straight from the accumulators (a quad writes 16 contiguous bytes of a row); O is
+  // written once per CTA, so staging it through shared memory for wider stores is not worth the registers.
+#pragma unroll
+  for (int mt = 0; mt < kMTiles; ++mt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float total = prim::quadSum(rowSum[mt][half]);
+      const bool empty = !(total > 0.f);  // no visible key: O = 0, LSE = -inf
+      const float inverse = empty ? 0.f : 1.f / total;
+      const int localRow = warpRow0 + mt * 16 + group + half * 8;
+      if (localRow >= rowsHere) continue;
+      Element *oRow = oRows + int64_t(localRow) * p.oRow + 2 * quad;
+#pragma unroll
+      for (int dt = 0; dt < kDTiles; ++dt) {
+        if (dt * 8 + 2 * quad >= p.headDim) continue;
+        const uint32_t packed =
+            prim::packFloat2<Element>(acc[mt][dt][2 * half] * inverse, acc[mt][dt][2 * half + 1] * inverse);
+        if (p.vectorAccess) {
+          *reinterpret_cast<uint32_t *>(oRow + dt * 8) = packed;
+        } else {
+          reinterpret_cast<uint16_t *>(oRow + dt * 8)[0] = uint16_t(packed);
+          reinterpret_cast<uint16_t *>(oRow + dt * 8)[1] = uint16_t(packed >> 16);
+        }
+      }
+      if (lseRows != nullptr && quad == 0) {
+        lseRows[int64_t(localRow) * p.lseRow] =
+            empty ? negativeInfinity() : (rowMax[mt][half] * exp2Scale + __log2f(total)) * prim::kLn2;
+      }
+    }
+}
+
+}  // namespace flashattn::cuda::forward

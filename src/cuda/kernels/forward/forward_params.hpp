@@ -1,0 +1,92 @@
+// What a forward kernel instance receives (by value, as its only parameter), and the tile of each instance.
+//
+// Built on the host from AttnProblem + AttnBuffers by launchForward; plain data so it travels as a kernel argument.
+// In-sequence row and key indices fit in 32 bits (planForward rejects longer sequences); every address is formed in
+// 64 bits from the 64-bit strides.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace flashattn::cuda::forward {
+
+struct ForwardParams {
+  const void *q = nullptr;
+  const void *k = nullptr;
+  const void *v = nullptr;
+  void *o = nullptr;
+  float *lse = nullptr;  // nullptr: no LSE output
+
+  // Element strides (batch, head, row); ragged tensors have batch stride 0 and rows counted from cuSeqlens.
+  int64_t qBatch = 0, qHead = 0, qRow = 0;
+  int64_t kBatch = 0, kHead = 0, kRow = 0;
+  int64_t vBatch = 0, vHead = 0, vRow = 0;
+  int64_t oBatch = 0, oHead = 0, oRow = 0;
+  int64_t lseBatch = 0, lseHead = 0, lseRow = 0;
+
+  int32_t batch = 0;
+  int32_t heads = 0;
+  int32_t headsPerKvHead = 1;  // query head h reads KV head h / headsPerKvHead
+  int32_t seqQ = 0;            // dense length, or the ragged bound maxSeqlenQ (clamps every sequence)
+  int32_t seqK = 0;
+  int32_t headDim = 0;         // the problem's; the instance's D may be larger (zero-filled columns)
+  int32_t queryBlocks = 0;     // ceil(seqQ / BlockM): the fastest-varying part of the 1-D grid
+
+  bool ragged = false;
+  const int32_t *cuSeqlensQ = nullptr;
+  const int32_t *cuSeqlensK = nullptr;
+  int64_t totalQ = 0;
+  int64_t totalK = 0;
+  const int32_t *seqlensK = nullptr;
+
+  float scale = 1.f;
+  float softcap = 0.f;
+  int32_t mask = 0;          // flashattn::Mask
+  int64_t windowLeft = -1;   // -1 = unbounded
+  int64_t windowRight = -1;
+  const float *alibiSlopes = nullptr;
+  int64_t alibiBatchStride = 0;
+
+  // True when every base pointer is 16-byte aligned and every stride and the head dim are multiples of 16 bytes:
+  // then tiles move by 16-byte cp.async; otherwise by element loads (same kernel, uniform branch).
+  bool vectorAccess = false;
+};
+
+// One tile configuration: BlockM query rows x BlockN keys per iteration, Warps warps splitting the rows.
+struct TileShape {
+  int blockM;
+  int blockN;
+  int warps;
+};
+
+// Tiles of the tensor-core (FP16/BF16) instances, per instance head dim (KERNELS.md "tiles known to work").
+constexpr TileShape mmaTileFor(int headDim) {
+  return headDim <= 64    ? TileShape{128, 128, 4}
+         : headDim <= 96  ? TileShape{128, 64, 4}
+         : headDim <= 128 ? TileShape{128, 64, 4}
+         : headDim <= 192 ? TileShape{128, 64, 8}
+                          : TileShape{64, 64, 4};
+}
+
+// The FP32 instances: plain FFMA (no tensor cores), one 32-row x 16-key tile for every head dim.
+constexpr TileShape fp32TileFor(int) { return TileShape{32, 16, 8}; }
+
+constexpr std::size_t mmaSharedBytes(int headDim) {
+  // Q tile + one K tile + one V tile of 16-bit elements.
+  return std::size_t(mmaTileFor(headDim).blockM + 2 * mmaTileFor(headDim).blockN) * headDim * 2;
+}
+
+constexpr std::size_t fp32SharedBytes(int headDim) {
+  // Q, K and V tiles padded by one float per row (bank-conflict-free column walks), and the P tile.
+  constexpr TileShape t = fp32TileFor(0);
+  return (std::size_t(t.blockM + 2 * t.blockN) * (headDim + 1) + std::size_t(t.blockM) * (t.blockN + 1)) * 4;
+}
+
+// Defined once per (Element, instance head dim) by the generated instance files (forward_instance.cu.in).
+// Element is __half, __nv_bfloat16 or float.
+template <typename Element, int HeadDim>
+cudaError_t launchInstance(const ForwardParams &params, int device, cudaStream_t stream);
+
+}  // namespace flashattn::cuda::forward
