@@ -6,9 +6,11 @@ rows on (B, L, heads, KV heads, D). Either file may be missing or lack a shape: 
 shows '-' for the other side. Decode rows also show the fraction of the measured copy bandwidth (peers.py's
 device-to-device copy, read + write counted) that the KV read reaches.
 
-usage: report.py [--ours FILE] [--peers FILE] [--markdown FILE] [--json FILE]
+usage: report.py [--ours FILE]... [--peers FILE]... [--markdown FILE] [--json FILE]
        defaults: $OUT/ours.json, $OUT/peers.json, $OUT/report.md, no JSON ($OUT defaults to the current folder)
---json writes {"ours": [...], "peers": [...]}: the rows behind the table, as bench/results/ keeps them.
+Repeated --ours/--peers files (a sweep split over several device calls) are joined; a shape measured twice keeps
+the last figure. --json writes {"ours": [...], "peers": [...]}: the rows behind the table, as bench/results/ keeps
+them.
 """
 import argparse
 import json
@@ -180,15 +182,15 @@ def summary_lines(rows, unit):
 def main():
     out_dir = os.environ.get("OUT", ".")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ours", default=os.path.join(out_dir, "ours.json"))
-    ap.add_argument("--peers", default=os.path.join(out_dir, "peers.json"))
+    ap.add_argument("--ours", action="append", help="flashattn-bench rows; repeat to join split runs")
+    ap.add_argument("--peers", action="append", help="peers.py rows; repeat to join split runs")
     ap.add_argument("--markdown", default=os.path.join(out_dir, "report.md"),
                     help="where the markdown version goes ('' = nowhere)")
     ap.add_argument("--json", default="", help="where both sides' rows go together ('' = nowhere)")
     args = ap.parse_args()
 
-    ours = load(args.ours, "ours")
-    peers = load(args.peers, "peers")
+    ours = [r for path in args.ours or [os.path.join(out_dir, "ours.json")] for r in load(path, "ours")]
+    peers = [r for path in args.peers or [os.path.join(out_dir, "peers.json")] for r in load(path, "peers")]
     meta, ceiling, prefill_rows, decode_rows = build(ours, peers)
 
     title = "flashattn-bench vs peers"
