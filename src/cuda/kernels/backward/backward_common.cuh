@@ -1,0 +1,157 @@
+// Device pieces shared by the backward kernels: which (key block, KV head, sequence) a CTA serves, the sequence's
+// extent, the query blocks that can see a key block, the per-element visibility test, the workspace row index, and
+// the ordered dQ accumulation of deterministic mode.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/problem.hpp"
+#include "cuda/kernels/backward/backward_params.hpp"
+
+namespace flashattn::cuda::backward {
+
+__device__ __forceinline__ int64_t clampInt64(int64_t x, int64_t lo, int64_t hi) {
+  return x < lo ? lo : (x > hi ? hi : x);
+}
+
+struct WorkItem {
+  int32_t keyBlock;
+  int32_t kvHead;
+  int32_t batch;
+};
+
+// Key blocks vary fastest: the CTAs of one (sequence, KV head) are launched together and in ascending key-block order,
+// which deterministic mode relies on (a CTA only ever waits for the CTA of the previous key block). Under causal masks
+// the low key blocks see the most query blocks, so the longest work also starts first.
+__device__ __forceinline__ WorkItem decodeWorkItem(const BackwardParams &p) {
+  const int64_t linear = blockIdx.x;
+  WorkItem w;
+  w.keyBlock = int32_t(linear % p.keyBlocks);
+  const int64_t rest = linear / p.keyBlocks;
+  w.kvHead = int32_t(rest % p.kvHeads);
+  w.batch = int32_t(rest / p.kvHeads);
+  return w;
+}
+
+struct SequenceExtent {
+  int64_t qStart;  // first row of this sequence in Q/O/dO/dQ/LSE (ragged: token offset; dense: 0)
+  int64_t kStart;  // first row in K/V/dK/dV
+  int32_t seqQ;    // query rows of this sequence
+  int32_t seqK;    // keys that attention sees (after seqlensK)
+  int32_t rowsK;   // dK/dV rows this sequence owns (dense: the capacity seqK; keys past seqlensK get zero gradient)
+};
+
+// Same clamping as the forward kernels, so bad offsets never address outside the tensors and both passes agree on
+// every sequence's extent.
+__device__ __forceinline__ SequenceExtent sequenceExtent(const BackwardParams &p, int32_t b) {
+  SequenceExtent e{0, 0, p.seqQ, p.seqK, p.seqK};
+  if (p.ragged) {
+    const int64_t q0 = clampInt64(p.cuSeqlensQ[b], 0, p.totalQ);
+    const int64_t q1 = clampInt64(p.cuSeqlensQ[b + 1], q0, p.totalQ);
+    const int64_t k0 = clampInt64(p.cuSeqlensK[b], 0, p.totalK);
+    const int64_t k1 = clampInt64(p.cuSeqlensK[b + 1], k0, p.totalK);
+    e.qStart = q0;
+    e.kStart = k0;
+    e.seqQ = int32_t(q1 - q0 < p.seqQ ? q1 - q0 : p.seqQ);
+    e.seqK = int32_t(k1 - k0 < p.seqK ? k1 - k0 : p.seqK);
+    e.rowsK = e.seqK;
+  }
+  if (p.seqlensK != nullptr) e.seqK = int32_t(clampInt64(p.seqlensK[b], 0, e.seqK));
+  return e;
+}
+
+// Workspace row of (sequence b, query head h, row i): dense [batch][heads][seqQ], ragged [heads][totalQ].
+__device__ __forceinline__ int64_t workspaceRow(const BackwardParams &p, int32_t b, int32_t h,
+                                                const SequenceExtent &e, int64_t i) {
+  return p.ragged ? int64_t(h) * p.totalQ + e.qStart + i : (int64_t(b) * p.heads + h) * p.seqQ + i;
+}
+
+// Visible keys [lo, hi] of row i clamped to [0, seqK - 1] (lo > hi when none).
+struct RowKeys {
+  int32_t lo;
+  int32_t hi;
+};
+
+__device__ __forceinline__ RowKeys rowKeys(const BackwardParams &p, int64_t i, int32_t sq, int32_t sk) {
+  const KeyRange r = visibleKeys(static_cast<Mask>(p.mask), p.windowLeft, p.windowRight, i, sq, sk);
+  const int64_t lo = clampInt64(r.lo, 0, int64_t(sk));
+  const int64_t hi = clampInt64(r.hi, -1, int64_t(sk) - 1);
+  return RowKeys{int32_t(lo), int32_t(hi)};
+}
+
+__device__ __forceinline__ bool isVisible(const BackwardParams &p, int32_t i, int32_t j, int32_t sq, int32_t sk) {
+  if (i >= sq || j >= sk) return false;
+  const RowKeys r = rowKeys(p, i, sq, sk);
+  return j >= r.lo && j <= r.hi;
+}
+
+// Query blocks [first, last] holding a row that may see a key of the block [n0, n0 + blockN) (first > last: none).
+// The visible range [lo(i), hi(i)] of every mask is non-decreasing in i at both ends, so the rows that see the block
+// are one interval: from the first row whose hi reaches n0 to the last row whose lo stays within the block. Both
+// ends are non-decreasing in n0, so the key blocks seeing one query block are consecutive too (deterministic mode).
+struct QueryBlocks {
+  int32_t first;
+  int32_t last;
+};
+
+__device__ __forceinline__ QueryBlocks queryBlocksOf(const BackwardParams &p, const SequenceExtent &e, int32_t n0,
+                                                     int32_t blockM, int32_t blockN) {
+  const QueryBlocks none{0, -1};
+  if (e.seqQ <= 0 || n0 >= e.seqK) return none;
+  const int64_t sq = e.seqQ, sk = e.seqK;
+  const int64_t shift = sk - sq;  // bottom-right alignment: i' = i + shift
+  const int64_t nLast = (int64_t(n0) + blockN < sk ? int64_t(n0) + blockN : sk) - 1;
+  int64_t iMin = 0;
+  if (p.mask == int32_t(Mask::CausalTopLeft)) iMin = iMin > n0 ? iMin : n0;
+  if (p.mask == int32_t(Mask::CausalBottomRight)) iMin = iMin > n0 - shift ? iMin : n0 - shift;
+  if (p.windowRight >= 0) iMin = iMin > n0 - shift - p.windowRight ? iMin : n0 - shift - p.windowRight;
+  int64_t iMax = sq - 1;
+  if (p.windowLeft >= 0) iMax = iMax < nLast - shift + p.windowLeft ? iMax : nLast - shift + p.windowLeft;
+  if (iMin > sq - 1 || iMax < 0) return none;
+  return QueryBlocks{int32_t(iMin / blockM), int32_t(iMax / blockM)};
+}
+
+// True when every (row, key) of the block pair is inside the sequence and visible: no per-element masking needed.
+__device__ __forceinline__ bool blockFullyVisible(const BackwardParams &p, int32_t m0, int32_t n0, int32_t blockM,
+                                                  int32_t blockN, int32_t sq, int32_t sk) {
+  if (m0 + blockM > sq || n0 + blockN > sk) return false;
+  const RowKeys firstRow = rowKeys(p, m0, sq, sk);
+  const RowKeys lastRow = rowKeys(p, m0 + blockM - 1, sq, sk);
+  return lastRow.lo <= n0 && firstRow.hi >= n0 + blockN - 1;
+}
+
+__device__ __forceinline__ float alibiSlope(const BackwardParams &p, int32_t b, int32_t h) {
+  return p.alibiSlopes == nullptr ? 0.f : p.alibiSlopes[int64_t(b) * p.alibiBatchStride + h];
+}
+
+// Deterministic mode: the key blocks that add into one query block's dQ do so in ascending order. The counter of
+// (sequence, head, query block) holds the key block whose turn it is; it starts at 0 (memset per call) and the first
+// adder, whose predecessor key block does not see this query block, does not wait.
+__device__ __forceinline__ int32_t loadAcquire(const int32_t *address) {
+  int32_t value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
+  return value;
+}
+
+__device__ __forceinline__ void storeRelease(int32_t *address, int32_t value) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
+}
+
+// Whole CTA: returns once every earlier key block has added into this query block.
+__device__ __forceinline__ void waitForTurn(const int32_t *turn, int32_t keyBlock, bool firstAdder) {
+  if (!firstAdder && threadIdx.x == 0) {
+    while (loadAcquire(turn) != keyBlock) __nanosleep(64);
+  }
+  __syncthreads();
+}
+
+// Whole CTA, after its additions: hands the query block to the next key block.
+__device__ __forceinline__ void passTurn(int32_t *turn, int32_t keyBlock) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) storeRelease(turn, keyBlock + 1);
+}
+
+}  // namespace flashattn::cuda::backward

@@ -1,0 +1,143 @@
+// What the backward kernels receive (by value) and the tile configurations each instance compiles.
+//
+// The FlashAttention-2 backward runs three launches: a preprocess kernel (D = rowsum(dO * O), the LSE converted to
+// base 2, per query row, in the workspace), the main kernel (one CTA per (key block, KV head, sequence) keeps its K/V
+// block and the dK/dV accumulators on chip and walks the query blocks of every query head of its group; dQ is added
+// in FP32 into the workspace) and a convert kernel (FP32 dQ -> storage type, strided).
+//
+// Built on the host by launchBackward from AttnProblem + AttnBuffers; plain data. In-sequence indices fit in 32 bits
+// (planBackward rejects longer sequences); every address is formed in 64 bits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace flashattn::cuda::backward {
+
+struct BackwardParams {
+  const void *q = nullptr;
+  const void *k = nullptr;
+  const void *v = nullptr;
+  const void *o = nullptr;
+  const void *dO = nullptr;
+  const float *lse = nullptr;
+  void *dQ = nullptr;
+  void *dK = nullptr;
+  void *dV = nullptr;
+
+  // Workspace: per query row (see rowIndex) the FP32 row sums D and LSE * log2(e) (+inf for rows with no visible key,
+  // so their probabilities come out 0), the FP32 dQ accumulator [row][headDim], and in deterministic mode one
+  // counter per (sequence, head, query block) that orders the dQ additions of the key blocks.
+  float *rowDot = nullptr;
+  float *lseLog2 = nullptr;
+  float *dqAccum = nullptr;
+  int32_t *dqTurn = nullptr;
+
+  // Element strides (batch, head, row); ragged tensors have batch stride 0 and rows counted from cuSeqlens.
+  int64_t qBatch = 0, qHead = 0, qRow = 0;
+  int64_t kBatch = 0, kHead = 0, kRow = 0;
+  int64_t vBatch = 0, vHead = 0, vRow = 0;
+  int64_t oBatch = 0, oHead = 0, oRow = 0;
+  int64_t dOBatch = 0, dOHead = 0, dORow = 0;
+  int64_t dQBatch = 0, dQHead = 0, dQRow = 0;
+  int64_t dKBatch = 0, dKHead = 0, dKRow = 0;
+  int64_t dVBatch = 0, dVHead = 0, dVRow = 0;
+  int64_t lseBatch = 0, lseHead = 0, lseRow = 0;
+
+  int32_t batch = 0;
+  int32_t heads = 0;
+  int32_t kvHeads = 0;
+  int32_t headsPerKvHead = 1;  // query head h reads KV head h / headsPerKvHead
+  int32_t seqQ = 0;            // dense length, or the ragged bound maxSeqlenQ (clamps every sequence)
+  int32_t seqK = 0;            // dense length (capacity: dK/dV rows written), or maxSeqlenK
+  int32_t headDim = 0;         // the problem's; the instance's D may be larger (zero-filled columns)
+  int32_t keyBlocks = 0;       // ceil(seqK / BlockN): the fastest-varying part of the main kernel's 1-D grid
+  int32_t queryBlocks = 0;     // ceil(seqQ / BlockM): counters per (sequence, head) in deterministic mode
+
+  bool ragged = false;
+  const int32_t *cuSeqlensQ = nullptr;
+  const int32_t *cuSeqlensK = nullptr;
+  int64_t totalQ = 0;
+  int64_t totalK = 0;
+  const int32_t *seqlensK = nullptr;
+
+  float scale = 1.f;
+  float softcap = 0.f;
+  int32_t mask = 0;  // flashattn::Mask
+  int64_t windowLeft = -1;
+  int64_t windowRight = -1;
+  const float *alibiSlopes = nullptr;
+  int64_t alibiBatchStride = 0;
+
+  bool deterministic = false;
+};
+
+// One tile configuration of the tensor-core kernel: BlockM query rows x BlockN keys, 8 warps. The warps split
+//   S^T = K Q^T and dP^T = V dO^T (BlockN x BlockM) as SdpWarpsN x (8 / SdpWarpsN),
+//   dV += P^T dO and dK += dS^T Q (BlockN x D) as DkvWarpsN x (8 / DkvWarpsN),
+//   dQ = dS K (BlockM x D) as DqWarpsM x (8 / DqWarpsM).
+// DoubleBuffer loads the next query block (Q, dO, D, LSE) while the current one computes.
+struct MmaTile {
+  int blockM;
+  int blockN;
+  int sdpWarpsN;
+  int dkvWarpsN;
+  int dqWarpsM;
+  bool doubleBuffer;
+};
+
+constexpr int kBackwardWarps = 8;
+constexpr int kBackwardThreads = kBackwardWarps * 32;
+
+// Per instance head dim: the first tile whose shared memory fits the device is used (planBackward). The first entry
+// is tuned for sm80/sm90 (163-227 KB per block), the last fits the 99 KB of sm86/sm89.
+constexpr int kMaxMmaTiles = 3;
+struct MmaTileSet {
+  int count;
+  MmaTile tiles[kMaxMmaTiles];
+};
+
+constexpr MmaTileSet mmaTilesFor(int headDim) {
+  if (headDim <= 64)
+    return MmaTileSet{2, {MmaTile{128, 128, 4, 8, 4, true}, MmaTile{64, 64, 4, 4, 4, true}, MmaTile{}}};
+  if (headDim <= 96)
+    return MmaTileSet{2, {MmaTile{64, 128, 4, 4, 4, true}, MmaTile{64, 64, 4, 4, 4, true}, MmaTile{}}};
+  if (headDim <= 128)
+    return MmaTileSet{2, {MmaTile{64, 128, 4, 4, 4, true}, MmaTile{64, 64, 4, 4, 4, false}, MmaTile{}}};
+  if (headDim <= 192)
+    return MmaTileSet{2, {MmaTile{64, 64, 4, 2, 2, true}, MmaTile{32, 64, 4, 2, 2, false}, MmaTile{}}};
+  return MmaTileSet{3, {MmaTile{64, 64, 4, 2, 2, true}, MmaTile{64, 64, 4, 2, 2, false}, MmaTile{32, 32, 2, 2, 2, false}}};
+}
+
+// Shared memory of a tensor-core tile (16-bit elements): K, V (BlockN x D), Q, dO (BlockM x D, twice when double
+// buffered), P^T and dS^T (BlockN x BlockM), and the per-row D and LSE (FP32, once or twice).
+constexpr std::size_t mmaSharedBytes(const MmaTile &t, int headDim) {
+  const std::size_t stages = t.doubleBuffer ? 2 : 1;
+  return (2 * std::size_t(t.blockN) * headDim + 2 * stages * std::size_t(t.blockM) * headDim +
+          2 * std::size_t(t.blockN) * t.blockM) * 2 +
+         2 * stages * std::size_t(t.blockM) * 4;
+}
+
+// The FP32 kernel (plain FFMA, FP32-level accuracy): BlockM x BlockN tiles, 256 threads, one configuration.
+struct Fp32Tile {
+  int blockM;
+  int blockN;
+};
+constexpr Fp32Tile fp32TileFor(int headDim) { return headDim <= 128 ? Fp32Tile{32, 32} : Fp32Tile{16, 16}; }
+
+// K, V (BlockN rows) and Q, dO (BlockM rows) padded by one float per row, P^T and dS^T (BlockN x (BlockM + 1)), the
+// per-row D and LSE.
+constexpr std::size_t fp32SharedBytes(int headDim) {
+  const Fp32Tile t = fp32TileFor(headDim);
+  return (2 * std::size_t(t.blockN + t.blockM) * (headDim + 1) + 2 * std::size_t(t.blockN) * (t.blockM + 1) +
+          2 * std::size_t(t.blockM)) * 4;
+}
+
+// Defined once per (Element, instance head dim) by the generated instance files (backward_instance.cu.in):
+// launches the main kernel with tile `tileIndex` (tensor-core instances) or the FP32 kernel (Element float).
+template <typename Element, int HeadDim>
+cudaError_t launchMainInstance(const BackwardParams &params, int tileIndex, cudaStream_t stream);
+
+}  // namespace flashattn::cuda::backward
