@@ -543,10 +543,10 @@ static void testAttentionDescriptor(void) {
         (double)scale, (int)mask, (long long)left, (long long)right, (double)softcap, (const void *)gotSlopes,
         (int)perBatch, (int)deterministic);
 
-  /* Zero returns the scale to the default; NULL slopes turn ALiBi off. */
-  CHECK_OK(flashAttnSetAttentionScale(desc, 0.f));
+  /* A scale must be positive: zero is refused and the descriptor keeps its scale. NULL slopes turn ALiBi off. */
+  CHECK_STATUS(flashAttnSetAttentionScale(desc, 0.f), FLASHATTN_STATUS_BAD_PARAM);
   CHECK_OK(flashAttnGetAttentionScale(desc, &scale));
-  CHECK(scale == 0.f, "scale after reset %g", (double)scale);
+  CHECK(scale == 0.125f, "scale after a refused set %g", (double)scale);
   CHECK_OK(flashAttnSetAttentionAlibiSlopes(desc, NULL, 0));
   CHECK_OK(flashAttnGetAttentionAlibiSlopes(desc, &gotSlopes, &perBatch));
   CHECK(gotSlopes == NULL && perBatch == 0, "ALiBi still on: %p %d", (const void *)gotSlopes, (int)perBatch);
@@ -626,7 +626,7 @@ typedef struct {
   flashAttnMaskMode_t mask;
   int64_t windowLeft, windowRight;
   float softcap;
-  float scale; /* 0 = default */
+  float scale; /* 0 = leave the default 1/sqrt(headDim) */
   int useAlibi;
   double tolerance;
 } ForwardCase;
@@ -656,7 +656,7 @@ static void runForwardCase(flashAttnHandle_t handle, const ForwardCase *c) {
   tensorUpload(&v, vc);
 
   CHECK_OK(flashAttnCreateAttentionDescriptor(&attn));
-  CHECK_OK(flashAttnSetAttentionScale(attn, c->scale));
+  if (c->scale > 0) CHECK_OK(flashAttnSetAttentionScale(attn, c->scale));
   CHECK_OK(flashAttnSetAttentionMask(attn, c->mask));
   CHECK_OK(flashAttnSetAttentionWindow(attn, c->windowLeft, c->windowRight));
   CHECK_OK(flashAttnSetAttentionSoftcap(attn, c->softcap));
