@@ -490,40 +490,58 @@ class BadInput : public ::testing::Test {
   // ---------------------------------------------------------------------------------------------------------------
   // The case runner
 
-  void expectRejected(const std::string &name, const Statuses &allowed, const Keywords &keywords,
-                      const std::function<flashAttnStatus_t()> &call) {
-    SCOPED_TRACE("case: " + name);
+  // What one call did: its status, the last-error message after it, whether that message is still the sentinel's,
+  // the buffers whose bytes changed, and whether it left a CUDA error behind.
+  struct Outcome {
+    flashAttnStatus_t status = kSuccess;
+    std::string message;
+    bool staleMessage = false;
+    std::vector<std::string> changedBuffers;
+    bool errorStateClean = true;
+  };
+
+  Outcome observe(const std::function<flashAttnStatus_t()> &call) {
+    Outcome out;
     for (auto &b : buffers_) b->arm();
     std::vector<std::vector<uint8_t>> before;
     before.reserve(buffers_.size());
     for (auto &b : buffers_) before.push_back(b->snapshot());
-    ASSERT_EQ(flashAttnSetAttentionWindow(sentinel_, kSentinelWindow, 0), kBadParam);
+    if (flashAttnSetAttentionWindow(sentinel_, kSentinelWindow, 0) != kBadParam)
+      throw std::runtime_error("the sentinel failure did not fail");
     memory().clearCallerErrorState();
 
-    const flashAttnStatus_t got = call();
+    out.status = call();
 
-    const std::string message = fa_test::lastError();
-    const std::string body = messageBody(message);
-    EXPECT_NE(std::find(allowed.begin(), allowed.end(), got), allowed.end())
-        << name << ": got " << statusName(got) << ", expected " << statusList(allowed) << "; message: " << message;
-    if (got != kSuccess) {
-      EXPECT_EQ(message.find(std::to_string(kSentinelWindow)), std::string::npos)
-          << name << ": the call failed without setting a message";
+    out.message = fa_test::lastError();
+    out.staleMessage = out.message.find(std::to_string(kSentinelWindow)) != std::string::npos;
+    for (size_t i = 0; i < buffers_.size(); ++i) {
+      const std::vector<uint8_t> after = buffers_[i]->snapshot();
+      if (after == before[i]) continue;
+      size_t at = 0;
+      while (after[at] == before[i][at]) ++at;
+      out.changedBuffers.push_back(buffers_[i]->name() + " (first changed byte " + std::to_string(at) + " of " +
+                                   std::to_string(after.size()) + ")");
+    }
+    out.errorStateClean = memory().callerErrorStateClean();
+    return out;
+  }
+
+  void expectRejected(const std::string &name, const Statuses &allowed, const Keywords &keywords,
+                      const std::function<flashAttnStatus_t()> &call) {
+    const Outcome out = observe(call);
+    const bool expectedStatus = std::find(allowed.begin(), allowed.end(), out.status) != allowed.end();
+    EXPECT_TRUE(expectedStatus) << name << ": got " << statusName(out.status) << ", expected "
+                                << statusList(allowed) << "; message: " << out.message;
+    if (out.status != kSuccess) {
+      const std::string body = messageBody(out.message);
+      EXPECT_FALSE(out.staleMessage) << name << ": the call failed without setting a message";
       EXPECT_FALSE(body.empty()) << name << ": empty message";
       bool named = false;
       for (const std::string &k : keywords) named = named || mentions(body, k);
-      EXPECT_TRUE(named) << name << ": message \"" << message << "\" names none of " << keywordList(keywords);
+      EXPECT_TRUE(named) << name << ": message \"" << out.message << "\" names none of " << keywordList(keywords);
     }
-    for (size_t i = 0; i < buffers_.size(); ++i) {
-      const std::vector<uint8_t> after = buffers_[i]->snapshot();
-      if (after != before[i]) {
-        size_t at = 0;
-        while (after[at] == before[i][at]) ++at;
-        ADD_FAILURE() << name << ": buffer " << buffers_[i]->name() << " changed at byte " << at << " of "
-                      << after.size();
-      }
-    }
-    EXPECT_TRUE(memory().callerErrorStateClean()) << name << ": the failed call left a CUDA error behind";
+    for (const std::string &changed : out.changedBuffers) ADD_FAILURE() << name << ": buffer " << changed;
+    EXPECT_TRUE(out.errorStateClean) << name << ": the failed call left a CUDA error behind";
     ++g_totalCases;
   }
 
@@ -608,6 +626,24 @@ TEST_F(BadInput, BaselineCallsSucceed) {
   EXPECT_EQ(decode().support(nullptr, 0, nullptr), kSuccess) << "CheckSupport decode: " << fa_test::lastError();
   EXPECT_EQ(merge().support(nullptr, 0, nullptr), kSuccess) << "CheckSupport merge: " << fa_test::lastError();
   EXPECT_TRUE(memory().callerErrorStateClean());
+}
+
+// The detectors themselves: a valid forward seen through the same machinery must show up as written outputs and as a
+// call that set no new message, so a library that wrote outputs or stayed silent on failure could not pass a case.
+TEST_F(BadInput, DetectorsSeeWritesAndStaleMessages) {
+  const Outcome out = observe([&] { return forward().run(); });
+  if (out.status != kSuccess) GTEST_SKIP() << "the valid forward does not run here: " << out.message;
+  EXPECT_TRUE(out.staleMessage) << "a successful call must keep the previous message: " << out.message;
+  const auto changed = [&](const std::string &name) {
+    return std::any_of(out.changedBuffers.begin(), out.changedBuffers.end(),
+                       [&](const std::string &c) { return c.rfind(name + " (", 0) == 0; });
+  };
+  EXPECT_TRUE(changed("O")) << "the canary did not see the forward write O";
+  EXPECT_TRUE(changed("LSE")) << "the canary did not see the forward write LSE";
+  EXPECT_FALSE(changed("Q")) << "the forward wrote its input Q";
+  EXPECT_TRUE(out.errorStateClean);
+  EXPECT_TRUE(mentions("K has 3 heads", "K") && !mentions("dK has 3 heads", "K") && mentions("bad Stride", "stride") &&
+              !mentions("KV heads", "K"));
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -1234,7 +1270,7 @@ TEST_F(BadInput, MismatchedDimensions) {
 TEST_F(BadInput, LseShapes) {
   auto lseSeq = makeDesc(kFp32, {B, H, SQ + 1});
   auto lseHeads = makeDesc(kFp32, {B, H - 1, SQ});
-  auto lseOverlap = makeDesc(kFp32, {B, H, SQ}, {H * SQ, SQ, 0});
+  auto lseOverlap = makeDesc(kFp32, {B, H, SQ}, {SQ, 0, 1});  // all heads of a batch write the same row
   auto c = forward();
   c.lseDesc = *lseSeq;
   rejectEverywhere("forward: LSE seqQ 9, Q 8", {kBadParam}, {"LSE"}, c, kOpAndSize);
@@ -1243,7 +1279,7 @@ TEST_F(BadInput, LseShapes) {
   rejectEverywhere("forward: LSE 3 heads, Q 4", {kBadParam}, {"LSE"}, c, kOpAndSize);
   c = forward();
   c.lseDesc = *lseOverlap;
-  rejectEverywhere("forward: LSE rows overlapping (stride 0)", {kBadParam}, {"LSE"}, c, kOpAndSize);
+  rejectEverywhere("forward: LSE heads overlapping (head stride 0)", {kBadParam}, {"LSE"}, c, kOpAndSize);
   auto bw = backward();
   bw.lseDesc = *lseSeq;
   rejectEverywhere("backward: LSE seqQ 9, Q 8", {kBadParam}, {"LSE"}, bw, kOpAndSize);
