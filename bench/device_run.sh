@@ -88,7 +88,7 @@ step() {
   shift 2
   local left
   left=$(($(remaining) - 15))
-  if [ "$left" -lt 20 ]; then
+  if [ "$left" -lt 5 ]; then
     printf '%-24s SKIPPED (budget spent)\n' "$name" | tee -a "$STEPS"
     FAILED_STEPS+=("$name")
     echo "skipped: the ${BUDGET}s budget was spent" >"$LOGS/$name.log"
