@@ -22,7 +22,8 @@
 # Environment: BUILD_JOBS (16), CMAKE_ARGS (extra configure arguments), CTEST_ARGS (extra, e.g. "-R forward"),
 # SANITIZE_TOOLS ("memcheck racecheck initcheck synccheck"), SANITIZE_FILTER (regex on test executable names),
 # BENCH_ARGS (extra flashattn-bench arguments, e.g. "--dtype bf16 --dim 128"), FLASHATTN_BENCH_COMMIT (recorded in
-# ours.json), BUILD_DIR (build folder without the preset; default build-device), DEVICE_BUDGET_S (570: the whole script stops its steps before the device tool's 10-minute limit).
+# ours.json), BUILD_DIR (build folder, bypassing the preset; default build-device), DEVICE_BUDGET_S (570: the
+# script cuts its steps short so that it ends before the device tool's 10-minute limit).
 set -u
 
 OUT="${OUT:?OUT must name the folder whose files come back}"
@@ -79,7 +80,8 @@ write_summary() {
       tail -n 40 "$LOGS/$s.log" 2>/dev/null
     done
   } >"$SUMMARY"
-  tar -czf "$OUT/logs.tar.gz.tmp" -C "$(dirname "$LOGS")" logs 2>/dev/null && mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
+  tar -czf "$OUT/logs.tar.gz.tmp" -C "$(dirname "$LOGS")" logs 2>/dev/null &&
+    mv "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
 }
 
 # step NAME TIMEOUT_S COMMAND...: runs COMMAND with its output in $LOGS/NAME.log, within the budget left.
@@ -103,7 +105,11 @@ step() {
   rc=$?
   local dt=$(($(date +%s) - t0))
   local status=ok
-  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then status="TIMEOUT after ${limit}s"; elif [ $rc -ne 0 ]; then status="FAILED rc=$rc"; fi
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    status="TIMEOUT after ${limit}s"
+  elif [ $rc -ne 0 ]; then
+    status="FAILED rc=$rc"
+  fi
   printf '%-24s %-22s %5d s\n' "$name" "$status" "$dt" | tee -a "$STEPS"
   if [ $rc -ne 0 ]; then
     FAILED_STEPS+=("$name")
@@ -114,7 +120,8 @@ step() {
 }
 
 # ---------------------------------------------------------------------------------------------------------- info
-step nvidia-smi 30 bash -c 'nvidia-smi -L && nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit,temperature.gpu --format=csv'
+step nvidia-smi 30 bash -c 'nvidia-smi -L && nvidia-smi --format=csv \
+  --query-gpu=name,driver_version,clocks.max.sm,clocks.sm,power.limit,temperature.gpu'
 
 # ---------------------------------------------------------------------------------------------------------- build
 # The build folder: the `device` configure preset's binaryDir when there is one, else build-device.
@@ -155,7 +162,8 @@ build() {
     step configure 300 cmake --preset device ${CMAKE_ARGS:-} || return 1
   else
     # shellcheck disable=SC2086
-    step configure 300 cmake -S . -B "$BUILD" -G Ninja -DFLASHATTN_CUDA_ARCHITECTURES=90-real ${CMAKE_ARGS:-} || return 1
+    step configure 300 cmake -S . -B "$BUILD" -G Ninja -DFLASHATTN_CUDA_ARCHITECTURES=90-real ${CMAKE_ARGS:-} ||
+      return 1
   fi
   step build 540 cmake --build "$BUILD" -j "$JOBS" || return 1
   built=1
@@ -221,7 +229,8 @@ fi
 if wants bench; then
   if [ $built -eq 1 ]; then
     # shellcheck disable=SC2086
-    step "bench-$sweep_bench" 540 "$BUILD/bench/flashattn-bench" --sweep "$sweep_bench" --json "$OUT/ours.json" ${BENCH_ARGS:-}
+    step "bench-$sweep_bench" 540 "$BUILD/bench/flashattn-bench" --sweep "$sweep_bench" --json "$OUT/ours.json" \
+      ${BENCH_ARGS:-}
     # The table part of the bench's output is what the lead reads first.
     sed -n '/^shape /,$p' "$LOGS/bench-$sweep_bench.log" | head -n 200
   else

@@ -69,18 +69,24 @@ size_t elementBytes(flashAttnDataType_t t) { return t == FLASHATTN_DATA_FP32 ? 4
 
 const char *dtypeName(flashAttnDataType_t t) {
   switch (t) {
-    case FLASHATTN_DATA_FP16: return "fp16";
-    case FLASHATTN_DATA_BF16: return "bf16";
-    default: return "fp32";
+    case FLASHATTN_DATA_FP16:
+      return "fp16";
+    case FLASHATTN_DATA_BF16:
+      return "bf16";
+    default:
+      return "fp32";
   }
 }
 
 // Normwise gates of design/TESTING.md; the HOST result rounds to the same storage type as ours.
 double normwiseGate(flashAttnDataType_t t) {
   switch (t) {
-    case FLASHATTN_DATA_BF16: return 5e-3;
-    case FLASHATTN_DATA_FP16: return 6e-4;
-    default: return 1e-5;
+    case FLASHATTN_DATA_BF16:
+      return 5e-3;
+    case FLASHATTN_DATA_FP16:
+      return 6e-4;
+    default:
+      return 1e-5;
   }
 }
 constexpr double kLseGate = 1e-4;
@@ -156,7 +162,10 @@ class HostBlock {
     if (!ptr_) throw std::runtime_error("out of host memory allocating " + std::to_string(bytes) + " bytes");
   }
   ~HostBlock() { std::free(ptr_); }
-  HostBlock(HostBlock &&o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; o.bytes_ = 0; }
+  HostBlock(HostBlock &&o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
   HostBlock &operator=(HostBlock &&o) noexcept {
     std::swap(ptr_, o.ptr_);
     std::swap(bytes_, o.bytes_);
@@ -657,14 +666,13 @@ std::string shapeText(const Row &r) {
   char buf[256];
   if (r.kind == "decode") {
     std::snprintf(buf, sizeof buf, "decode %s B=%lld H=%lld/%lld Sq=%lld L=%lld D=%lld%s%s%s", dtypeName(r.dtype),
-                  (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk,
-                  (long long)r.D, r.causal ? " causal" : "",
-                  r.pageSize ? (" page=" + std::to_string(r.pageSize)).c_str() : "",
+                  (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk, (long long)r.D,
+                  r.causal ? " causal" : "", r.pageSize ? (" page=" + std::to_string(r.pageSize)).c_str() : "",
                   r.chunks ? (" chunks=" + std::to_string(r.chunks)).c_str() : "");
   } else {
-    std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%lld%s", r.op.c_str(),
-                  dtypeName(r.dtype), (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq,
-                  (long long)r.Sk, (long long)r.D, r.causal ? " causal" : "");
+    std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%lld%s", r.op.c_str(), dtypeName(r.dtype),
+                  (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk, (long long)r.D,
+                  r.causal ? " causal" : "");
   }
   return buf;
 }
@@ -735,10 +743,14 @@ void usage(FILE *f) {
 }
 
 bool parseDtype(const std::string &s, flashAttnDataType_t *t) {
-  if (s == "bf16" || s == "bfloat16") *t = FLASHATTN_DATA_BF16;
-  else if (s == "fp16" || s == "float16" || s == "half") *t = FLASHATTN_DATA_FP16;
-  else if (s == "fp32" || s == "float32" || s == "float") *t = FLASHATTN_DATA_FP32;
-  else return false;
+  if (s == "bf16" || s == "bfloat16")
+    *t = FLASHATTN_DATA_BF16;
+  else if (s == "fp16" || s == "float16" || s == "half")
+    *t = FLASHATTN_DATA_FP16;
+  else if (s == "fp32" || s == "float32" || s == "float")
+    *t = FLASHATTN_DATA_FP32;
+  else
+    return false;
   return true;
 }
 
@@ -762,12 +774,13 @@ Options parseOptions(int argc, char **argv) {
     auto integer = [&](int64_t lo) {
       const char *v = value();
       int64_t x;
-      if (!parseInt(v, lo, &x)) throw std::invalid_argument(a + " " + v + ": expected an integer >= " + std::to_string(lo));
+      if (!parseInt(v, lo, &x))
+        throw std::invalid_argument(a + " " + v + ": expected an integer >= " + std::to_string(lo));
       return x;
     };
-    static const char *const kShapeOptions[] = {"--op", "--dtype", "--batch", "--heads", "--kv-heads", "--seq",
-                                                "--seqk", "--dim", "--qtokens", "--causal", "--chunks",
-                                                "--page-size", "--sweep"};
+    static const char *const kShapeOptions[] = {"--op",     "--dtype",     "--batch", "--heads",   "--kv-heads",
+                                                "--seq",    "--seqk",      "--dim",   "--qtokens", "--causal",
+                                                "--chunks", "--page-size", "--sweep"};
     for (const char *name : kShapeOptions)
       if (a == name) o.demo = false;
     if (a == "--help" || a == "-h") {
@@ -781,42 +794,61 @@ Options parseOptions(int argc, char **argv) {
       const std::string v = value();
       if (!parseDtype(v, &o.dtype)) throw std::invalid_argument("--dtype " + v + ": expected bf16, fp16 or fp32");
       o.dtypeGiven = true;
-    } else if (a == "--batch") o.batch = integer(1);
-    else if (a == "--heads") o.heads = integer(1);
-    else if (a == "--kv-heads") o.kvHeads = integer(1);
-    else if (a == "--seq") o.seq = integer(1);
-    else if (a == "--seqk") o.seqK = integer(1);
+    } else if (a == "--batch")
+      o.batch = integer(1);
+    else if (a == "--heads")
+      o.heads = integer(1);
+    else if (a == "--kv-heads")
+      o.kvHeads = integer(1);
+    else if (a == "--seq")
+      o.seq = integer(1);
+    else if (a == "--seqk")
+      o.seqK = integer(1);
     else if (a == "--dim") {
       o.dim = integer(1);
       o.dimGiven = true;
-    } else if (a == "--qtokens") o.qTokens = integer(1);
-    else if (a == "--causal") o.causal = true;
-    else if (a == "--chunks") o.chunks = int32_t(integer(0));
-    else if (a == "--page-size") o.pageSize = integer(0);
-    else if (a == "--iters") o.iters = int(integer(1));
-    else if (a == "--warmup") o.warmup = int(integer(0));
-    else if (a == "--json") o.json = value();
+    } else if (a == "--qtokens")
+      o.qTokens = integer(1);
+    else if (a == "--causal")
+      o.causal = true;
+    else if (a == "--chunks")
+      o.chunks = int32_t(integer(0));
+    else if (a == "--page-size")
+      o.pageSize = integer(0);
+    else if (a == "--iters")
+      o.iters = int(integer(1));
+    else if (a == "--warmup")
+      o.warmup = int(integer(0));
+    else if (a == "--json")
+      o.json = value();
     else if (a == "--sweep") {
       o.sweep = value();
       if (o.sweep != "prefill" && o.sweep != "decode" && o.sweep != "all")
         throw std::invalid_argument("--sweep " + o.sweep + ": expected prefill, decode or all");
     } else if (a == "--layout") {
       const std::string v = value();
-      if (v == "bhsd") o.layout = Layout::BHSD;
-      else if (v == "bshd") o.layout = Layout::BSHD;
-      else throw std::invalid_argument("--layout " + v + ": expected bhsd or bshd");
+      if (v == "bhsd")
+        o.layout = Layout::BHSD;
+      else if (v == "bshd")
+        o.layout = Layout::BSHD;
+      else
+        throw std::invalid_argument("--layout " + v + ": expected bhsd or bshd");
     } else if (a == "--check-gflop") {
       const char *v = value();
       char *end = nullptr;
       o.checkGflop = std::strtod(v, &end);
-      if (!end || *end || !(o.checkGflop > 0)) throw std::invalid_argument(std::string("--check-gflop ") + v + ": expected a number > 0");
-    } else if (a == "--no-check") o.check = false;
+      if (!end || *end || !(o.checkGflop > 0))
+        throw std::invalid_argument(std::string("--check-gflop ") + v + ": expected a number > 0");
+    } else if (a == "--no-check")
+      o.check = false;
     else if (a == "--backend") {
       o.backend = value();
       if (o.backend != "auto" && o.backend != "cuda" && o.backend != "host")
         throw std::invalid_argument("--backend " + o.backend + ": expected auto, cuda or host");
-    } else if (a == "--device") o.device = int(integer(0));
-    else throw std::invalid_argument("unknown option " + a);
+    } else if (a == "--device")
+      o.device = int(integer(0));
+    else
+      throw std::invalid_argument("unknown option " + a);
   }
   if (o.kvHeads == 0) o.kvHeads = o.heads;
   if (o.seqK == 0) o.seqK = o.seq;
@@ -960,9 +992,8 @@ std::vector<double> Bench::timeCalls(const std::function<flashAttnStatus_t(int64
   return ms;
 }
 
-std::string Bench::support(flashAttnOperation_t op, flashAttnAttentionDescriptor_t attn,
-                           flashAttnSeqDescriptor_t seq, flashAttnTensorDescriptor_t q,
-                           flashAttnTensorDescriptor_t k, flashAttnTensorDescriptor_t v,
+std::string Bench::support(flashAttnOperation_t op, flashAttnAttentionDescriptor_t attn, flashAttnSeqDescriptor_t seq,
+                           flashAttnTensorDescriptor_t q, flashAttnTensorDescriptor_t k, flashAttnTensorDescriptor_t v,
                            flashAttnTensorDescriptor_t o) {
   char text[512] = {};
   int32_t deterministic = 0;
@@ -996,11 +1027,11 @@ void Bench::writeJson() const {
   const std::time_t now = std::time(nullptr);
   std::strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   int32_t version = flashAttnGetVersion();
-  std::fprintf(f, "[\n {\"kind\": \"meta\", \"backend\": %s, \"device\": %s, \"version\": \"%d.%d.%d\", "
+  std::fprintf(f,
+               "[\n {\"kind\": \"meta\", \"backend\": %s, \"device\": %s, \"version\": \"%d.%d.%d\", "
                "\"commit\": %s, \"date\": \"%s\", \"iters\": %d, \"warmup\": %d}",
-               jsonString(backendName_).c_str(), jsonString(deviceName_).c_str(), version / 10000,
-               version / 100 % 100, version % 100, jsonString(commit ? commit : "").c_str(), date, opt_.iters,
-               opt_.warmup);
+               jsonString(backendName_).c_str(), jsonString(deviceName_).c_str(), version / 10000, version / 100 % 100,
+               version % 100, jsonString(commit ? commit : "").c_str(), date, opt_.iters, opt_.warmup);
   for (const Row &r : rows_) std::fprintf(f, ",\n %s", rowJson(r).c_str());
   std::fprintf(f, "\n]\n");
   const bool ok = std::fclose(f) == 0;
@@ -1085,7 +1116,8 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
 
   auto fail = [&](Row &row, const std::exception &e) {
     row.error = e.what();
-    if (auto *api = dynamic_cast<const ApiError *>(&e)) row.notSupported = api->status == FLASHATTN_STATUS_NOT_SUPPORTED;
+    if (auto *api = dynamic_cast<const ApiError *>(&e))
+      row.notSupported = api->status == FLASHATTN_STATUS_NOT_SUPPORTED;
   };
 
   bool forwardOk = false;
@@ -1115,8 +1147,8 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
              "flashAttnForwardGetWorkspaceSize");
     Buffer ws(mem_, wsBytes);
     auto run = [&](int64_t) {
-      return flashAttnForward(handle_, *attn, nullptr, *qD, dq->get(), *kD, dk->get(), *vD, dv->get(), *oD,
-                              dout->get(), *lD, static_cast<float *>(dlse->get()), ws.get(), wsBytes);
+      return flashAttnForward(handle_, *attn, nullptr, *qD, dq->get(), *kD, dk->get(), *vD, dv->get(), *oD, dout->get(),
+                              *lD, static_cast<float *>(dlse->get()), ws.get(), wsBytes);
     };
     dout->poison();
     dlse->poison();
@@ -1160,8 +1192,8 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
         fwd.normwise = e.normwise();
         fwd.lseErr = le.mismatched ? INFINITY : le.maxAbs;
         fwd.pass = fwd.normwise <= normwiseGate(s.dtype) && fwd.lseErr <= kLseGate;
-        fwd.checkScope = pickText("batch", "batches", batch, s.B) + ", " + pickText("head", "heads", heads.q, s.H) + ", " +
-                         pickText("row", "rows", rows, s.Sq);
+        fwd.checkScope = pickText("batch", "batches", batch, s.B) + ", " + pickText("head", "heads", heads.q, s.H) +
+                         ", " + pickText("row", "rows", rows, s.Sq);
         if (e.nonFinite) fwd.checkScope += ", " + std::to_string(e.nonFinite) + " non-finite outputs";
         fwd.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
@@ -1208,8 +1240,8 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
       std::vector<std::string> scope;
       // One HOST backward over a slice: Q rows `rows` against keys `keys`. P is recomputed from the saved LSE, so
       // a slice of keys gives exact dK/dV for those keys and a slice of rows exact dQ for those rows.
-      auto hostBackward = [&](const Pick &batch, const HeadPick &heads, const Pick &rows, const Pick &keys,
-                              bool wantDq, bool wantDkv) {
+      auto hostBackward = [&](const Pick &batch, const HeadPick &heads, const Pick &rows, const Pick &keys, bool wantDq,
+                              bool wantDkv) {
         const View q1 = qv.pick(0, batch).pick(1, heads.q).pick(2, rows);
         const View k1 = kv.pick(0, batch).pick(1, heads.kv).pick(2, keys);
         const View l1 = lv.pick(0, batch).pick(1, heads.q).pick(2, rows);
@@ -1223,19 +1255,22 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
                  "HOST flashAttnBackwardGetWorkspaceSize");
         HostBlock hws(hostWs);
         const size_t qo = size_t(q1.offset) * es, ko = size_t(k1.offset) * es;
-        apiCheck(flashAttnBackward(host_, *attn, nullptr, q1D, hq.data() + qo, k1D, hk.data() + ko, k1D,
-                                   hv.data() + ko, q1D, ho.data() + qo, q1D, hdo.data() + qo, l1D,
-                                   reinterpret_cast<const float *>(lse1.data()), qRD, rq.data(), kRD, rk.data(), kRD,
-                                   rv.data(), hostWs ? hws.data() : nullptr, hostWs),
-                 "HOST flashAttnBackward");
+        apiCheck(
+            flashAttnBackward(host_, *attn, nullptr, q1D, hq.data() + qo, k1D, hk.data() + ko, k1D, hv.data() + ko, q1D,
+                              ho.data() + qo, q1D, hdo.data() + qo, l1D, reinterpret_cast<const float *>(lse1.data()),
+                              qRD, rq.data(), kRD, rk.data(), kRD, rv.data(), hostWs ? hws.data() : nullptr, hostWs),
+            "HOST flashAttnBackward");
         if (wantDq) eq = compare(gq.data(), q1, rq.data(), qRef, s.dtype);
         if (wantDkv) {
           ek = compare(gk.data(), k1, rk.data(), kRef, s.dtype);
           ev = compare(gv.data(), k1, rv.data(), kRef, s.dtype);
         }
-        scope.push_back(std::string(wantDq && wantDkv ? "dQ dK dV" : wantDq ? "dQ" : "dK dV") + " on " +
-                        pickText("batch", "batches", batch, s.B) + ", " + pickText("head", "heads", heads.q, s.H) + ", " +
-                        pickText("row", "rows", rows, s.Sq) + ", " + pickText("key", "keys", keys, s.Sk));
+        scope.push_back(std::string(wantDq && wantDkv ? "dQ dK dV"
+                                    : wantDq          ? "dQ"
+                                                      : "dK dV") +
+                        " on " + pickText("batch", "batches", batch, s.B) + ", " +
+                        pickText("head", "heads", heads.q, s.H) + ", " + pickText("row", "rows", rows, s.Sq) + ", " +
+                        pickText("key", "keys", keys, s.Sk));
       };
       const double perPair = double(s.D) * 10;  // recompute S and dP, then dS, dQ, dK, dV
       if (double(s.B) * s.H * s.Sq * s.Sk * perPair <= budgetFlops()) {
@@ -1402,11 +1437,11 @@ void Bench::decode(const DecodeShape &s) {
       apiCheck(flashAttnDecodeChunkGetWorkspaceSize(host_, attn, hostSeq, q1D, c1D, c1D, o1D, l1D, s.chunks, &hostWs),
                "HOST flashAttnDecodeChunkGetWorkspaceSize");
       HostBlock hws(hostWs);
-      apiCheck(flashAttnDecodeChunk(host_, attn, hostSeq, q1D, hq.data() + q1.offset * es, c1D,
-                                    hk.data() + c1.offset * es, c1D, hv.data() + c1.offset * es, o1D, refO.data(),
-                                    l1D, reinterpret_cast<float *>(refL.data()), s.chunks,
-                                    hostWs ? hws.data() : nullptr, hostWs),
-               "HOST flashAttnDecodeChunk");
+      apiCheck(
+          flashAttnDecodeChunk(host_, attn, hostSeq, q1D, hq.data() + q1.offset * es, c1D, hk.data() + c1.offset * es,
+                               c1D, hv.data() + c1.offset * es, o1D, refO.data(), l1D,
+                               reinterpret_cast<float *>(refL.data()), s.chunks, hostWs ? hws.data() : nullptr, hostWs),
+          "HOST flashAttnDecodeChunk");
       const ErrorStats e = compare(ho.data(), q1, refO.data(), oRef, s.dtype);
       const LseStats le = compareLse(reinterpret_cast<const float *>(hl.data()), l1,
                                      reinterpret_cast<const float *>(refL.data()), lRef);
@@ -1423,7 +1458,8 @@ void Bench::decode(const DecodeShape &s) {
     row.kvGBps = kvBytes / (row.ms * 1e-3) / 1e9;
   } catch (const std::exception &e) {
     row.error = e.what();
-    if (auto *api = dynamic_cast<const ApiError *>(&e)) row.notSupported = api->status == FLASHATTN_STATUS_NOT_SUPPORTED;
+    if (auto *api = dynamic_cast<const ApiError *>(&e))
+      row.notSupported = api->status == FLASHATTN_STATUS_NOT_SUPPORTED;
   }
   record(row);
 }
@@ -1468,16 +1504,19 @@ Plan makePlan(const Options &o, bool cuda) {
         }
     }
     if (o.sweep == "decode" || o.sweep == "all") {
-      const std::pair<int64_t, int64_t> shapes[] = {{1, 8192}, {1, 65536}, {1, 131072}, {8, 8192},
-                                                     {8, 32768}, {32, 4096}, {64, 8192}};
-      for (const auto &[B, L] : shapes) p.decode.push_back({FLASHATTN_DATA_BF16, B, 32, 8, 1, L, 128, false, o.chunks, o.pageSize});
+      const std::pair<int64_t, int64_t> shapes[] = {{1, 8192},  {1, 65536}, {1, 131072}, {8, 8192},
+                                                    {8, 32768}, {32, 4096}, {64, 8192}};
+      for (const auto &[B, L] : shapes)
+        p.decode.push_back({FLASHATTN_DATA_BF16, B, 32, 8, 1, L, 128, false, o.chunks, o.pageSize});
     }
     if (o.op == "decode") p.prefill.clear();
     if (o.op == "fwd" || o.op == "bwd") p.decode.clear();
     return p;
   }
   if (p.fwd || p.bwd) p.prefill.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.seq, o.seqK, o.dim, o.causal});
-  if (decodeOp) p.decode.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.qTokens, o.seqK, o.dim, o.causal, o.chunks, o.pageSize});
+  if (decodeOp)
+    p.decode.push_back(
+        {o.dtype, o.batch, o.heads, o.kvHeads, o.qTokens, o.seqK, o.dim, o.causal, o.chunks, o.pageSize});
   return p;
 }
 

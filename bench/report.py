@@ -157,7 +157,8 @@ def table(header, rows):
 
 
 def markdown_table(header, rows):
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|"]
+    align = "|".join("---" if i == 0 else "---:" for i in range(len(header)))
+    out = ["| " + " | ".join(header) + " |", "|" + align + "|"]
     out += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(out)
 
