@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/half.hpp"
+#include "raw_enum_calls.h"
 #include "tensors.hpp"
 
 namespace fa_bad {
@@ -569,12 +570,12 @@ class BadInput : public ::testing::Test {
   }
 
   // A tensor descriptor setter case: the descriptor must read back exactly as before.
-  void expectSetRejected(const std::string &name, const Keywords &keywords, flashAttnDataType_t t, int32_t rank,
+  void expectSetRejected(const std::string &name, const Keywords &keywords, int32_t dataType, int32_t rank,
                          const int64_t *dims, const int64_t *strides) {
     fa_test::TensorDesc desc;
     ASSERT_EQ(desc.set(kFp16, {B, H, SQ, D}, packed({B, H, SQ, D})), kSuccess);
     expectRejected(name, {kBadParam}, keywords,
-                   [&] { return flashAttnSetTensorDescriptor(desc, t, rank, dims, strides); });
+                   [&] { return rawSetTensorDescriptor(desc, dataType, rank, dims, strides); });
     flashAttnDataType_t gotType = kFp32;
     int32_t gotRank = 0;
     int64_t gotDims[4] = {}, gotStrides[4] = {};
@@ -857,7 +858,7 @@ TEST_F(BadInput, NullOutputPointersAndBadEnums) {
   flashAttnHandle_t untouched = reinterpret_cast<flashAttnHandle_t>(&untouched);
   for (int backend : {3, -1, 1000}) {
     expectRejected("CreateWithBackend: backend " + std::to_string(backend), {kBadParam}, {"backend"},
-                   [&] { return flashAttnCreateWithBackend(&untouched, flashAttnBackend_t(backend)); });
+                   [&] { return rawCreateWithBackend(&untouched, backend); });
     EXPECT_EQ(untouched, reinterpret_cast<flashAttnHandle_t>(&untouched)) << "handle written on failure";
   }
   expectRejected("CreateTensorDescriptor: NULL", {kBadParam}, {"desc"},
@@ -899,8 +900,7 @@ TEST_F(BadInput, NullOutputPointersAndBadEnums) {
     char text[16];
     std::memset(text, 0x5A, sizeof text);
     expectRejected("CheckSupport: operation " + std::to_string(op), {kBadParam}, {"operation"}, [&] {
-      return flashAttnCheckSupport(handle_, flashAttnOperation_t(op), attn_, nullptr, *qD_, *kD_, *vD_, *oD_, text,
-                                   sizeof text, nullptr);
+      return rawCheckSupport(handle_, op, attn_, *qD_, *kD_, *vD_, *oD_, text, sizeof text);
     });
     EXPECT_TRUE(std::all_of(text, text + sizeof text, [](char c) { return c == 0x5A; }));
   }
@@ -988,7 +988,7 @@ TEST_F(BadInput, NullDataPointers) {
 TEST_F(BadInput, TensorDescriptorValues) {
   const Dims dims{B, H, SQ, D}, strides = packed(dims);
   for (int dtype : {3, -1, 255})
-    expectSetRejected("Set: dataType " + std::to_string(dtype), {"dataType", "type"}, flashAttnDataType_t(dtype), 4,
+    expectSetRejected("Set: dataType " + std::to_string(dtype), {"dataType", "type"}, dtype, 4,
                       dims.data(), strides.data());
   for (int rank : {0, -1, FLASHATTN_MAX_TENSOR_RANK + 1}) {
     const Dims many(16, 2), manyStrides(16, 1);
@@ -1541,7 +1541,7 @@ TEST_F(BadInput, AttentionAttributes) {
   for (int bad : {3, -1}) {
     const std::string name = "SetAttentionMask(" + std::to_string(bad) + ")";
     expectRejected(name, {kBadParam}, {"mask"},
-                   [&] { return flashAttnSetAttentionMask(desc, flashAttnMaskMode_t(bad)); });
+                   [&] { return rawSetAttentionMask(desc, bad); });
     unchanged(name);
   }
   for (int bad : {2, -1}) {
