@@ -586,6 +586,10 @@ HostBlock gatherFloats(const float *src, const View &v) {
   return out;
 }
 
+bool sameBytes(const HostBlock &a, const HostBlock &b) {
+  return a.bytes() == b.bytes() && std::memcmp(a.data(), b.data(), a.bytes()) == 0;
+}
+
 // ---------------------------------------------------------------------------------------------------------------------
 // Results
 
@@ -601,9 +605,21 @@ struct Row {
   double ms = NAN, tflops = NAN, kvGBps = NAN;
   bool checked = false, pass = false;
   double maxErr = NAN, normwise = NAN, lseErr = NAN, checkSeconds = 0;
+  int deterministic = -1;  // 1/0: the output after the timed calls is bitwise the checked one; -1: not looked at
   std::string checkScope, error;
   bool notSupported = false;
 };
+
+// Forward and decode promise bitwise equal results run to run (API.md): the output left by the last timed call must
+// be the one that was checked.
+void checkRepeatable(Row &row, const HostBlock &checkedO, const HostBlock &checkedLse, const Buffer &o,
+                     const Buffer &lse) {
+  row.deterministic = sameBytes(checkedO, o.download()) && sameBytes(checkedLse, lse.download());
+  if (!row.deterministic) {
+    row.pass = false;
+    row.checkScope += "; the output of the last timed call differs bitwise from the checked one";
+  }
+}
 
 std::string jsonString(const std::string &s) {
   std::string out = "\"";
@@ -656,6 +672,7 @@ std::string rowJson(const Row &r) {
     j += ", \"max_err\": " + jsonNumber(r.maxErr) + ", \"normwise\": " + jsonNumber(r.normwise);
     if (std::isfinite(r.lseErr)) j += ", \"lse_err\": " + jsonNumber(r.lseErr);
     j += ", \"pass\": " + std::string(r.pass ? "true" : "false") + ", \"check\": " + jsonString(r.checkScope);
+    if (r.deterministic >= 0) j += std::string(", \"deterministic\": ") + (r.deterministic ? "true" : "false");
   } else if (r.error.empty()) {
     j += ", \"pass\": null";
   }
@@ -1199,6 +1216,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
       }
       fwd.ms = median(timeCalls(run, 1, "flashAttnForward"));
       fwd.tflops = fwdFlops / (fwd.ms * 1e-3) / 1e12;
+      if (fwd.checked) checkRepeatable(fwd, ho, hl, *dout, *dlse);
     }
   } catch (const std::exception &e) {
     fail(fwd, e);
@@ -1236,6 +1254,9 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
     if (opt_.check) {
       const auto t0 = std::chrono::steady_clock::now();
       const HostBlock gq = ddq.download(), gk = ddk.download(), gv = ddv.download();
+      // The O and LSE the device backward read (the timed forwards rewrote them).
+      ho = dout->download();
+      hl = dlse->download();
       ErrorStats eq, ek, ev;
       std::vector<std::string> scope;
       // One HOST backward over a slice: Q rows `rows` against keys `keys`. P is recomputed from the saved LSE, so
@@ -1410,9 +1431,11 @@ void Bench::decode(const DecodeShape &s) {
     apiCheck(run(0), "flashAttnDecodeChunk");
     mem_.synchronize();
 
+    HostBlock ho, hl;
     if (opt_.check) {
       const auto t0 = std::chrono::steady_clock::now();
-      const HostBlock ho = dout.download(), hl = dlse.download();
+      ho = dout.download();
+      hl = dlse.download();
       Pick batch = allOf(s.B);
       HeadPick heads{allOf(s.H), allOf(s.HK)};
       if (double(s.B) * s.H * s.T * s.L * s.D * 4 > budgetFlops()) {
@@ -1456,6 +1479,7 @@ void Bench::decode(const DecodeShape &s) {
     }
     row.ms = median(timeCalls(run, 1, "flashAttnDecodeChunk"));
     row.kvGBps = kvBytes / (row.ms * 1e-3) / 1e9;
+    if (row.checked) checkRepeatable(row, ho, hl, dout, dlse);
   } catch (const std::exception &e) {
     row.error = e.what();
     if (auto *api = dynamic_cast<const ApiError *>(&e))
