@@ -720,8 +720,8 @@ struct Options {
   std::string op = "all";
   flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
   bool dtypeGiven = false;
-  int64_t batch = 2, heads = 16, kvHeads = 0, seq = 1024, seqK = 0, dim = 128, qTokens = 1;
-  bool dimGiven = false;
+  // 0 = not given: resolveShape() fills in defaults that suit the backend.
+  int64_t batch = 0, heads = 0, kvHeads = 0, seq = 0, seqK = 0, dim = 0, qTokens = 1;
   bool causal = false;
   int32_t chunks = 0;
   int64_t pageSize = 0;
@@ -742,7 +742,8 @@ void usage(FILE *f) {
                "  --op fwd|bwd|decode|all     operations to run (default all)\n"
                "  --dtype bf16|fp16|fp32      storage type (default bf16; with --sweep: only this type)\n"
                "  --batch B --heads H --kv-heads HK --seq S --seqk SK --dim D\n"
-               "                              shape (defaults 2, 16, H, 1024, S, 128); decode reads a cache of SK\n"
+               "                              shape (defaults 2, 16, H, 1024, S, 128; on HOST 1, 4, H, 256, S, 64);\n"
+               "                              decode reads a cache of SK\n"
                "  --qtokens T                 decode query tokens per sequence, 1..16 (default 1)\n"
                "  --causal                    bottom-right causal mask\n"
                "  --chunks N                  decode KV chunks (0 = automatic)\n"
@@ -821,10 +822,9 @@ Options parseOptions(int argc, char **argv) {
       o.seq = integer(1);
     else if (a == "--seqk")
       o.seqK = integer(1);
-    else if (a == "--dim") {
+    else if (a == "--dim")
       o.dim = integer(1);
-      o.dimGiven = true;
-    } else if (a == "--qtokens")
+    else if (a == "--qtokens")
       o.qTokens = integer(1);
     else if (a == "--causal")
       o.causal = true;
@@ -867,9 +867,7 @@ Options parseOptions(int argc, char **argv) {
     else
       throw std::invalid_argument("unknown option " + a);
   }
-  if (o.kvHeads == 0) o.kvHeads = o.heads;
-  if (o.seqK == 0) o.seqK = o.seq;
-  if (o.heads % o.kvHeads != 0)
+  if (o.heads && o.kvHeads && o.heads % o.kvHeads != 0)
     throw std::invalid_argument("--heads " + std::to_string(o.heads) + " is not a multiple of --kv-heads " +
                                 std::to_string(o.kvHeads));
   return o;
@@ -1498,6 +1496,15 @@ struct Plan {
   size_t rows() const { return prefill.size() * (size_t(fwd) + size_t(bwd)) + decode.size(); }
 };
 
+// Shape options not given: a GPU default, or one the HOST backend finishes in seconds.
+void resolveShape(Options &o, bool cuda) {
+  if (!o.batch) o.batch = cuda ? 2 : 1;
+  if (!o.heads) o.heads = o.kvHeads && (cuda ? 16 : 4) % o.kvHeads ? o.kvHeads : cuda ? 16 : 4;
+  if (!o.kvHeads) o.kvHeads = o.heads;
+  if (!o.seq) o.seq = cuda ? 1024 : 256;
+  if (!o.seqK) o.seqK = o.seq;
+}
+
 Plan makePlan(const Options &o, bool cuda) {
   Plan p;
   p.fwd = o.op == "fwd" || o.op == "all";
@@ -1522,7 +1529,7 @@ Plan makePlan(const Options &o, bool cuda) {
       if (o.dtypeGiven) types = {o.dtype};
       for (flashAttnDataType_t t : types)
         for (int64_t D : {64, 128, 256}) {
-          if (o.dimGiven && D != o.dim) continue;
+          if (o.dim && D != o.dim) continue;
           for (int64_t S = 512; S <= 16384; S *= 2)
             for (bool causal : {false, true}) p.prefill.push_back({t, 16384 / S, 2048 / D, 2048 / D, S, S, D, causal});
         }
@@ -1537,10 +1544,10 @@ Plan makePlan(const Options &o, bool cuda) {
     if (o.op == "fwd" || o.op == "bwd") p.decode.clear();
     return p;
   }
-  if (p.fwd || p.bwd) p.prefill.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.seq, o.seqK, o.dim, o.causal});
+  const int64_t dim = o.dim ? o.dim : cuda ? 128 : 64;
+  if (p.fwd || p.bwd) p.prefill.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.seq, o.seqK, dim, o.causal});
   if (decodeOp)
-    p.decode.push_back(
-        {o.dtype, o.batch, o.heads, o.kvHeads, o.qTokens, o.seqK, o.dim, o.causal, o.chunks, o.pageSize});
+    p.decode.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.qTokens, o.seqK, dim, o.causal, o.chunks, o.pageSize});
   return p;
 }
 
@@ -1567,7 +1574,8 @@ int main(int argc, char **argv) {
                                     : opt.backend == "host" ? FLASHATTN_BACKEND_HOST
                                                             : FLASHATTN_BACKEND_AUTO;
   flashAttnHandle_t handle = nullptr, host = nullptr;
-  flashAttnStatus_t st = flashAttnCreateWithBackend(&handle, wanted);
+  flashAttnStatus_t st =
+      wanted == FLASHATTN_BACKEND_AUTO ? flashAttnCreate(&handle) : flashAttnCreateWithBackend(&handle, wanted);
   if (st != FLASHATTN_STATUS_SUCCESS) {
     std::fprintf(stderr, "flashattn-bench: cannot create a %s handle: %s: %s\n", opt.backend.c_str(),
                  flashAttnGetErrorString(st), lastLibraryMessage().c_str());
@@ -1615,6 +1623,7 @@ int main(int argc, char **argv) {
 
   int failures = 0;
   try {
+    resolveShape(opt, cuda);
     const Plan plan = makePlan(opt, cuda);
     Bench bench(opt, handle, host, cuda);
     bench.setPlanned(plan.rows());
