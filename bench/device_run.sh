@@ -231,8 +231,8 @@ if wants bench; then
     # shellcheck disable=SC2086
     step "bench-$sweep_bench" 540 "$BUILD/bench/flashattn-bench" --sweep "$sweep_bench" --json "$OUT/ours.json" \
       ${BENCH_ARGS:-}
-    # The table part of the bench's output is what the lead reads first.
-    sed -n '/^shape /,$p' "$LOGS/bench-$sweep_bench.log" | head -n 200
+    # Without a report, the bench's own table is the result to read (the report prints the joined one).
+    wants report || sed -n '/^shape /,$p' "$LOGS/bench-$sweep_bench.log" | head -n 200
   else
     printf '%-24s SKIPPED (no build)\n' "bench-$sweep_bench" | tee -a "$STEPS"
   fi
