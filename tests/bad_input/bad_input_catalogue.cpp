@@ -1532,7 +1532,8 @@ TEST_F(BadInput, AttentionAttributes) {
     expectRejected(name, {kBadParam}, {"softcap"}, [&] { return flashAttnSetAttentionSoftcap(desc, bad); });
     unchanged(name);
   }
-  for (auto [left, right] : {std::pair<int64_t, int64_t>{-2, 0}, {0, -2}, {std::numeric_limits<int64_t>::min(), -1}}) {
+  for (const auto &window : {std::pair<int64_t, int64_t>{-2, 0}, {0, -2}, {std::numeric_limits<int64_t>::min(), -1}}) {
+    const int64_t left = window.first, right = window.second;
     const std::string name = "SetAttentionWindow(" + std::to_string(left) + ", " + std::to_string(right) + ")";
     expectRejected(name, {kBadParam}, {"window", left < -1 ? "left" : "right"},
                    [&] { return flashAttnSetAttentionWindow(desc, left, right); });
