@@ -5,6 +5,7 @@
 //     argument of the call itself (workspace size, description, handle) is untouched,
 //   - the caller's CUDA error state is clean afterwards.
 // A valid call of every operation (the baseline tests) shows that each case fails because of its one bad argument.
+// FLASHATTN_BAD_INPUT_VERBOSE=1 in the environment prints every case with its status and message.
 //
 // Destroyed handles and descriptors: the library keeps a registry of live objects and never dereferences a pointer
 // before looking it up (src/core/descriptors.hpp), so passing a destroyed object is defined behaviour here and safe
@@ -18,6 +19,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -79,6 +81,13 @@ std::size_t spanBytes(flashAttnDataType_t t, const Dims &dims, const Dims &strid
 }
 
 std::string statusName(flashAttnStatus_t s) { return flashAttnGetErrorString(s); }
+
+// Shortest text that tells the value apart ("-1e-30", "-0", "nan"), unlike std::to_string's fixed six decimals.
+std::string floatText(float value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
 
 std::string statusList(const Statuses &statuses) {
   std::string out;
@@ -530,6 +539,8 @@ class BadInput : public ::testing::Test {
   void expectRejected(const std::string &name, const Statuses &allowed, const Keywords &keywords,
                       const std::function<flashAttnStatus_t()> &call) {
     const Outcome out = observe(call);
+    static const bool verbose = std::getenv("FLASHATTN_BAD_INPUT_VERBOSE") != nullptr;
+    if (verbose) std::printf("[case] %s -> %s: %s\n", name.c_str(), statusName(out.status).c_str(), out.message.c_str());
     const bool expectedStatus = std::find(allowed.begin(), allowed.end(), out.status) != allowed.end();
     EXPECT_TRUE(expectedStatus) << name << ": got " << statusName(out.status) << ", expected "
                                 << statusList(allowed) << "; message: " << out.message;
@@ -1523,12 +1534,12 @@ TEST_F(BadInput, AttentionAttributes) {
   };
   const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
   for (float bad : {nan, inf, -inf, -1.f, -0.f, 0.f}) {
-    const std::string name = "SetAttentionScale(" + std::to_string(bad) + ")";
+    const std::string name = "SetAttentionScale(" + floatText(bad) + ")";
     expectRejected(name, {kBadParam}, {"scale"}, [&] { return flashAttnSetAttentionScale(desc, bad); });
     unchanged(name);
   }
   for (float bad : {nan, inf, -1.f, -1e-30f}) {
-    const std::string name = "SetAttentionSoftcap(" + std::to_string(bad) + ")";
+    const std::string name = "SetAttentionSoftcap(" + floatText(bad) + ")";
     expectRejected(name, {kBadParam}, {"softcap"}, [&] { return flashAttnSetAttentionSoftcap(desc, bad); });
     unchanged(name);
   }
