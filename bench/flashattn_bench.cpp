@@ -5,8 +5,9 @@
 // is also a worked example of calling the library.
 //
 // Correctness: the HOST backend is slow, so for big shapes it runs on a slice that shares the host copy of the
-// inputs through strided descriptors: one batch, at most two query heads (or one KV head with its whole query group
-// where dK/dV need it), and a subset of query rows or keys chosen so the host work stays within --check-gflop.
+// inputs through strided descriptors: the last batch, all heads or (when that leaves too few rows) two query heads,
+// or one KV head with its whole query group where dK/dV need it, and a subset of query rows or keys chosen so the
+// host work stays within --check-gflop.
 // Causal masks are bottom-right aligned, which is what lets a slice of the LAST rows (or the last keys) keep exactly
 // the visibility of the full problem; without a mask the slice spreads over the whole sequence instead.
 
@@ -1055,8 +1056,10 @@ void Bench::writeJson() const {
 }
 
 void Bench::printTable() const {
-  std::printf("\n%-50s %s\n", "shape", "result");
-  for (const Row &r : rows_) std::printf("%-50s %s\n", shapeText(r).c_str(), resultText(r).c_str());
+  int width = 50;
+  for (const Row &r : rows_) width = std::max(width, int(shapeText(r).size()));
+  std::printf("\n%-*s %s\n", width, "shape", "result");
+  for (const Row &r : rows_) std::printf("%-*s %s\n", width, shapeText(r).c_str(), resultText(r).c_str());
   int unsupported = 0, unchecked = 0;
   for (const Row &r : rows_) {
     unsupported += r.notSupported;
@@ -1083,6 +1086,18 @@ HeadPick lastGroup(int64_t H, int64_t HK) {
   const int64_t g = H / HK;
   if (g == 1) return pairOfHeads(H, HK);
   return HeadPick{Pick{H - g, g, 1}, Pick{HK - 1, 1, 1}};
+}
+
+// The heads and the number of rows (or keys) of one slice check costing `perItem` host FLOP per head and row: every
+// head when that leaves at least 16 rows (the HOST backend spreads heads over its threads), else the `few` heads.
+struct SliceChoice {
+  HeadPick heads;
+  int64_t count;
+};
+SliceChoice chooseSlice(int64_t H, int64_t HK, const HeadPick &few, int64_t n, double perItem, double budget) {
+  const int64_t wantAll = int64_t(budget / (double(H) * perItem));
+  if (wantAll >= std::min<int64_t>(n, 16)) return SliceChoice{HeadPick{allOf(H), allOf(HK)}, wantAll};
+  return SliceChoice{few, std::max<int64_t>(16, int64_t(budget / (double(few.q.count) * perItem)))};
 }
 
 // "all heads", "head 5", "heads 3..5", "2 heads step 5".
@@ -1181,9 +1196,10 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
         const double full = fwdFlops * (s.causal ? 2.0 : 1.0);
         if (full > budgetFlops()) {
           batch = Pick{s.B - 1, 1, 1};
-          heads = pairOfHeads(s.H, s.HK);
-          const int64_t want = std::max<int64_t>(16, int64_t(budgetFlops() / (double(heads.q.count) * s.Sk * s.D * 4)));
-          rows = s.causal ? tail(s.Sq, want) : spread(s.Sq, want);
+          const SliceChoice c =
+              chooseSlice(s.H, s.HK, pairOfHeads(s.H, s.HK), s.Sq, double(s.Sk) * s.D * 4, budgetFlops());
+          heads = c.heads;
+          rows = s.causal ? tail(s.Sq, c.count) : spread(s.Sq, c.count);
         }
         const View q1 = qv.pick(0, batch).pick(1, heads.q).pick(2, rows);
         const View k1 = kv.pick(0, batch).pick(1, heads.kv);
@@ -1296,15 +1312,11 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
         hostBackward(allOf(s.B), HeadPick{allOf(s.H), allOf(s.HK)}, allOf(s.Sq), allOf(s.Sk), true, true);
       } else {
         const Pick batch{s.B - 1, 1, 1};
-        const HeadPick rowHeads = pairOfHeads(s.H, s.HK), keyHeads = lastGroup(s.H, s.HK);
-        const int64_t wantRows =
-            std::max<int64_t>(16, int64_t(budgetFlops() / (double(rowHeads.q.count) * s.Sk * perPair)));
-        const int64_t wantKeys =
-            std::max<int64_t>(16, int64_t(budgetFlops() / (double(keyHeads.q.count) * s.Sq * perPair)));
-        hostBackward(batch, rowHeads, s.causal ? tail(s.Sq, wantRows) : spread(s.Sq, wantRows), allOf(s.Sk), true,
-                     false);
-        hostBackward(batch, keyHeads, allOf(s.Sq), s.causal ? tail(s.Sk, wantKeys) : spread(s.Sk, wantKeys), false,
-                     true);
+        const SliceChoice r =
+            chooseSlice(s.H, s.HK, pairOfHeads(s.H, s.HK), s.Sq, double(s.Sk) * perPair, budgetFlops());
+        const SliceChoice k = chooseSlice(s.H, s.HK, lastGroup(s.H, s.HK), s.Sk, double(s.Sq) * perPair, budgetFlops());
+        hostBackward(batch, r.heads, s.causal ? tail(s.Sq, r.count) : spread(s.Sq, r.count), allOf(s.Sk), true, false);
+        hostBackward(batch, k.heads, allOf(s.Sq), s.causal ? tail(s.Sk, k.count) : spread(s.Sk, k.count), false, true);
       }
       bwd.checked = true;
       bwd.maxErr = std::max({eq.maxAbs, ek.maxAbs, ev.maxAbs});
