@@ -713,6 +713,28 @@ TEST_F(BadInput, DestroyedAndForeignHandle) {
                  [&] { return foreign.run(); });
 }
 
+// Asking for the CUDA backend where it cannot run: NO_DEVICE without a GPU or driver, NOT_SUPPORTED in a build
+// without CUDA, ARCH_MISMATCH on a GPU older than sm80; never a handle.
+TEST_F(BadInput, CudaHandleWhereNoneCanBeMade) {
+  flashAttnHandle_t probe = nullptr;
+  if (flashAttnCreateWithBackend(&probe, FLASHATTN_BACKEND_CUDA) == kSuccess) {
+    flashAttnDestroy(probe);
+    GTEST_SKIP() << "a CUDA handle can be made on this machine";
+  }
+  flashAttnHandle_t untouched = reinterpret_cast<flashAttnHandle_t>(&untouched);
+  expectRejected("CreateWithBackend(CUDA) without a usable GPU",
+                 {FLASHATTN_STATUS_NO_DEVICE, kNotSupported, FLASHATTN_STATUS_ARCH_MISMATCH}, {"CUDA", "GPU", "device"},
+                 [&] { return flashAttnCreateWithBackend(&untouched, FLASHATTN_BACKEND_CUDA); });
+  EXPECT_EQ(untouched, reinterpret_cast<flashAttnHandle_t>(&untouched)) << "handle written on failure";
+  // AUTO still gives a handle, on HOST.
+  flashAttnHandle_t automatic = nullptr;
+  flashAttnBackend_t backend = FLASHATTN_BACKEND_CUDA;
+  ASSERT_EQ(flashAttnCreate(&automatic), kSuccess) << fa_test::lastError();
+  EXPECT_EQ(flashAttnGetBackend(automatic, &backend), kSuccess);
+  EXPECT_EQ(backend, FLASHATTN_BACKEND_HOST);
+  EXPECT_EQ(flashAttnDestroy(automatic), kSuccess);
+}
+
 TEST_F(BadInput, NullDescriptors) {
   {
     auto c = forward();
