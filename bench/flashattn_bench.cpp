@@ -928,6 +928,16 @@ class Bench {
   int failures() const { return failures_; }
   const std::vector<Row> &rows() const { return rows_; }
 
+  // After a kernel fault every later CUDA call fails: the run stops instead of filling the table with that error.
+  std::string deviceLost() {
+#if defined(FLASHATTN_BENCH_CUDA)
+    if (mem_.cuda()) {
+      const cudaError_t err = cudaDeviceSynchronize();
+      if (err != cudaSuccess && cudaDeviceSynchronize() != cudaSuccess) return cudaGetErrorString(err);
+    }
+#endif
+    return "";
+  }
   void prefill(const PrefillShape &s, bool doFwd, bool doBwd);
   void decode(const DecodeShape &s);
   void printTable() const;
@@ -1640,10 +1650,18 @@ int main(int argc, char **argv) {
     Bench bench(opt, handle, host, cuda);
     bench.setPlanned(plan.rows());
     bench.setMeta(deviceName, cuda ? "CUDA" : "HOST");
-    for (const PrefillShape &s : plan.prefill) bench.prefill(s, plan.fwd, plan.bwd);
-    for (const DecodeShape &s : plan.decode) bench.decode(s);
+    std::string lost;
+    for (const PrefillShape &s : plan.prefill)
+      if (lost.empty() && (lost = bench.deviceLost()).empty()) bench.prefill(s, plan.fwd, plan.bwd);
+    for (const DecodeShape &s : plan.decode)
+      if (lost.empty() && (lost = bench.deviceLost()).empty()) bench.decode(s);
     bench.printTable();
     failures = bench.failures();
+    if (!lost.empty()) {
+      std::printf("stopped after %zu of %zu rows: the CUDA context is lost (%s)\n", bench.rows().size(), plan.rows(),
+                  lost.c_str());
+      failures += 1;
+    }
   } catch (const std::exception &e) {
     std::fprintf(stderr, "flashattn-bench: %s\n", e.what());
     failures = 1;
