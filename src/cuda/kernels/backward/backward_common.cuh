@@ -12,7 +12,7 @@
 
 namespace flashattn::cuda::backward {
 
-__device__ __forceinline__ int64_t clampInt64(int64_t x, int64_t lo, int64_t hi) {
+__host__ __device__ __forceinline__ int64_t clampInt64(int64_t x, int64_t lo, int64_t hi) {
   return x < lo ? lo : (x > hi ? hi : x);
 }
 
@@ -74,14 +74,14 @@ struct RowKeys {
   int32_t hi;
 };
 
-__device__ __forceinline__ RowKeys rowKeys(const BackwardParams &p, int64_t i, int32_t sq, int32_t sk) {
+__host__ __device__ __forceinline__ RowKeys rowKeys(const BackwardParams &p, int64_t i, int32_t sq, int32_t sk) {
   const KeyRange r = visibleKeys(static_cast<Mask>(p.mask), p.windowLeft, p.windowRight, i, sq, sk);
   const int64_t lo = clampInt64(r.lo, 0, int64_t(sk));
   const int64_t hi = clampInt64(r.hi, -1, int64_t(sk) - 1);
   return RowKeys{int32_t(lo), int32_t(hi)};
 }
 
-__device__ __forceinline__ bool isVisible(const BackwardParams &p, int32_t i, int32_t j, int32_t sq, int32_t sk) {
+__host__ __device__ __forceinline__ bool isVisible(const BackwardParams &p, int32_t i, int32_t j, int32_t sq, int32_t sk) {
   if (i >= sq || j >= sk) return false;
   const RowKeys r = rowKeys(p, i, sq, sk);
   return j >= r.lo && j <= r.hi;
@@ -96,7 +96,7 @@ struct QueryBlocks {
   int32_t last;
 };
 
-__device__ __forceinline__ QueryBlocks queryBlocksOf(const BackwardParams &p, const SequenceExtent &e, int32_t n0,
+__host__ __device__ __forceinline__ QueryBlocks queryBlocksOf(const BackwardParams &p, const SequenceExtent &e, int32_t n0,
                                                      int32_t blockM, int32_t blockN) {
   const QueryBlocks none{0, -1};
   if (e.seqQ <= 0 || n0 >= e.seqK) return none;
@@ -114,7 +114,7 @@ __device__ __forceinline__ QueryBlocks queryBlocksOf(const BackwardParams &p, co
 }
 
 // True when every (row, key) of the block pair is inside the sequence and visible: no per-element masking needed.
-__device__ __forceinline__ bool blockFullyVisible(const BackwardParams &p, int32_t m0, int32_t n0, int32_t blockM,
+__host__ __device__ __forceinline__ bool blockFullyVisible(const BackwardParams &p, int32_t m0, int32_t n0, int32_t blockM,
                                                   int32_t blockN, int32_t sq, int32_t sk) {
   if (m0 + blockM > sq || n0 + blockN > sk) return false;
   const RowKeys firstRow = rowKeys(p, m0, sq, sk);
