@@ -604,6 +604,7 @@ struct Row {
   int64_t copies = 1;
   std::string kernel;
   double ms = NAN, tflops = NAN, kvGBps = NAN;
+  double backToBackMs = NAN;  // mean of calls queued back to back (CUDA only)
   bool checked = false, pass = false;
   double maxErr = NAN, normwise = NAN, lseErr = NAN, checkSeconds = 0;
   int deterministic = -1;  // 1/0: the output after the timed calls is bitwise the checked one; -1: not looked at
@@ -663,6 +664,7 @@ std::string rowJson(const Row &r) {
     j += ", \"error\": " + jsonString(r.error) + ", \"not_supported\": " + (r.notSupported ? "true" : "false");
   } else {
     j += ", \"ms\": " + jsonNumber(r.ms);
+    if (std::isfinite(r.backToBackMs)) j += ", \"ms_back_to_back\": " + jsonNumber(r.backToBackMs);
     if (r.kind == "decode")
       j += ", \"kv_GBps\": " + jsonNumber(r.kvGBps);
     else
@@ -955,6 +957,7 @@ class Bench {
   Options opt_;
   flashAttnHandle_t handle_, host_;
   Memory mem_;
+  double backToBackMs_ = NAN;  // of the last timeCalls on CUDA
   std::vector<Row> rows_;
   int failures_ = 0;
   size_t planned_ = 0;
@@ -967,7 +970,8 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Each timed call gets its own pair of events, as peers.py times its peers, so the ratios compare like with like.
+// Each timed call gets its own pair of events and starts on an idle stream, exactly as peers.py times its peers, so
+// the ratios compare like with like (launch latency and host overhead count on both sides).
 // `call(i)` gets a running index so decode can rotate among input copies.
 std::vector<double> Bench::timeCalls(const std::function<flashAttnStatus_t(int64_t)> &call, int64_t firstIndex,
                                      const char *what) {
@@ -995,12 +999,24 @@ std::vector<double> Bench::timeCalls(const std::function<flashAttnStatus_t(int64
         throw;
       }
       cudaEventRecord(stop[i], stream);
+      err = cudaEventSynchronize(stop[i]);
     }
-    if (err == cudaSuccess) err = cudaEventSynchronize(stop.back());
     for (size_t i = 0; i < ms.size() && err == cudaSuccess; ++i) {
       float t = 0;
       err = cudaEventElapsedTime(&t, start[i], stop[i]);
       ms[i] = t;
+    }
+    // Also the calls queued back to back: the GPU time alone, with the launch latency hidden behind the queue.
+    backToBackMs_ = NAN;
+    if (err == cudaSuccess) {
+      bool allQueued = true;
+      cudaEventRecord(start[0], stream);
+      for (size_t i = 0; i < ms.size() && allQueued; ++i) allQueued = call(index++) == FLASHATTN_STATUS_SUCCESS;
+      cudaEventRecord(stop[0], stream);
+      err = cudaEventSynchronize(stop[0]);
+      float t = 0;
+      if (err == cudaSuccess) err = cudaEventElapsedTime(&t, start[0], stop[0]);
+      if (allQueued) backToBackMs_ = t / double(ms.size());
     }
     for (size_t i = 0; i < ms.size(); ++i) {
       cudaEventDestroy(start[i]);
@@ -1035,6 +1051,7 @@ void Bench::record(Row row) {
   const Row &r = rows_.back();
   std::fprintf(stderr, "[%zu/%zu] %-48s %s", rows_.size(), std::max(planned_, rows_.size()), shapeText(r).c_str(),
                resultText(r).c_str());
+  if (std::isfinite(r.backToBackMs)) std::fprintf(stderr, " [back to back %.4f ms]", r.backToBackMs);
   if (r.checked) std::fprintf(stderr, " (host check %.1f s: %s)", r.checkSeconds, r.checkScope.c_str());
   std::fprintf(stderr, "\n");
   writeJson();
@@ -1239,6 +1256,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
         fwd.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       fwd.ms = median(timeCalls(run, 1, "flashAttnForward"));
+      fwd.backToBackMs = backToBackMs_;
       fwd.tflops = fwdFlops / (fwd.ms * 1e-3) / 1e12;
       if (fwd.checked) checkRepeatable(fwd, ho, hl, *dout, *dlse);
     }
@@ -1343,6 +1361,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
       bwd.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     bwd.ms = median(timeCalls(run, 1, "flashAttnBackward"));
+    bwd.backToBackMs = backToBackMs_;
     bwd.tflops = 2.5 * fwdFlops / (bwd.ms * 1e-3) / 1e12;
   } catch (const std::exception &e) {
     fail(bwd, e);
@@ -1498,6 +1517,7 @@ void Bench::decode(const DecodeShape &s) {
       row.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     row.ms = median(timeCalls(run, 1, "flashAttnDecodeChunk"));
+    row.backToBackMs = backToBackMs_;
     row.kvGBps = kvBytes / (row.ms * 1e-3) / 1e9;
     if (row.checked) checkRepeatable(row, ho, hl, dout, dlse);
   } catch (const std::exception &e) {
