@@ -39,6 +39,9 @@ STEPS="$LOGS/steps.txt"
 : >"$STEPS"
 ARGS_TEXT="$*"
 FAILED_STEPS=()
+if [ -z "${FLASHATTN_BENCH_COMMIT:-}" ] && commit=$(git rev-parse --short HEAD 2>/dev/null); then
+  export FLASHATTN_BENCH_COMMIT="$commit"
+fi
 
 # ---------------------------------------------------------------------------------------------------------- parts
 parts=()
