@@ -53,8 +53,9 @@ FLASHATTN_API flashAttnStatus_t flashAttnSetTensorDescriptor(flashAttnTensorDesc
                                                              const int64_t *dims, const int64_t *strides) {
   return guarded("flashAttnSetTensorDescriptor", [&] {
     flashAttnTensorStruct &t = liveRef(desc, "desc");
-    if (dataType != FLASHATTN_DATA_FP16 && dataType != FLASHATTN_DATA_BF16 && dataType != FLASHATTN_DATA_FP32)
-      fail(FLASHATTN_STATUS_BAD_PARAM, "dataType is ", int(dataType), ": expected FP16 (0), BF16 (1) or FP32 (2)");
+    const int32_t type = rawEnum(dataType);
+    if (type != FLASHATTN_DATA_FP16 && type != FLASHATTN_DATA_BF16 && type != FLASHATTN_DATA_FP32)
+      fail(FLASHATTN_STATUS_BAD_PARAM, "dataType is ", type, ": expected FP16 (0), BF16 (1) or FP32 (2)");
     if (rank < 1 || rank > FLASHATTN_MAX_TENSOR_RANK)
       fail(FLASHATTN_STATUS_BAD_PARAM, "rank is ", rank, ": expected 1..", FLASHATTN_MAX_TENSOR_RANK);
     require(dims != nullptr, "dims is NULL");
@@ -71,7 +72,7 @@ FLASHATTN_API flashAttnStatus_t flashAttnSetTensorDescriptor(flashAttnTensorDesc
     if (strides[rank - 1] != 1)
       fail(FLASHATTN_STATUS_BAD_PARAM, "strides[", rank - 1, "] (the head-dim stride) is ", strides[rank - 1],
            ": it must be 1");
-    t.dtype = static_cast<DType>(dataType);
+    t.dtype = static_cast<DType>(type);
     t.rank = rank;
     for (int i = 0; i < FLASHATTN_MAX_TENSOR_RANK; ++i) {
       t.dims[i] = i < rank ? dims[i] : 0;
@@ -125,11 +126,12 @@ FLASHATTN_API flashAttnStatus_t flashAttnSetAttentionMask(flashAttnAttentionDesc
                                                           flashAttnMaskMode_t mask) {
   return guarded("flashAttnSetAttentionMask", [&] {
     flashAttnAttentionStruct &a = liveRef(desc, "desc");
-    if (mask != FLASHATTN_MASK_NONE && mask != FLASHATTN_MASK_CAUSAL_TOP_LEFT &&
-        mask != FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT)
-      fail(FLASHATTN_STATUS_BAD_PARAM, "mask is ", int(mask),
+    const int32_t mode = rawEnum(mask);
+    if (mode != FLASHATTN_MASK_NONE && mode != FLASHATTN_MASK_CAUSAL_TOP_LEFT &&
+        mode != FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT)
+      fail(FLASHATTN_STATUS_BAD_PARAM, "mask is ", mode,
            ": expected NONE (0), CAUSAL_TOP_LEFT (1) or CAUSAL_BOTTOM_RIGHT (2)");
-    a.mask = static_cast<Mask>(mask);
+    a.mask = static_cast<Mask>(mode);
   });
 }
 

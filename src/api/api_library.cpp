@@ -29,7 +29,7 @@ extern "C" {
 FLASHATTN_API int32_t flashAttnGetVersion(void) { return FLASHATTN_VERSION; }
 
 FLASHATTN_API const char *flashAttnGetErrorString(flashAttnStatus_t status) {
-  switch (status) {
+  switch (rawEnum(status)) {
     case FLASHATTN_STATUS_SUCCESS: return "FLASHATTN_STATUS_SUCCESS";
     case FLASHATTN_STATUS_NOT_INITIALIZED: return "FLASHATTN_STATUS_NOT_INITIALIZED";
     case FLASHATTN_STATUS_BAD_PARAM: return "FLASHATTN_STATUS_BAD_PARAM";
@@ -61,10 +61,11 @@ FLASHATTN_API flashAttnStatus_t flashAttnCreate(flashAttnHandle_t *handle) {
 FLASHATTN_API flashAttnStatus_t flashAttnCreateWithBackend(flashAttnHandle_t *handle, flashAttnBackend_t backend) {
   return guarded("flashAttnCreateWithBackend", [&] {
     require(handle != nullptr, "handle (output pointer) is NULL");
-    if (backend != FLASHATTN_BACKEND_AUTO && backend != FLASHATTN_BACKEND_CUDA && backend != FLASHATTN_BACKEND_HOST)
-      fail(FLASHATTN_STATUS_BAD_PARAM, "backend is ", int(backend), ": expected AUTO (0), CUDA (1) or HOST (2)");
+    const int32_t kind = rawEnum(backend);
+    if (kind != FLASHATTN_BACKEND_AUTO && kind != FLASHATTN_BACKEND_CUDA && kind != FLASHATTN_BACKEND_HOST)
+      fail(FLASHATTN_STATUS_BAD_PARAM, "backend is ", kind, ": expected AUTO (0), CUDA (1) or HOST (2)");
     std::unique_ptr<Backend> impl;
-    if (backend == FLASHATTN_BACKEND_HOST || (backend == FLASHATTN_BACKEND_AUTO && !cudaBackendAvailable()))
+    if (kind == FLASHATTN_BACKEND_HOST || (kind == FLASHATTN_BACKEND_AUTO && !cudaBackendAvailable()))
       impl = makeHostBackend();
     else
       impl = makeCudaBackend();

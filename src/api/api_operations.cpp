@@ -54,13 +54,14 @@ FLASHATTN_API flashAttnStatus_t flashAttnCheckSupport(flashAttnHandle_t handle, 
     require(description != nullptr || descriptionLen == 0, "description is NULL but descriptionLen is ",
             descriptionLen);
     Plan plan;
-    switch (operation) {
+    const int32_t opCode = rawEnum(operation);
+    switch (opCode) {
       case FLASHATTN_OP_FORWARD:
       case FLASHATTN_OP_BACKWARD:
       case FLASHATTN_OP_DECODE_CHUNK: {
-        const Op op = operation == FLASHATTN_OP_FORWARD    ? Op::Forward
-                      : operation == FLASHATTN_OP_BACKWARD ? Op::Backward
-                                                           : Op::DecodeChunk;
+        const Op op = opCode == FLASHATTN_OP_FORWARD    ? Op::Forward
+                      : opCode == FLASHATTN_OP_BACKWARD ? Op::Backward
+                                                        : Op::DecodeChunk;
         AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, nullptr);
         // Backward needs an LSE; CheckSupport takes none, so stand in a packed one of the right shape.
         flashAttnTensorStruct lse;
@@ -93,7 +94,7 @@ FLASHATTN_API flashAttnStatus_t flashAttnCheckSupport(flashAttnHandle_t handle, 
         break;
       }
       default:
-        fail(FLASHATTN_STATUS_BAD_PARAM, "operation is ", int(operation),
+        fail(FLASHATTN_STATUS_BAD_PARAM, "operation is ", opCode,
              ": expected FORWARD (0), BACKWARD (1), DECODE_CHUNK (2) or MERGE_STATES (3)");
     }
     writeDescription(plan, description, descriptionLen, deterministic);
@@ -146,8 +147,9 @@ FLASHATTN_API flashAttnStatus_t flashAttnBackwardGetWorkspaceSize(
   return guarded("flashAttnBackwardGetWorkspaceSize", [&] {
     flashAttnContext &ctx = handleRef(handle);
     requireOutputPointer(bytes, "bytes");
-    const AttnProblem p = buildAttnProblem(Op::Backward, optionalAttention(attnDesc), optionalSeq(seqDesc),
-                                           attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc), 0);
+    AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
+    t.lse = &tensorRef(lseDesc, "LSE");  // Backward reads the forward's LSE: not optional here
+    const AttnProblem p = buildAttnProblem(Op::Backward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
     *bytes = ctx.backend->plan(p).workspaceBytes;
   });
 }
@@ -162,6 +164,7 @@ FLASHATTN_API flashAttnStatus_t flashAttnBackward(
   return guarded("flashAttnBackward", [&] {
     flashAttnContext &ctx = handleRef(handle);
     AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
+    t.lse = &tensorRef(lseDesc, "LSE");
     t.dO = &tensorRef(dODesc, "dO");
     t.dQ = &tensorRef(dQDesc, "dQ");
     t.dK = &tensorRef(dKDesc, "dK");
