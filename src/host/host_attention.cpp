@@ -13,12 +13,19 @@
 namespace flashattn::host {
 namespace {
 
-// Keys are processed in tiles of this width, converted once to FP32 and laid out so that the inner loops run over
+// Arithmetic precision of the whole computation. The storage types are FP16/BF16/FP32, but the oracle gates hold
+// FP32 storage to max|out - ref| <= 2 max|lp - ref| + 1e-5 where lp rounds a float64 dot product once; an FP32 dot
+// product of 100+ terms of x5-scaled inputs already misses that by 10x. Accumulating in double leaves the storage
+// rounding as the only error, so the reference backend passes every gate with room.
+using Acc = double;
+
+// Keys are processed in tiles of this width, converted once to Acc and laid out so that the inner loops run over
 // the tile (vectorizable without reassociating any sum, so every result has one fixed summation order).
 constexpr int64_t kKeyTile = 64;
 // Query rows sharing one converted key tile in forward and in the dQ pass.
 constexpr int64_t kRowBlock = 32;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
+constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
 
 struct Fp16Storage {
   using Raw = uint16_t;
@@ -37,15 +44,16 @@ struct Fp32Storage {
 };
 
 template <class S>
-void loadRow(const void *base, int64_t offset, int64_t n, float *out) {
+void loadRow(const void *base, int64_t offset, int64_t n, Acc *out) {
   const auto *src = static_cast<const typename S::Raw *>(base) + offset;
   for (int64_t i = 0; i < n; ++i) out[i] = S::load(src[i]);
 }
 
+// Rounds through float first, as the oracle's storage-rounded variant does.
 template <class S>
-void storeRow(void *base, int64_t offset, int64_t n, const float *in) {
+void storeRow(void *base, int64_t offset, int64_t n, const Acc *in) {
   auto *dst = static_cast<typename S::Raw *>(base) + offset;
-  for (int64_t i = 0; i < n; ++i) dst[i] = S::store(in[i]);
+  for (int64_t i = 0; i < n; ++i) dst[i] = S::store(float(in[i]));
 }
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -86,8 +94,8 @@ class Sequences {
 
   int64_t kvHeadOf(int64_t h) const { return h / (p_.heads / p_.kvHeads); }
 
-  float alibiSlope(int64_t b, int64_t h) const {
-    return p_.alibiSlopes ? p_.alibiSlopes[b * p_.alibiBatchStride + h] : 0.f;
+  Acc alibiSlope(int64_t b, int64_t h) const {
+    return p_.alibiSlopes ? p_.alibiSlopes[b * p_.alibiBatchStride + h] : 0.0;
   }
 
   // Visible keys of row i clipped to [begin, end); empty when lo > hi.
@@ -103,35 +111,35 @@ class Sequences {
 };
 
 // Turns raw dot products s[0..n) of keys j0.. into logits (scale, softcap, ALiBi) and, when asked, d logit / d dot.
-void finishLogits(const AttnProblem &p, float slope, int64_t diagonal, int64_t j0, int64_t begin, int64_t end,
-                  float *s, float *deriv) {
+void finishLogits(const AttnProblem &p, Acc slope, int64_t diagonal, int64_t j0, int64_t begin, int64_t end,
+                  Acc *s, Acc *deriv) {
   for (int64_t jj = begin; jj < end; ++jj) {
-    float x = s[jj] * p.scale;
-    float d = p.scale;
-    if (p.softcap > 0.f) {
-      const float t = std::tanh(x / p.softcap);
+    Acc x = s[jj] * p.scale;
+    Acc d = p.scale;
+    if (p.softcap > 0.0) {
+      const Acc t = std::tanh(x / p.softcap);
       x = p.softcap * t;
-      d *= 1.f - t * t;
+      d *= 1.0 - t * t;
     }
-    if (slope != 0.f) x -= slope * float(std::llabs(j0 + jj - diagonal));
+    if (slope != 0.0) x -= slope * Acc(std::llabs(j0 + jj - diagonal));
     s[jj] = x;
     if (deriv) deriv[jj] = d;
   }
 }
 
 // dots[jj] = sum_d row[d] * tile[d][jj] over a key tile stored transposed ([dim][kKeyTile]).
-void dotTile(const float *row, const float *tileT, int64_t dim, float *dots) {
-  for (int64_t jj = 0; jj < kKeyTile; ++jj) dots[jj] = 0.f;
+void dotTile(const Acc *row, const Acc *tileT, int64_t dim, Acc *dots) {
+  for (int64_t jj = 0; jj < kKeyTile; ++jj) dots[jj] = 0.0;
   for (int64_t d = 0; d < dim; ++d) {
-    const float x = row[d];
-    const float *col = tileT + d * kKeyTile;
+    const Acc x = row[d];
+    const Acc *col = tileT + d * kKeyTile;
     for (int64_t jj = 0; jj < kKeyTile; ++jj) dots[jj] += x * col[jj];
   }
 }
 
 template <class S>
 void loadTileTransposed(const Sequences &seq, const void *base, const Layout &l, int64_t b, int64_t kvHead,
-                        int64_t j0, int64_t n, int64_t dim, float *out) {
+                        int64_t j0, int64_t n, int64_t dim, Acc *out) {
   const auto *src = static_cast<const typename S::Raw *>(base);
   for (int64_t jj = 0; jj < n; ++jj) {
     const auto *row = src + seq.keyOffset(l, b, kvHead, j0 + jj);
@@ -139,36 +147,36 @@ void loadTileTransposed(const Sequences &seq, const void *base, const Layout &l,
   }
   // Lanes past the tile take part in dotTile; zeros keep them finite (they are never read as results).
   for (int64_t d = 0; d < dim; ++d)
-    for (int64_t jj = n; jj < kKeyTile; ++jj) out[d * kKeyTile + jj] = 0.f;
+    for (int64_t jj = n; jj < kKeyTile; ++jj) out[d * kKeyTile + jj] = 0.0;
 }
 
 template <class S>
 void loadTileRows(const Sequences &seq, const void *base, const Layout &l, int64_t b, int64_t kvHead, int64_t j0,
-                  int64_t n, int64_t dim, float *out) {
+                  int64_t n, int64_t dim, Acc *out) {
   for (int64_t jj = 0; jj < n; ++jj) loadRow<S>(base, seq.keyOffset(l, b, kvHead, j0 + jj), dim, out + jj * dim);
 }
 
 // Attention of query rows [i0, i0 + rows) of (b, h) over the keys [keyBegin, keyEnd) of the sequence that the mask
-// lets them see, with an online softmax. Writes the normalized O (FP32, [rows][headDimV]) and the LSE of each row;
-// a row that sees no key gets O = 0 and LSE = -inf.
+// lets them see, with an online softmax. Writes the normalized O ([rows][headDimV]) and the LSE of each row; a row
+// that sees no key gets O = 0 and LSE = -inf.
 template <class S>
 void attendRows(const AttnProblem &p, const Sequences &seq, const AttnBuffers &buf, int64_t b, int64_t h, int64_t i0,
-                int64_t rows, int64_t keyBegin, int64_t keyEnd, float *outO, float *outLse) {
+                int64_t rows, int64_t keyBegin, int64_t keyEnd, Acc *outO, Acc *outLse) {
   const int64_t dim = p.headDim, dimV = p.headDimV;
   const int64_t sq = seq.queryRows(b), sk = seq.keyRows(b);
   const int64_t kvHead = seq.kvHeadOf(h);
-  const float slope = seq.alibiSlope(b, h);
+  const Acc slope = seq.alibiSlope(b, h);
 
-  thread_local std::vector<float> q, keyT, value, logits, rowMax, rowSum;
+  thread_local std::vector<Acc> q, keyT, value, logits, rowMax, rowSum;
   thread_local std::vector<KeyRange> ranges;
   q.resize(size_t(rows * dim));
   keyT.resize(size_t(dim * kKeyTile));
   value.resize(size_t(kKeyTile * dimV));
   logits.resize(size_t(kKeyTile));
   rowMax.assign(size_t(rows), kNegInf);
-  rowSum.assign(size_t(rows), 0.f);
+  rowSum.assign(size_t(rows), 0.0);
   ranges.resize(size_t(rows));
-  std::fill(outO, outO + rows * dimV, 0.f);
+  std::fill(outO, outO + rows * dimV, 0.0);
 
   int64_t unionLo = keyEnd, unionHi = keyBegin - 1;
   for (int64_t r = 0; r < rows; ++r) {
@@ -188,25 +196,25 @@ void attendRows(const AttnProblem &p, const Sequences &seq, const AttnBuffers &b
       const KeyRange range = ranges[size_t(r)];
       if (range.lo > range.hi || range.hi < j0 || range.lo >= j0 + n) continue;
       const int64_t begin = std::max<int64_t>(range.lo - j0, 0), end = std::min<int64_t>(range.hi - j0 + 1, n);
-      float *s = logits.data();
+      Acc *s = logits.data();
       dotTile(&q[size_t(r * dim)], keyT.data(), dim, s);
       finishLogits(p, slope, i0 + r + sk - sq, j0, begin, end, s, nullptr);
-      float tileMax = kNegInf;
+      Acc tileMax = kNegInf;
       for (int64_t jj = begin; jj < end; ++jj) tileMax = std::max(tileMax, s[jj]);
       if (tileMax == kNegInf) continue;
-      const float oldMax = rowMax[size_t(r)];
-      const float newMax = std::max(oldMax, tileMax);
-      float *acc = outO + r * dimV;
+      const Acc oldMax = rowMax[size_t(r)];
+      const Acc newMax = std::max(oldMax, tileMax);
+      Acc *acc = outO + r * dimV;
       if (oldMax != newMax) {
-        const float correction = std::exp(oldMax - newMax);
+        const Acc correction = std::exp(oldMax - newMax);
         rowSum[size_t(r)] *= correction;
         for (int64_t e = 0; e < dimV; ++e) acc[e] *= correction;
       }
-      float sum = rowSum[size_t(r)];
+      Acc sum = rowSum[size_t(r)];
       for (int64_t jj = begin; jj < end; ++jj) {
-        const float prob = std::exp(s[jj] - newMax);
+        const Acc prob = std::exp(s[jj] - newMax);
         sum += prob;
-        const float *v = &value[size_t(jj * dimV)];
+        const Acc *v = &value[size_t(jj * dimV)];
         for (int64_t e = 0; e < dimV; ++e) acc[e] += prob * v[e];
       }
       rowSum[size_t(r)] = sum;
@@ -215,36 +223,36 @@ void attendRows(const AttnProblem &p, const Sequences &seq, const AttnBuffers &b
   }
 
   for (int64_t r = 0; r < rows; ++r) {
-    const float sum = rowSum[size_t(r)];
-    if (!(sum > 0.f)) {
-      std::fill(outO + r * dimV, outO + (r + 1) * dimV, 0.f);
+    const Acc sum = rowSum[size_t(r)];
+    if (!(sum > 0.0)) {
+      std::fill(outO + r * dimV, outO + (r + 1) * dimV, 0.0);
       outLse[r] = kNegInf;
       continue;
     }
-    const float inv = 1.f / sum;
+    const Acc inv = 1.0 / sum;
     for (int64_t e = 0; e < dimV; ++e) outO[r * dimV + e] *= inv;
     outLse[r] = rowMax[size_t(r)] + std::log(sum);
   }
 }
 
-// The merge of one row's partial states, shared by merge() and decode() so both give bitwise the same result.
-// Returns the merged LSE and writes O (FP32) to out[0..dimV).
-float mergeRow(int64_t states, const float *partialO, int64_t stateStrideO, const float *partialLse,
-               int64_t stateStrideLse, int64_t dimV, float *out) {
-  std::fill(out, out + dimV, 0.f);
-  float maxLse = kNegInf;
-  for (int64_t s = 0; s < states; ++s) maxLse = std::max(maxLse, partialLse[s * stateStrideLse]);
+// The merge of one row's FP32 partial states, shared by merge() and decode() so both give bitwise the same result.
+// Returns the merged LSE and writes O to out[0..dimV).
+Acc mergeRow(int64_t states, const float *partialO, int64_t stateStrideO, const float *partialLse,
+             int64_t stateStrideLse, int64_t dimV, Acc *out) {
+  std::fill(out, out + dimV, 0.0);
+  Acc maxLse = kNegInf;
+  for (int64_t s = 0; s < states; ++s) maxLse = std::max(maxLse, Acc(partialLse[s * stateStrideLse]));
   if (maxLse == kNegInf) return kNegInf;
-  float sum = 0.f;
+  Acc sum = 0.0;
   for (int64_t s = 0; s < states; ++s) {
-    const float lse = partialLse[s * stateStrideLse];
+    const Acc lse = partialLse[s * stateStrideLse];
     if (lse == kNegInf) continue;  // an empty state: its O may be anything, it must not be read
-    const float w = std::exp(lse - maxLse);
+    const Acc w = std::exp(lse - maxLse);
     sum += w;
     const float *o = partialO + s * stateStrideO;
-    for (int64_t e = 0; e < dimV; ++e) out[e] += w * o[e];
+    for (int64_t e = 0; e < dimV; ++e) out[e] += w * Acc(o[e]);
   }
-  const float inv = 1.f / sum;
+  const Acc inv = 1.0 / sum;
   for (int64_t e = 0; e < dimV; ++e) out[e] *= inv;
   return maxLse + std::log(sum);
 }
@@ -259,13 +267,13 @@ void forwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
     const int64_t i0 = block * kRowBlock, sq = seq.queryRows(b);
     if (i0 >= sq) return;
     const int64_t rows = std::min(kRowBlock, sq - i0);
-    thread_local std::vector<float> o, lse;
+    thread_local std::vector<Acc> o, lse;
     o.resize(size_t(rows * dimV));
     lse.resize(size_t(rows));
     attendRows<S>(p, seq, buf, b, h, i0, rows, 0, seq.keyRows(b), o.data(), lse.data());
     for (int64_t r = 0; r < rows; ++r) {
       storeRow<S>(buf.o, seq.queryOffset(p.o, b, h, i0 + r), dimV, &o[size_t(r * dimV)]);
-      if (p.hasLse) buf.lse[seq.queryOffset(p.lse, b, h, i0 + r)] = lse[size_t(r)];
+      if (p.hasLse) buf.lse[seq.queryOffset(p.lse, b, h, i0 + r)] = float(lse[size_t(r)]);
     }
   });
 }
@@ -275,7 +283,8 @@ void decodeTyped(const AttnProblem &p, int32_t chunks, const DecodeWorkspace &la
                  void *workspace) {
   const Sequences seq(p);
   const int64_t dimV = p.headDimV;
-  // Partial state (chunk c, b, h, i) sits at row ((c * batch + b) * heads + h) * seqQ + i of the workspace.
+  // Partial state (chunk c, b, h, i) sits at row ((c * batch + b) * heads + h) * seqQ + i of the workspace, in FP32
+  // like the CUDA kernels' partials, so that decode's merge is exactly MergeStates on them.
   const int64_t rowsPerChunk = p.batch * p.heads * p.seqQ;
   float *partialO = static_cast<float *>(workspace);
   float *partialLse = reinterpret_cast<float *>(static_cast<char *>(workspace) + layout.lseOffset);
@@ -285,22 +294,29 @@ void decodeTyped(const AttnProblem &p, int32_t chunks, const DecodeWorkspace &la
     // Chunk c of sequence b: keys [sk * c / chunks, sk * (c + 1) / chunks); may be empty (then its LSE is -inf).
     const int64_t keyBegin = sk * c / chunks, keyEnd = sk * (c + 1) / chunks;
     const int64_t firstRow = ((c * p.batch + b) * p.heads + h) * p.seqQ;
+    thread_local std::vector<Acc> o, lse;
     for (int64_t i0 = 0; i0 < sq; i0 += kRowBlock) {
       const int64_t rows = std::min(kRowBlock, sq - i0);
-      attendRows<S>(p, seq, buf, b, h, i0, rows, keyBegin, keyEnd, partialO + (firstRow + i0) * dimV,
-                    partialLse + firstRow + i0);
+      o.resize(size_t(rows * dimV));
+      lse.resize(size_t(rows));
+      attendRows<S>(p, seq, buf, b, h, i0, rows, keyBegin, keyEnd, o.data(), lse.data());
+      for (int64_t r = 0; r < rows; ++r) {
+        float *dst = partialO + (firstRow + i0 + r) * dimV;
+        for (int64_t e = 0; e < dimV; ++e) dst[e] = float(o[size_t(r * dimV + e)]);
+        partialLse[firstRow + i0 + r] = float(lse[size_t(r)]);
+      }
     }
   });
   parallelFor(p.batch * p.heads, [&](int64_t item) {
     const int64_t h = item % p.heads, b = item / p.heads;
-    thread_local std::vector<float> o;
+    thread_local std::vector<Acc> o;
     o.resize(size_t(dimV));
     const int64_t firstRow = (b * p.heads + h) * p.seqQ;
     for (int64_t i = 0; i < seq.queryRows(b); ++i) {
-      const float lse = mergeRow(chunks, partialO + (firstRow + i) * dimV, rowsPerChunk * dimV,
-                                 partialLse + firstRow + i, rowsPerChunk, dimV, o.data());
+      const Acc lse = mergeRow(chunks, partialO + (firstRow + i) * dimV, rowsPerChunk * dimV,
+                               partialLse + firstRow + i, rowsPerChunk, dimV, o.data());
       storeRow<S>(buf.o, seq.queryOffset(p.o, b, h, i), dimV, o.data());
-      if (p.hasLse) buf.lse[seq.queryOffset(p.lse, b, h, i)] = lse;
+      if (p.hasLse) buf.lse[seq.queryOffset(p.lse, b, h, i)] = float(lse);
     }
   });
 }
@@ -311,13 +327,13 @@ void mergeTyped(const MergeProblem &p, const MergeBuffers &buf) {
   const int64_t *so = p.partialOStride, *sl = p.partialLseStride;
   parallelFor(p.batch * p.heads, [&](int64_t item) {
     const int64_t h = item % p.heads, b = item / p.heads;
-    thread_local std::vector<float> o;
+    thread_local std::vector<Acc> o;
     o.resize(size_t(dimV));
     for (int64_t i = 0; i < p.seqQ; ++i) {
-      const float lse = mergeRow(p.states, buf.partialO + b * so[1] + h * so[2] + i * so[3], so[0],
-                                 buf.partialLse + b * sl[1] + h * sl[2] + i * sl[3], sl[0], dimV, o.data());
+      const Acc lse = mergeRow(p.states, buf.partialO + b * so[1] + h * so[2] + i * so[3], so[0],
+                               buf.partialLse + b * sl[1] + h * sl[2] + i * sl[3], sl[0], dimV, o.data());
       storeRow<S>(buf.o, b * p.o.batch + h * p.o.head + i * p.o.row, dimV, o.data());
-      if (p.hasLse) buf.lse[b * p.lse.batch + h * p.lse.head + i * p.lse.row] = lse;
+      if (p.hasLse) buf.lse[b * p.lse.batch + h * p.lse.head + i * p.lse.row] = float(lse);
     }
   });
 }
@@ -332,7 +348,7 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
   const int64_t dim = p.headDim, dimV = p.headDimV;
   // D of (b, h, i) at (queryToken * heads + h), queryToken = cuSeqlensQ[b] + i (ragged) or b * seqQ + i.
   const int64_t queryTokens = p.ragged ? p.totalQ : p.batch * p.seqQ;
-  std::vector<float> rowDot(size_t(queryTokens * p.heads), 0.f);
+  std::vector<Acc> rowDot(size_t(queryTokens * p.heads), 0.0);
   auto rowDotIndex = [&](int64_t b, int64_t h, int64_t i) {
     return size_t(((p.ragged ? p.cuSeqlensQ[b] : b * p.seqQ) + i) * p.heads + h);
   };
@@ -344,11 +360,11 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
     if (i0 >= sq) return;
     const int64_t rows = std::min(kRowBlock, sq - i0);
     const int64_t kvHead = seq.kvHeadOf(h);
-    const float slope = seq.alibiSlope(b, h);
-    thread_local std::vector<float> q, dO, o, dQ, lse, keyT, valueT, keyRows, logits, deriv, dP;
+    const Acc slope = seq.alibiSlope(b, h);
+    thread_local std::vector<Acc> q, dO, o, dQ, lse, keyT, valueT, keyRows, logits, deriv, dP;
     thread_local std::vector<KeyRange> ranges;
     q.resize(size_t(rows * dim));
-    dQ.assign(size_t(rows * dim), 0.f);
+    dQ.assign(size_t(rows * dim), 0.0);
     dO.resize(size_t(rows * dimV));
     o.resize(size_t(dimV));
     lse.resize(size_t(rows));
@@ -366,7 +382,7 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
       loadRow<S>(buf.q, seq.queryOffset(p.q, b, h, i), dim, &q[size_t(r * dim)]);
       loadRow<S>(buf.dO, seq.queryOffset(p.dO, b, h, i), dimV, &dO[size_t(r * dimV)]);
       loadRow<S>(buf.o, seq.queryOffset(p.o, b, h, i), dimV, o.data());
-      float d = 0.f;
+      Acc d = 0.0;
       for (int64_t e = 0; e < dimV; ++e) d += dO[size_t(r * dimV + e)] * o[size_t(e)];
       rowDot[rowDotIndex(b, h, i)] = d;
       lse[size_t(r)] = buf.lse[seq.queryOffset(p.lse, b, h, i)];
@@ -392,12 +408,12 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
         dotTile(&q[size_t(r * dim)], keyT.data(), dim, logits.data());
         finishLogits(p, slope, i + sk - sq, j0, begin, end, logits.data(), deriv.data());
         dotTile(&dO[size_t(r * dimV)], valueT.data(), dimV, dP.data());
-        const float d = rowDot[rowDotIndex(b, h, i)];
-        float *dq = &dQ[size_t(r * dim)];
+        const Acc d = rowDot[rowDotIndex(b, h, i)];
+        Acc *dq = &dQ[size_t(r * dim)];
         for (int64_t jj = begin; jj < end; ++jj) {
-          const float prob = std::exp(logits[size_t(jj)] - lse[size_t(r)]);
-          const float dS = prob * (dP[size_t(jj)] - d) * deriv[size_t(jj)];
-          const float *k = &keyRows[size_t(jj * dim)];
+          const Acc prob = std::exp(logits[size_t(jj)] - lse[size_t(r)]);
+          const Acc dS = prob * (dP[size_t(jj)] - d) * deriv[size_t(jj)];
+          const Acc *k = &keyRows[size_t(jj * dim)];
           for (int64_t e = 0; e < dim; ++e) dq[e] += dS * k[e];
         }
       }
@@ -415,9 +431,9 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
     const int64_t n = std::min(kKeyTile, owned - j0);
     const int64_t sq = seq.queryRows(b), sk = seq.keyRows(b);
     const int64_t used = std::clamp<int64_t>(sk - j0, 0, n);  // keys past the used length get zero gradient
-    thread_local std::vector<float> dK, dV, keyT, valueT, q, dO, logits, deriv, dP;
-    dK.assign(size_t(kKeyTile * dim), 0.f);
-    dV.assign(size_t(kKeyTile * dimV), 0.f);
+    thread_local std::vector<Acc> dK, dV, keyT, valueT, q, dO, logits, deriv, dP;
+    dK.assign(size_t(kKeyTile * dim), 0.0);
+    dV.assign(size_t(kKeyTile * dimV), 0.0);
     keyT.resize(size_t(dim * kKeyTile));
     valueT.resize(size_t(dimV * kKeyTile));
     q.resize(size_t(dim));
@@ -429,11 +445,11 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
       loadTileTransposed<S>(seq, buf.k, p.k, b, kvHead, j0, used, dim, keyT.data());
       loadTileTransposed<S>(seq, buf.v, p.v, b, kvHead, j0, used, dimV, valueT.data());
       for (int64_t h = kvHead * group; h < (kvHead + 1) * group; ++h) {
-        const float slope = seq.alibiSlope(b, h);
+        const Acc slope = seq.alibiSlope(b, h);
         for (int64_t i = 0; i < sq; ++i) {
           const KeyRange range = seq.visible(i, sq, sk, j0, j0 + used);
           if (range.lo > range.hi) continue;
-          const float lse = buf.lse[seq.queryOffset(p.lse, b, h, i)];
+          const Acc lse = buf.lse[seq.queryOffset(p.lse, b, h, i)];
           if (lse == kNegInf) continue;
           const int64_t begin = range.lo - j0, end = range.hi - j0 + 1;
           loadRow<S>(buf.q, seq.queryOffset(p.q, b, h, i), dim, q.data());
@@ -441,13 +457,13 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
           dotTile(q.data(), keyT.data(), dim, logits.data());
           finishLogits(p, slope, i + sk - sq, j0, begin, end, logits.data(), deriv.data());
           dotTile(dO.data(), valueT.data(), dimV, dP.data());
-          const float d = rowDot[rowDotIndex(b, h, i)];
+          const Acc d = rowDot[rowDotIndex(b, h, i)];
           for (int64_t jj = begin; jj < end; ++jj) {
-            const float prob = std::exp(logits[size_t(jj)] - lse);
-            const float dS = prob * (dP[size_t(jj)] - d) * deriv[size_t(jj)];
-            float *dv = &dV[size_t(jj * dimV)];
+            const Acc prob = std::exp(logits[size_t(jj)] - lse);
+            const Acc dS = prob * (dP[size_t(jj)] - d) * deriv[size_t(jj)];
+            Acc *dv = &dV[size_t(jj * dimV)];
             for (int64_t e = 0; e < dimV; ++e) dv[e] += prob * dO[size_t(e)];
-            float *dk = &dK[size_t(jj * dim)];
+            Acc *dk = &dK[size_t(jj * dim)];
             for (int64_t e = 0; e < dim; ++e) dk[e] += dS * q[size_t(e)];
           }
         }

@@ -50,7 +50,7 @@ class HostBackend final : public Backend {
       extra = concat(" ", plan.numChunks, " KV chunks per sequence,");
     }
     plan.description = concat("host.reference ", opName(p.op), " ", storageName(p.dtype), " d", p.headDim, " dv",
-                               p.headDimV, ",", extra, " fp32 accumulate, deterministic");
+                               p.headDimV, ",", extra, " fp64 accumulate, deterministic");
     return plan;
   }
 
@@ -58,7 +58,7 @@ class HostBackend final : public Backend {
     Plan plan;
     plan.deterministic = true;
     plan.description = concat("host.reference merge of ", p.states, " states into ", storageName(p.outType), " dv",
-                              p.headDimV, ", fp32 accumulate, deterministic");
+                              p.headDimV, ", fp64 accumulate, deterministic");
     return plan;
   }
 

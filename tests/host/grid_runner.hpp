@@ -1,0 +1,25 @@
+// Runs a list of grid cases, one gtest failure per failing case (naming it), and prints how many ran.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "grid.hpp"
+
+namespace host_test {
+
+inline void runAttnGrid(const std::string &name, const std::vector<AttnCase> &cases, bool withBackward) {
+  int failed = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const GateReport r = runAttnCase(cases[i], withBackward);
+    if (!r.pass) ++failed;
+    EXPECT_TRUE(r.pass) << name << " case " << i << ": " << cases[i].describe() << "\n" << r.text;
+  }
+  std::printf("[grid] %s: %zu cases (%s), %d failed\n", name.c_str(), cases.size(),
+              withBackward ? "forward + backward" : "forward", failed);
+}
+
+}  // namespace host_test
