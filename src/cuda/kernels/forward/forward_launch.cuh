@@ -14,11 +14,11 @@
 
 namespace flashattn::cuda::forward {
 
-// cudaFuncSetAttribute is per device and not a stream operation (allowed during graph capture); doing it once per
-// (kernel, device) keeps it off the launch path. Devices past 63 set it on every launch, which is merely slower.
+// cudaFuncSetAttribute is per (kernel, device) and not a stream operation (allowed during graph capture); doing it
+// once keeps it off the launch path. `configuredDevices` must belong to this one kernel (every kernel has the same
+// function type, so the caller keeps it next to the kernel). Devices past 63 set it on every launch: merely slower.
 template <typename Kernel>
-cudaError_t ensureSharedLimit(Kernel kernel, std::size_t bytes, int device) {
-  static std::atomic<uint64_t> configuredDevices{0};
+cudaError_t ensureSharedLimit(Kernel kernel, std::size_t bytes, int device, std::atomic<uint64_t> &configuredDevices) {
   if (bytes <= 48 * 1024) return cudaSuccess;
   const uint64_t bit = device >= 0 && device < 64 ? (uint64_t(1) << device) : 0;
   if (bit != 0 && (configuredDevices.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
@@ -29,20 +29,21 @@ cudaError_t ensureSharedLimit(Kernel kernel, std::size_t bytes, int device) {
 
 template <typename Element, int HeadDim>
 cudaError_t launchInstance(const ForwardParams &params, int device, cudaStream_t stream) {
+  static std::atomic<uint64_t> configuredDevices{0};  // one per instance, i.e. per kernel
   const int64_t ctas = int64_t(params.queryBlocks) * params.heads * params.batch;
   if (ctas <= 0) return cudaSuccess;
   if constexpr (std::is_same_v<Element, float>) {
     constexpr TileShape tile = fp32TileFor(HeadDim);
     constexpr std::size_t shared = fp32SharedBytes(HeadDim);
     const auto kernel = forwardFp32Kernel<HeadDim, tile.blockM, tile.blockN, tile.warps>;
-    const cudaError_t err = ensureSharedLimit(kernel, shared, device);
+    const cudaError_t err = ensureSharedLimit(kernel, shared, device, configuredDevices);
     if (err != cudaSuccess) return err;
     kernel<<<dim3(unsigned(ctas)), dim3(tile.warps * 32), shared, stream>>>(params);
   } else {
     constexpr TileShape tile = mmaTileFor(HeadDim);
     constexpr std::size_t shared = mmaSharedBytes(HeadDim);
-    const auto kernel = forwardMmaKernel<Element, HeadDim, tile.blockM, tile.blockN, tile.warps>;
-    const cudaError_t err = ensureSharedLimit(kernel, shared, device);
+    const auto kernel = forwardMmaKernel<Element, HeadDim, tile.blockM, tile.blockN, tile.warps, tile.minBlocksPerSM>;
+    const cudaError_t err = ensureSharedLimit(kernel, shared, device, configuredDevices);
     if (err != cudaSuccess) return err;
     kernel<<<dim3(unsigned(ctas)), dim3(tile.warps * 32), shared, stream>>>(params);
   }

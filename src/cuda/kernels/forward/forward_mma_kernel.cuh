@@ -27,8 +27,9 @@ __device__ __forceinline__ float negativeInfinity() { return __int_as_float(0xff
 // With vectorAccess the copies are asynchronous (the caller commits and waits); otherwise they complete here.
 //
 // kThreadsPerRow lanes share a row (a power of two dividing the row's chunks, so a warp covers whole 64..512-byte row
-// segments); the row loop is deliberately not unrolled: unrolled, the compiler keeps every pass's 64-bit address alive
-// across the key loop and spills them.
+// segments) and walk down the tile kRowsPerPass rows at a time. The pass loop is deliberately not unrolled: unrolled,
+// the compiler keeps every pass's 64-bit address alive across the key loop and spills them; rolled, a pass costs one
+// pointer increment, one row test and the swizzle of its row.
 template <typename Element, int D, int Rows, int Threads>
 __device__ __forceinline__ void loadTile(Element *tile, const Element *rows, int64_t rowStride, int validRows,
                                          int headDim, bool vectorAccess, const void *safeAddress) {
@@ -37,22 +38,36 @@ __device__ __forceinline__ void loadTile(Element *tile, const Element *rows, int
   constexpr int kChunkSteps = kChunksPerRow / kThreadsPerRow;
   constexpr int kRowsPerPass = Threads / kThreadsPerRow;
   static_assert(Threads % kThreadsPerRow == 0 && Rows % kRowsPerPass == 0, "tile rows must split into whole passes");
+  // A step moves by kThreadsPerRow chunks, a multiple of the XOR group, so (chunk0 + step * kThreadsPerRow) ^ xor ==
+  // (chunk0 ^ xor) + step * kThreadsPerRow: every step of a pass is an immediate offset from the pass's address.
+  static_assert(kThreadsPerRow % ((kChunksPerRow % 8 == 0) ? 8 : 4) == 0, "steps must not cross the XOR pattern");
   const int chunk0 = int(threadIdx.x) % kThreadsPerRow;
+  int r = int(threadIdx.x) / kThreadsPerRow;
+  const Element *source = rows + int64_t(r) * rowStride + chunk0 * 8;
+  const int64_t passStride = int64_t(kRowsPerPass) * rowStride;
+  if (vectorAccess) {
+    const uint32_t tileAddress = prim::smemAddress(tile);
 #pragma unroll 1
-  for (int r = int(threadIdx.x) / kThreadsPerRow; r < Rows; r += kRowsPerPass) {
-    const Element *rowSource = rows + int64_t(r) * rowStride;
-    const bool rowValid = r < validRows;
+    for (; r < Rows; r += kRowsPerPass, source += passStride) {
+      const uint32_t destination =
+          tileAddress + uint32_t(r * D * 2) + uint32_t((chunk0 ^ prim::swizzleRowXor<kChunksPerRow>(r)) << 4);
+      const bool rowValid = r < validRows;
 #pragma unroll
-    for (int step = 0; step < kChunkSteps; ++step) {
-      const int column = (chunk0 + step * kThreadsPerRow) * 8;
-      Element *destination = tile + prim::swizzledOffset16<D>(r, column);
-      const Element *source = rowSource + column;
-      if (vectorAccess) {
-        const bool valid = rowValid && column < headDim;
-        prim::cpAsync16(prim::smemAddress(destination), valid ? static_cast<const void *>(source) : safeAddress,
-                        valid);
-      } else {
-        const uint16_t *elements = reinterpret_cast<const uint16_t *>(source);
+      for (int step = 0; step < kChunkSteps; ++step) {
+        const bool valid = rowValid && (chunk0 + step * kThreadsPerRow) * 8 < headDim;
+        prim::cpAsync16(destination + step * kThreadsPerRow * 16,
+                        valid ? static_cast<const void *>(source + step * kThreadsPerRow * 8) : safeAddress, valid);
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (; r < Rows; r += kRowsPerPass, source += passStride) {
+      Element *destination = tile + r * D + ((chunk0 ^ prim::swizzleRowXor<kChunksPerRow>(r)) << 3);
+      const bool rowValid = r < validRows;
+#pragma unroll
+      for (int step = 0; step < kChunkSteps; ++step) {
+        const int column = (chunk0 + step * kThreadsPerRow) * 8;
+        const uint16_t *elements = reinterpret_cast<const uint16_t *>(source + step * kThreadsPerRow * 8);
         uint32_t packed[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -60,7 +75,8 @@ __device__ __forceinline__ void loadTile(Element *tile, const Element *rows, int
           const uint32_t hi = (rowValid && column + 2 * e + 1 < headDim) ? elements[2 * e + 1] : 0u;
           packed[e] = lo | (hi << 16);
         }
-        *reinterpret_cast<uint4 *>(destination) = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        *reinterpret_cast<uint4 *>(destination + step * kThreadsPerRow * 8) =
+            make_uint4(packed[0], packed[1], packed[2], packed[3]);
       }
     }
   }
@@ -101,8 +117,8 @@ __device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *
     for (int r = threadIdx.x; r < rows; r += threads) lseRows[int64_t(r) * p.lseRow] = negativeInfinity();
 }
 
-template <typename Element, int D, int BlockM, int BlockN, int Warps>
-__global__ void __launch_bounds__(Warps * 32) forwardMmaKernel(const ForwardParams p) {
+template <typename Element, int D, int BlockM, int BlockN, int Warps, int MinBlocksPerSM>
+__global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(const ForwardParams p) {
   constexpr int kThreads = Warps * 32;
   constexpr int kWarpRows = BlockM / Warps;
   constexpr int kMTiles = kWarpRows / 16;  // 16-row mma tiles per warp

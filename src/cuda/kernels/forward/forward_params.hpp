@@ -54,24 +54,27 @@ struct ForwardParams {
   bool vectorAccess = false;
 };
 
-// One tile configuration: BlockM query rows x BlockN keys per iteration, Warps warps splitting the rows.
+// One tile configuration: BlockM query rows x BlockN keys per iteration, Warps warps splitting the rows, and the CTAs
+// per SM the register budget is fitted to (__launch_bounds__ minimum blocks).
 struct TileShape {
   int blockM;
   int blockN;
   int warps;
+  int minBlocksPerSM;
 };
 
-// Tiles of the tensor-core (FP16/BF16) instances, per instance head dim (KERNELS.md "tiles known to work").
+// Tiles of the tensor-core (FP16/BF16) instances, per instance head dim (KERNELS.md "tiles known to work" as a start;
+// the measured choice is in the notes of forward_mma_kernel.cuh).
 constexpr TileShape mmaTileFor(int headDim) {
-  return headDim <= 64    ? TileShape{128, 128, 4}
-         : headDim <= 96  ? TileShape{128, 64, 4}
-         : headDim <= 128 ? TileShape{128, 64, 4}
-         : headDim <= 192 ? TileShape{128, 64, 8}
-                          : TileShape{64, 64, 4};
+  return headDim <= 64    ? TileShape{128, 128, 4, 1}  // TILE_D64
+         : headDim <= 96  ? TileShape{128, 64, 4, 1}   // TILE_D96
+         : headDim <= 128 ? TileShape{128, 64, 4, 1}   // TILE_D128
+         : headDim <= 192 ? TileShape{128, 64, 8, 1}   // TILE_D192
+                          : TileShape{64, 64, 4, 1};   // TILE_D256
 }
 
 // The FP32 instances: plain FFMA (no tensor cores), one 32-row x 16-key tile for every head dim.
-constexpr TileShape fp32TileFor(int) { return TileShape{32, 16, 8}; }
+constexpr TileShape fp32TileFor(int) { return TileShape{32, 16, 8, 1}; }
 
 constexpr std::size_t mmaSharedBytes(int headDim) {
   // Q tile + one K tile + one V tile of 16-bit elements.
