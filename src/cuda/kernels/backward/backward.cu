@@ -433,15 +433,11 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
   return true;
 }
 
-cudaError_t launchBackward(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
-                           void *workspace, cudaStream_t stream) {
-  using namespace backward;
-  (void)dev;
-  const int instance = configHeadDim(plan.config);
-  const int tileIndex = configTile(plan.config);
-  const BlockShape shape = blockShapeFor(p.dtype, instance, tileIndex);
+namespace backward {
+
+BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) {
+  const BlockShape shape = blockShapeFor(p.dtype, configHeadDim(plan.config), configTile(plan.config));
   const WorkspaceLayout ws = workspaceLayout(p, shape);
-  if (ws.bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
   unsigned char *base = static_cast<unsigned char *>(workspace);
 
   BackwardParams params;
@@ -508,10 +504,24 @@ cudaError_t launchBackward(const DeviceInfo &dev, const AttnProblem &p, const Pl
   params.alibiSlopes = p.alibiSlopes;
   params.alibiBatchStride = p.alibiBatchStride;
   params.deterministic = p.deterministic;
+  return params;
+}
 
+}  // namespace backward
+
+cudaError_t launchBackward(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
+                           void *workspace, cudaStream_t stream) {
+  using namespace backward;
+  (void)dev;
+  const int instance = configHeadDim(plan.config);
+  const int tileIndex = configTile(plan.config);
+  const WorkspaceLayout ws = workspaceLayout(p, blockShapeFor(p.dtype, instance, tileIndex));
+  if (ws.bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
+  const BackwardParams params = makeParams(p, plan, buf, workspace);
   const int32_t rowBlocks = int32_t((p.seqQ + kRowsPerSmallBlock - 1) / kRowsPerSmallBlock);
   if (ws.zeroedBytes > 0) {
-    const cudaError_t err = cudaMemsetAsync(base + ws.offset[2], 0, ws.zeroedBytes, stream);
+    const cudaError_t err =
+        cudaMemsetAsync(static_cast<unsigned char *>(workspace) + ws.offset[2], 0, ws.zeroedBytes, stream);
     if (err != cudaSuccess) return err;
   }
   cudaError_t err = launchSmall(p.dtype, params, rowBlocks, true, stream);

@@ -14,6 +14,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/plan.hpp"
+#include "core/problem.hpp"
+
 namespace flashattn::cuda::backward {
 
 struct BackwardParams {
@@ -134,6 +137,9 @@ constexpr std::size_t fp32SharedBytes(int headDim) {
   return (2 * std::size_t(t.blockN + t.blockM) * (headDim + 1) + 2 * std::size_t(t.blockN) * (t.blockM + 1) +
           2 * std::size_t(t.blockM)) * 4;
 }
+
+// The kernel arguments of a planned problem: buffers, strides, the workspace carved as the plan laid it out.
+BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace);
 
 // Defined once per (Element, instance head dim) by the generated instance files (backward_instance.cu.in):
 // launches the main kernel with tile `tileIndex` (tensor-core instances) or the FP32 kernel (Element float).
