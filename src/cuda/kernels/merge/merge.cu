@@ -95,34 +95,54 @@ __global__ void __launch_bounds__(kMergeWarps * 32) mergeKernel(const MergeParam
   const float *oRow = p.partialO + batch * p.partialOStride[1] + head * p.partialOStride[2] +
                       token * p.partialOStride[3];
   Out *out = static_cast<Out *>(p.o) + batch * p.oBatch + head * p.oHead + token * p.oRow;
-  if constexpr (Vectorized) {
-    for (int d = lane * 4; d < p.headDimV; d += 128) {
-      float4 accum = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (total != negInf()) {
-        for (int s = 0; s < p.states; ++s) {
-          const float l = __ldg(lseRow + s * p.partialLseStride[0]);
-          if (l == negInf()) continue;
-          const float w = expf(l - total);
-          const float4 v = __ldg(reinterpret_cast<const float4 *>(oRow + s * p.partialOStride[0] + d));
-          accum.x += w * v.x;
-          accum.y += w * v.y;
-          accum.z += w * v.z;
-          accum.w += w * v.w;
+  constexpr int kWidth = Vectorized ? 4 : 1;  // elements per lane and load
+  constexpr int kBatch = 8;                   // partial rows loaded before the first is used
+  // Every lane runs the same trip counts (the shuffles below need the whole warp); lanes past headDimV idle.
+  for (int d0 = 0; d0 < p.headDimV; d0 += 32 * kWidth) {
+    const int d = d0 + lane * kWidth;
+    const bool active = d < p.headDimV;
+    float4 accum = make_float4(0.f, 0.f, 0.f, 0.f);
+    // Blocks of 32 states: lane j holds the weight of state base + j (0 for an empty state), broadcast by shuffles.
+    for (int base = 0; base < p.states; base += 32) {
+      const int count = min(32, p.states - base);
+      float weight = 0.f;
+      if (lane < count && total != negInf()) {
+        const float l = __ldg(lseRow + (base + lane) * p.partialLseStride[0]);
+        if (l != negInf()) weight = expf(l - total);
+      }
+      for (int j0 = 0; j0 < count; j0 += kBatch) {
+        // The loads of a batch do not depend on the weights, so they are all in flight before the first use; an
+        // empty state's row is still loaded (it is inside the tensor) but selected away, never multiplied.
+        float4 v[kBatch];
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (active && j0 + u < count) {
+            const float *src = oRow + int64_t(base + j0 + u) * p.partialOStride[0] + d;
+            if constexpr (Vectorized) {
+              v[u] = __ldg(reinterpret_cast<const float4 *>(src));
+            } else {
+              v[u].x = __ldg(src);
+            }
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u) {
+          const float w = __shfl_sync(0xffffffffu, weight, (j0 + u) & 31);
+          if (j0 + u < count && w != 0.f) {
+            accum.x += w * v[u].x;
+            accum.y += w * v[u].y;
+            accum.z += w * v[u].z;
+            accum.w += w * v[u].w;
+          }
         }
       }
-      store4<Out>(out + d, accum);
     }
-  } else {
-    for (int d = lane; d < p.headDimV; d += 32) {
-      float accum = 0.f;
-      if (total != negInf()) {
-        for (int s = 0; s < p.states; ++s) {
-          const float l = __ldg(lseRow + s * p.partialLseStride[0]);
-          if (l == negInf()) continue;
-          accum += expf(l - total) * __ldg(oRow + s * p.partialOStride[0] + d);
-        }
-      }
-      out[d] = fromFloat<Out>(accum);
+    if (!active) continue;
+    if constexpr (Vectorized) {
+      store4<Out>(out + d, accum);
+    } else {
+      out[d] = fromFloat<Out>(accum.x);
     }
   }
   if (p.lse && lane == 0) p.lse[batch * p.lseBatch + head * p.lseHead + token * p.lseRow] = total;

@@ -1,0 +1,556 @@
+// flashAttnDecodeChunk on the CUDA backend through the public API, against the float64 oracle (fa_ref::forward over
+// each sequence's used KV length) under both gates of TESTING.md: the decode grid ((seqQ, seqK) x chunk counts), dense
+// and paged caches (page sizes 1..256, block tables from a random permutation), NaN written into every unused cache
+// slot and unreferenced page, odd per-sequence lengths including 0, FP16/BF16/FP32 and head dims 64..256 (padded ones
+// included), GQA/MQA and stride-0 KV broadcast, masks, windows, softcap, ALiBi; outputs poisoned with NaN first.
+// Plus: out-of-range block ids are masked (never dereferenced), determinism, graph replay with lengths and block
+// tables changed in device memory between replays equal to eager runs, exact workspace sizes.
+//
+// FLASHATTN_TEST_SLICE=edge runs a few small shapes only (for compute-sanitizer).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpu_harness.hpp"
+#include "reference.hpp"
+#include "tensors.hpp"
+
+using namespace fa_test;
+
+namespace {
+
+bool edgeSlice() {
+  const char *s = std::getenv("FLASHATTN_TEST_SLICE");
+  return s != nullptr && std::strcmp(s, "edge") == 0;
+}
+
+fa_ref::Rounding roundingOf(flashAttnDataType_t t) {
+  return t == FLASHATTN_DATA_FP32 ? fa_ref::Rounding::FP32
+         : t == FLASHATTN_DATA_FP16 ? fa_ref::Rounding::FP16
+                                    : fa_ref::Rounding::BF16;
+}
+
+const char *typeName(flashAttnDataType_t t) {
+  return t == FLASHATTN_DATA_FP32 ? "fp32" : t == FLASHATTN_DATA_FP16 ? "fp16" : "bf16";
+}
+
+// fa_ref::forward over independent (batch, KV head) groups on all host cores; the long caches of the grid would take
+// minutes on one. Each group is the same oracle on a slice of the inputs.
+void referenceForward(const fa_ref::Problem &p, const std::vector<double> &q, const std::vector<double> &k,
+                      const std::vector<double> &v, std::vector<double> &o, std::vector<double> &lse,
+                      fa_ref::Rounding r) {
+  o.assign(p.oSize(), 0.0);
+  lse.assign(p.lseSize(), 0.0);
+  const int64_t groups = p.batch * p.kvHeads, G = p.heads / p.kvHeads;
+  const size_t qRows = size_t(p.maxSq * p.headDim), kRows = size_t(p.maxSk * p.headDim);
+  std::atomic<int64_t> next{0};
+  auto worker = [&] {
+    for (int64_t gi = next++; gi < groups; gi = next++) {
+      const int64_t b = gi / p.kvHeads, kvh = gi % p.kvHeads;
+      fa_ref::Problem sp = p;
+      sp.batch = 1, sp.heads = G, sp.kvHeads = 1;
+      sp.sk = {p.seqK(b)};
+      sp.sq = {};
+      sp.alibi.clear();
+      for (int64_t h = 0; h < G && !p.alibi.empty(); ++h) sp.alibi.push_back(p.alibiSlope(b, kvh * G + h));
+      const size_t q0 = size_t(b * p.heads + kvh * G) * qRows;
+      const size_t k0 = size_t(b * p.kvHeads + kvh) * kRows;
+      std::vector<double> qs(q.begin() + q0, q.begin() + q0 + size_t(G) * qRows);
+      std::vector<double> ks(k.begin() + k0, k.begin() + k0 + kRows), vs(v.begin() + k0, v.begin() + k0 + kRows);
+      std::vector<double> os, ls;
+      fa_ref::forward(sp, qs, ks, vs, os, ls, r);
+      std::copy(os.begin(), os.end(), o.begin() + q0);
+      std::copy(ls.begin(), ls.end(), lse.begin() + size_t(b * p.heads + kvh * G) * size_t(p.maxSq));
+    }
+  };
+  std::vector<std::thread> pool;
+  const unsigned n = std::max(1u, std::min(std::thread::hardware_concurrency(), 32u));
+  for (unsigned i = 0; i < n; ++i) pool.emplace_back(worker);
+  for (auto &t : pool) t.join();
+}
+
+struct DecodeCase {
+  std::string name;
+  flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
+  int64_t headDim = 128;
+  int64_t batch = 1, heads = 6, kvHeads = 2, sq = 1;
+  int64_t cap = 128;               // dense seqK; paged: rounded up to whole pages
+  std::vector<int32_t> lens;       // per-sequence used lengths; empty: the whole cache, no seqlensK
+  bool paged = false;
+  int64_t pageSize = 16;
+  std::vector<int32_t> chunks = {0};
+  flashAttnMaskMode_t mask = FLASHATTN_MASK_NONE;
+  int64_t windowLeft = -1, windowRight = -1;
+  float softcap = 0.f;
+  int alibi = 0;  // 0 off, 1 [heads], 2 [batch, heads]
+  Order order = Order::BHSD;
+  bool nanFill = true;      // NaN in every cache slot no sequence uses
+  bool badBlockId = false;  // the last used page of sequence 0 gets an out-of-range id: its keys are masked
+  bool withLse = true;
+  bool broadcastKv = false;  // kvHeads == heads with K/V head stride 0
+  double inputScale = 1.0;
+  float scale = 0.f;  // 0: the default 1/sqrt(headDim)
+  uint64_t seed = 1;
+};
+
+// Everything one case needs on the host and the device, plus its descriptors.
+class DecodeFixture {
+ public:
+  DecodeFixture(const DecodeCase &c) : c_(c) { build(); }
+
+  flashAttnStatus_t run(int32_t chunks, size_t *workspaceUsed = nullptr, size_t workspaceShort = 0) {
+    size_t bytes = 0;
+    flashAttnStatus_t s = flashAttnDecodeChunkGetWorkspaceSize(handle_, attn_, seqDesc(), qDesc_, kDesc_, vDesc_,
+                                                                oDesc_, lseDescOrNull(), chunks, &bytes);
+    if (s != FLASHATTN_STATUS_SUCCESS) return s;
+    if (workspaceUsed) *workspaceUsed = bytes;
+    DeviceBuffer ws(bytes);
+    ws.poison();
+    s = flashAttnDecodeChunk(handle_, attn_, seqDesc(), qDesc_, q_.ptr, kDesc_, k_.ptr, vDesc_, v_.ptr, oDesc_, o_.ptr,
+                             lseDescOrNull(), c_.withLse ? lse_.get<float>() : nullptr, chunks, ws.ptr,
+                             bytes - std::min(bytes, workspaceShort));
+    if (s == FLASHATTN_STATUS_SUCCESS) FA_CUDA_CHECK(cudaDeviceSynchronize());
+    return s;
+  }
+
+  void poisonOutputs() {
+    o_.poison();
+    lse_.poison();
+  }
+  std::vector<uint8_t> rawO() const { return o_.raw(); }
+  std::vector<uint8_t> rawLse() const { return lse_.raw(); }
+
+  // Both gates on O, the LSE gate, and finiteness. Returns a description; sets *pass.
+  std::string check(bool *pass) {
+    HostTensor o = oHost_;
+    o_.download(o);
+    const std::vector<double> out = unpack4(o);
+    const fa_ref::Gate g = fa_ref::checkGates(out, oRef_, oLp_, 2.0, fa_ref::normTolerance(roundingOf(c_.dtype)));
+    *pass = g.pass;
+    std::string text = "O " + g.describe();
+    if (c_.withLse) {
+      std::vector<float> l(size_t(c_.batch * c_.heads * c_.sq));
+      FA_CUDA_CHECK(cudaMemcpy(l.data(), lse_.ptr, l.size() * 4, cudaMemcpyDeviceToHost));
+      const fa_ref::Gate gl = fa_ref::checkLse(std::vector<double>(l.begin(), l.end()), lseRef_);
+      *pass = *pass && gl.pass;
+      text += "; LSE " + gl.describe();
+    }
+    return text;
+  }
+
+  // Graph tests: replace the used lengths (and the block table) in device memory.
+  void setIndexData(const std::vector<int32_t> &lens, const std::vector<int32_t> &table) {
+    FA_CUDA_CHECK(cudaMemcpy(lens_.ptr, lens.data(), lens.size() * 4, cudaMemcpyHostToDevice));
+    if (c_.paged) FA_CUDA_CHECK(cudaMemcpy(table_.ptr, table.data(), table.size() * 4, cudaMemcpyHostToDevice));
+  }
+  const std::vector<int32_t> &lens() const { return lensHost_; }
+  const std::vector<int32_t> &table() const { return tableHost_; }
+  int64_t pagesPerSeq() const { return pagesPerSeq_; }
+
+  flashAttnHandle_t handle() const { return handle_; }
+  flashAttnAttentionDescriptor_t attn() const { return attn_; }
+  flashAttnSeqDescriptor_t seqDesc() const { return useSeq_ ? flashAttnSeqDescriptor_t(seq_) : nullptr; }
+  flashAttnTensorDescriptor_t lseDescOrNull() const { return c_.withLse ? flashAttnTensorDescriptor_t(lseDesc_) : nullptr; }
+  flashAttnTensorDescriptor_t q() const { return qDesc_; }
+  flashAttnTensorDescriptor_t k() const { return kDesc_; }
+  flashAttnTensorDescriptor_t v() const { return vDesc_; }
+  flashAttnTensorDescriptor_t o() const { return oDesc_; }
+  const void *qPtr() const { return q_.ptr; }
+  const void *kPtr() const { return k_.ptr; }
+  const void *vPtr() const { return v_.ptr; }
+  void *oPtr() const { return o_.ptr; }
+  float *lsePtr() const { return c_.withLse ? lse_.get<float>() : nullptr; }
+
+ private:
+  void build() {
+    const DecodeCase &c = c_;
+    std::mt19937_64 rng(c.seed);
+    const int64_t dataKv = c.broadcastKv ? 1 : c.kvHeads;
+    pagesPerSeq_ = c.paged ? (c.cap + c.pageSize - 1) / c.pageSize : 0;
+    const int64_t capacity = c.paged ? pagesPerSeq_ * c.pageSize : c.cap;
+    useSeq_ = !c.lens.empty() || c.paged;
+    lensHost_.assign(size_t(c.batch), int32_t(capacity));
+    if (!c.lens.empty()) lensHost_ = c.lens;
+
+    const std::vector<double> q = randomValues(rng, size_t(c.batch * c.heads * c.sq * c.headDim), c.dtype, c.inputScale);
+    const std::vector<double> k = randomValues(rng, size_t(c.batch * dataKv * capacity * c.headDim), c.dtype, c.inputScale);
+    const std::vector<double> v = randomValues(rng, size_t(c.batch * dataKv * capacity * c.headDim), c.dtype, 1.0);
+
+    fa_ref::Problem rp;
+    rp.batch = c.batch, rp.heads = c.heads, rp.kvHeads = dataKv, rp.headDim = c.headDim, rp.headDimV = c.headDim;
+    rp.maxSq = c.sq, rp.maxSk = capacity;
+    rp.sk.assign(lensHost_.begin(), lensHost_.end());
+    rp.scale = c.scale;
+    rp.softcap = c.softcap;
+    rp.mask = fa_ref::Mask(int(c.mask));
+    rp.windowLeft = c.windowLeft, rp.windowRight = c.windowRight;
+    std::vector<float> slopes;
+    if (c.alibi) {
+      std::uniform_real_distribution<double> u(0.01, 0.5);
+      slopes.resize(size_t(c.alibi == 2 ? c.batch * c.heads : c.heads));
+      for (auto &s : slopes) s = float(u(rng));
+      rp.alibi.assign(slopes.begin(), slopes.end());
+    }
+
+    const int64_t numPages = c.paged ? c.batch * pagesPerSeq_ + 3 : 0;  // 3 pages no table row references
+    if (c.paged) {
+      std::vector<int32_t> perm(static_cast<size_t>(numPages));
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      tableHost_.assign(size_t(c.batch * pagesPerSeq_), 0);
+      for (int64_t s = 0; s < c.batch; ++s)
+        for (int64_t pg = 0; pg < pagesPerSeq_; ++pg) {
+          const bool used = pg * c.pageSize < lensHost_[size_t(s)];
+          // Entries past the used length are garbage the kernel must never dereference.
+          tableHost_[size_t(s * pagesPerSeq_ + pg)] =
+              used ? perm[size_t(s * pagesPerSeq_ + pg)] : int32_t(pg % 2 ? -7 : numPages + 5);
+        }
+      if (c.badBlockId && lensHost_[0] > 0) {
+        const int64_t last = (lensHost_[0] - 1) / c.pageSize;
+        tableHost_[size_t(last)] = int32_t(numPages + 1);
+        rp.sk[0] = last * c.pageSize;  // the masked page's keys drop out of sequence 0
+      }
+    }
+    referenceForward(rp, q, k, v, oRef_, lseRef_, fa_ref::Rounding::None);
+    std::vector<double> lseLp;
+    referenceForward(rp, q, k, v, oLp_, lseLp, roundingOf(c.dtype));
+
+    // Device tensors, one cudaMalloc each so compute-sanitizer sees any overrun.
+    const HostTensor qh = pack4(q, c.dtype, c.batch, c.heads, c.sq, c.headDim, c.order);
+    q_ = DeviceBuffer(qh);
+    oHost_ = HostTensor(c.dtype, qh.dims, qh.strides);
+    o_ = DeviceBuffer(oHost_.bytes.size());
+    lse_ = DeviceBuffer(size_t(c.batch * c.heads * c.sq * 4));
+    expectOk(qDesc_.set(c.dtype, qh.dims, qh.strides));
+    expectOk(oDesc_.set(c.dtype, qh.dims, qh.strides));
+    expectOk(lseDesc_.set(FLASHATTN_DATA_FP32, {c.batch, c.heads, c.sq}, {c.heads * c.sq, c.sq, 1}));
+
+    const double nan = std::nan("");
+    if (!c.paged) {
+      HostTensor kh(c.dtype, {c.batch, dataKv, capacity, c.headDim}, stridesFor(c.order, c.batch, dataKv, capacity, c.headDim));
+      HostTensor vh = kh;
+      for (int64_t b = 0; b < c.batch; ++b)
+        for (int64_t h = 0; h < dataKv; ++h)
+          for (int64_t j = 0; j < capacity; ++j)
+            for (int64_t d = 0; d < c.headDim; ++d) {
+              const size_t src = size_t(((b * dataKv + h) * capacity + j) * c.headDim + d);
+              const bool unused = c.nanFill && j >= lensHost_[size_t(b)];
+              kh.set({b, h, j, d}, unused ? nan : k[src]);
+              vh.set({b, h, j, d}, unused ? nan : v[src]);
+            }
+      k_ = DeviceBuffer(kh);
+      v_ = DeviceBuffer(vh);
+      std::vector<int64_t> dims = kh.dims, strides = kh.strides;
+      if (c.broadcastKv) dims[1] = c.heads, strides[1] = 0;
+      expectOk(kDesc_.set(c.dtype, dims, strides));
+      expectOk(vDesc_.set(c.dtype, dims, strides));
+    } else {
+      const std::vector<int64_t> dims = {numPages, c.pageSize, dataKv, c.headDim};
+      const std::vector<int64_t> strides = {c.pageSize * dataKv * c.headDim, dataKv * c.headDim, c.headDim, 1};
+      HostTensor kh(c.dtype, dims, strides);
+      kh.fillNaN();
+      HostTensor vh = kh;
+      for (int64_t b = 0; b < c.batch; ++b)
+        for (int64_t j = 0; j < lensHost_[size_t(b)]; ++j) {
+          const int32_t id = tableHost_[size_t(b * pagesPerSeq_ + j / c.pageSize)];
+          if (id < 0 || id >= numPages) continue;
+          for (int64_t h = 0; h < dataKv; ++h)
+            for (int64_t d = 0; d < c.headDim; ++d) {
+              const size_t src = size_t(((b * dataKv + h) * capacity + j) * c.headDim + d);
+              kh.set({id, j % c.pageSize, h, d}, k[src]);
+              vh.set({id, j % c.pageSize, h, d}, v[src]);
+            }
+        }
+      k_ = DeviceBuffer(kh);
+      v_ = DeviceBuffer(vh);
+      std::vector<int64_t> kd = dims, ks = strides;
+      if (c.broadcastKv) kd[2] = c.heads, ks[2] = 0;
+      expectOk(kDesc_.set(c.dtype, kd, ks));
+      expectOk(vDesc_.set(c.dtype, kd, ks));
+      table_ = DeviceBuffer(tableHost_.data(), tableHost_.size() * 4);
+      expectOk(flashAttnSetSeqPaged(seq_, c.batch, table_.get<int32_t>(), pagesPerSeq_));
+    }
+    if (useSeq_) {
+      lens_ = DeviceBuffer(lensHost_.data(), lensHost_.size() * 4);
+      expectOk(flashAttnSetSeqKvLengths(seq_, c.batch, lens_.get<int32_t>()));
+    }
+    if (c.scale > 0) expectOk(flashAttnSetAttentionScale(attn_, c.scale));
+    expectOk(flashAttnSetAttentionMask(attn_, c.mask));
+    expectOk(flashAttnSetAttentionWindow(attn_, c.windowLeft, c.windowRight));
+    expectOk(flashAttnSetAttentionSoftcap(attn_, c.softcap));
+    if (c.alibi) {
+      slopes_ = DeviceBuffer(slopes.data(), slopes.size() * 4);
+      expectOk(flashAttnSetAttentionAlibiSlopes(attn_, slopes_.get<float>(), c.alibi == 2 ? 1 : 0));
+    }
+  }
+
+  static void expectOk(flashAttnStatus_t s) {
+    if (s != FLASHATTN_STATUS_SUCCESS) throw std::runtime_error("descriptor setup failed: " + lastError());
+  }
+
+  DecodeCase c_;
+  Handle handle_{FLASHATTN_BACKEND_CUDA};
+  AttnDesc attn_;
+  SeqDesc seq_;
+  TensorDesc qDesc_, kDesc_, vDesc_, oDesc_, lseDesc_;
+  DeviceBuffer q_, k_, v_, o_, lse_, lens_, table_, slopes_;
+  HostTensor oHost_;
+  std::vector<double> oRef_, lseRef_, oLp_;
+  std::vector<int32_t> lensHost_, tableHost_;
+  int64_t pagesPerSeq_ = 0;
+  bool useSeq_ = false;
+};
+
+std::vector<int32_t> oddLengths(int64_t batch, int64_t cap, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int32_t> u(1, int32_t(cap));
+  std::vector<int32_t> l(static_cast<size_t>(batch));
+  for (int64_t i = 0; i < batch; ++i) l[size_t(i)] = i == 1 ? 0 : (u(rng) | 1);
+  if (batch > 2) l[2] = int32_t(cap);
+  return l;
+}
+
+std::vector<DecodeCase> gridCases() {
+  std::vector<DecodeCase> cases;
+  uint64_t seed = 100;
+  if (edgeSlice()) {
+    DecodeCase a;
+    a.name = "edge_paged_ps8", a.batch = 3, a.cap = 100, a.paged = true, a.pageSize = 8, a.lens = {37, 0, 100};
+    a.sq = 2, a.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, a.chunks = {0, 3}, a.seed = seed++;
+    cases.push_back(a);
+    DecodeCase b;
+    b.name = "edge_dense_lengths", b.batch = 2, b.cap = 200, b.lens = {199, 5}, b.chunks = {5}, b.seed = seed++;
+    cases.push_back(b);
+    DecodeCase f;
+    f.name = "edge_fp32_d64", f.dtype = FLASHATTN_DATA_FP32, f.headDim = 64, f.cap = 90, f.chunks = {0, 2}, f.seed = seed++;
+    cases.push_back(f);
+    DecodeCase bad;
+    bad.name = "edge_bad_block_id", bad.batch = 2, bad.cap = 64, bad.paged = true, bad.lens = {50, 33};
+    bad.badBlockId = true, bad.seed = seed++;
+    cases.push_back(bad);
+    return cases;
+  }
+  // The decode grid of TESTING.md: (seqQ, seqK) x chunk counts, heads/kvHeads rotating over (6,6), (6,2), (6,1).
+  const int64_t shapes[][2] = {{1, 128}, {1, 339}, {3, 799}, {16, 20000}, {1, 131072}};
+  const int64_t kv[] = {6, 2, 1};
+  int rot = 0;
+  for (const auto &s : shapes) {
+    DecodeCase c;
+    c.sq = s[0], c.cap = s[1], c.kvHeads = kv[rot++ % 3];
+    c.name = "grid_sq" + std::to_string(c.sq) + "_sk" + std::to_string(c.cap) + "_kv" + std::to_string(c.kvHeads);
+    c.mask = c.sq > 1 ? FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT : FLASHATTN_MASK_NONE;
+    c.chunks = {0, 1, 2, 3, 5, 17, 55, 133};
+    c.seed = seed++;
+    cases.push_back(c);
+  }
+  for (flashAttnDataType_t t : {FLASHATTN_DATA_FP16, FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP32})
+    for (int64_t d : {64, 96, 128, 192, 256, 72, 200}) {
+      DecodeCase c;
+      c.name = std::string("dims_") + typeName(t) + "_d" + std::to_string(d);
+      c.dtype = t, c.headDim = d, c.batch = 3, c.sq = 2, c.cap = 300, c.kvHeads = kv[rot++ % 3];
+      c.lens = oddLengths(3, 300, seed), c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.chunks = {0, 3};
+      c.seed = seed++;
+      cases.push_back(c);
+    }
+  for (int64_t ps : {1, 8, 16, 64, 256})
+    for (flashAttnDataType_t t : {FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16}) {
+      DecodeCase c;
+      c.name = std::string("paged_ps") + std::to_string(ps) + "_" + typeName(t);
+      c.dtype = t, c.batch = 3, c.heads = 8, c.kvHeads = 2, c.cap = 700, c.paged = true, c.pageSize = ps;
+      c.sq = t == FLASHATTN_DATA_BF16 ? 1 : 4, c.lens = oddLengths(3, 700, seed);
+      c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.chunks = {0, 4}, c.seed = seed++;
+      cases.push_back(c);
+    }
+  auto feature = [&](const std::string &name, auto tweak) {
+    for (bool paged : {false, true}) {
+      DecodeCase c;
+      c.name = name + (paged ? "_paged" : "_dense");
+      c.batch = 2, c.heads = 8, c.kvHeads = 2, c.sq = 4, c.cap = 900, c.paged = paged, c.pageSize = 32;
+      c.lens = {899, 431}, c.chunks = {0, 5}, c.seed = seed++;
+      tweak(c);
+      cases.push_back(c);
+    }
+  };
+  feature("softcap", [](DecodeCase &c) { c.softcap = 5.f, c.inputScale = 3; });
+  feature("alibi_heads", [](DecodeCase &c) { c.alibi = 1, c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT; });
+  feature("alibi_batch", [](DecodeCase &c) { c.alibi = 2; });
+  feature("window_100_0", [](DecodeCase &c) { c.windowLeft = 100, c.windowRight = 0; });
+  feature("window_37_3", [](DecodeCase &c) { c.windowLeft = 37, c.windowRight = 3; });
+  feature("causal_top_left", [](DecodeCase &c) { c.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT, c.lens = {899, 2}; });
+  feature("masked_rows_sq16", [](DecodeCase &c) { c.sq = 16, c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.lens = {5, 431}; });
+  feature("scale_input_x5", [](DecodeCase &c) { c.scale = 0.3f, c.inputScale = 5; });
+  feature("no_lse", [](DecodeCase &c) { c.withLse = false; });
+  feature("bshd", [](DecodeCase &c) { c.order = Order::BSHD; });
+  feature("mqa_h32_sq16", [](DecodeCase &c) { c.heads = 32, c.kvHeads = 1, c.sq = 16; });
+  feature("gqa_h24_sq2", [](DecodeCase &c) { c.heads = 24, c.kvHeads = 1, c.sq = 2; });
+  {
+    DecodeCase c;
+    c.name = "broadcast_kv_stride0", c.batch = 2, c.heads = 6, c.kvHeads = 6, c.broadcastKv = true, c.sq = 3;
+    c.cap = 257, c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.chunks = {0, 2}, c.seed = seed++;
+    cases.push_back(c);
+    DecodeCase p = c;
+    p.name = "broadcast_kv_stride0_paged", p.paged = true, p.lens = {200, 257}, p.seed = seed++;
+    cases.push_back(p);
+  }
+  {
+    DecodeCase c;
+    c.name = "bad_block_id_masked", c.batch = 3, c.cap = 300, c.paged = true, c.lens = {150, 77, 300};
+    c.badBlockId = true, c.chunks = {0, 1, 3}, c.seed = seed++;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+std::string caseName(const ::testing::TestParamInfo<DecodeCase> &info) { return info.param.name; }
+
+class DecodeGrid : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(DecodeGrid, MatchesFloat64OracleAndIsDeterministic) {
+  const DecodeCase &c = GetParam();
+  DecodeFixture f(c);
+  for (int32_t chunks : c.chunks) {
+    SCOPED_TRACE("chunks " + std::to_string(chunks));
+    f.poisonOutputs();
+    ASSERT_EQ(f.run(chunks), FLASHATTN_STATUS_SUCCESS) << lastError();
+    bool pass = false;
+    const std::string text = f.check(&pass);
+    EXPECT_TRUE(pass) << c.name << " chunks " << chunks << ": " << text;
+    const std::vector<uint8_t> o1 = f.rawO(), l1 = f.rawLse();
+    f.poisonOutputs();
+    ASSERT_EQ(f.run(chunks), FLASHATTN_STATUS_SUCCESS) << lastError();
+    EXPECT_TRUE(f.rawO() == o1) << "O differs between two runs";
+    if (c.withLse) {
+      EXPECT_TRUE(f.rawLse() == l1) << "LSE differs between two runs";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, DecodeGrid, ::testing::ValuesIn(gridCases()), caseName);
+
+// seqQ 64 is past the decode contract (1..16 query tokens): refused with a message and outputs untouched.
+TEST(DecodeSupport, SeqQ64IsRefusedAndOutputsStayUntouched) {
+  DecodeCase c;
+  c.sq = 64, c.cap = 800, c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+  DecodeFixture f(c);
+  f.poisonOutputs();
+  const std::vector<uint8_t> before = f.rawO();
+  const flashAttnStatus_t s = f.run(0);
+  EXPECT_TRUE(s == FLASHATTN_STATUS_BAD_PARAM || s == FLASHATTN_STATUS_NOT_SUPPORTED) << flashAttnGetErrorString(s);
+  EXPECT_NE(lastError().find("seqQ"), std::string::npos) << lastError();
+  EXPECT_TRUE(f.rawO() == before);
+}
+
+// The size query is exact: 0 for one chunk, partial O and LSE (256-byte aligned each) for more; one byte less is
+// refused before anything is written.
+TEST(DecodeSupport, WorkspaceIsExact) {
+  DecodeCase c;
+  c.batch = 2, c.heads = 8, c.kvHeads = 2, c.sq = 3, c.cap = 1000;
+  DecodeFixture f(c);
+  size_t bytes = 0;
+  ASSERT_EQ(f.run(1, &bytes), FLASHATTN_STATUS_SUCCESS) << lastError();
+  EXPECT_EQ(bytes, 0u);
+  ASSERT_EQ(f.run(4, &bytes), FLASHATTN_STATUS_SUCCESS) << lastError();
+  const size_t rows = size_t(4 * c.batch * c.heads * c.sq);
+  auto align = [](size_t x) { return (x + 255) / 256 * 256; };
+  EXPECT_EQ(bytes, align(rows * size_t(c.headDim) * 4) + align(rows * 4));
+  f.poisonOutputs();
+  const std::vector<uint8_t> before = f.rawO();
+  EXPECT_EQ(f.run(4, nullptr, 1), FLASHATTN_STATUS_INSUFFICIENT_WORKSPACE);
+  EXPECT_TRUE(f.rawO() == before);
+}
+
+TEST(DecodeSupport, CheckSupportNamesTheKernel) {
+  DecodeCase c;
+  DecodeFixture f(c);
+  char text[512] = {};
+  int32_t deterministic = 0;
+  ASSERT_EQ(flashAttnCheckSupport(f.handle(), FLASHATTN_OP_DECODE_CHUNK, f.attn(), nullptr, f.q(), f.k(), f.v(), f.o(),
+                                  text, sizeof text, &deterministic),
+            FLASHATTN_STATUS_SUCCESS)
+      << lastError();
+  EXPECT_NE(std::string(text).find("cuda.decode"), std::string::npos) << text;
+  EXPECT_EQ(deterministic, 1);
+}
+
+// Captured once, replayed with other lengths and block tables written into device memory between replays: each
+// replay equals an eager run on the same index data.
+void graphReplay(bool paged) {
+  DecodeCase c;
+  c.name = paged ? "graph_paged" : "graph_dense";
+  c.batch = 3, c.heads = 8, c.kvHeads = 2, c.sq = 2, c.cap = 600, c.paged = paged;
+  c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.lens = {600, 17, 333}, c.seed = paged ? 7 : 8;
+  DecodeFixture f(c);
+  const std::vector<int32_t> lensA = f.lens(), tableA = f.table();
+  const std::vector<int32_t> lensB = {333, 0, 599};
+  std::vector<int32_t> tableB = tableA;
+  for (int64_t pg = 0; paged && pg < f.pagesPerSeq(); ++pg)
+    std::swap(tableB[size_t(pg)], tableB[size_t(2 * f.pagesPerSeq() + pg)]);
+
+  const int32_t chunks = 5;
+  size_t bytes = 0;
+  ASSERT_EQ(flashAttnDecodeChunkGetWorkspaceSize(f.handle(), f.attn(), f.seqDesc(), f.q(), f.k(), f.v(), f.o(),
+                                                 f.lseDescOrNull(), chunks, &bytes),
+            FLASHATTN_STATUS_SUCCESS);
+  DeviceBuffer ws(bytes);
+  auto enqueue = [&] {
+    return flashAttnDecodeChunk(f.handle(), f.attn(), f.seqDesc(), f.q(), f.qPtr(), f.k(), f.kPtr(), f.v(), f.vPtr(),
+                                f.o(), f.oPtr(), f.lseDescOrNull(), f.lsePtr(), chunks, ws.ptr, bytes);
+  };
+  cudaStream_t stream;
+  FA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ASSERT_EQ(flashAttnSetStream(f.handle(), stream), FLASHATTN_STATUS_SUCCESS);
+
+  std::vector<uint8_t> eagerO[2], eagerL[2];
+  for (int which = 0; which < 2; ++which) {
+    f.setIndexData(which ? lensB : lensA, which ? tableB : tableA);
+    f.poisonOutputs();
+    ASSERT_EQ(enqueue(), FLASHATTN_STATUS_SUCCESS) << lastError();
+    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    eagerO[which] = f.rawO();
+    eagerL[which] = f.rawLse();
+  }
+  f.setIndexData(lensA, tableA);
+  bool pass = false;
+  f.poisonOutputs();
+  ASSERT_EQ(enqueue(), FLASHATTN_STATUS_SUCCESS);
+  FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+  const std::string text = f.check(&pass);
+  EXPECT_TRUE(pass) << text;
+
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  FA_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const flashAttnStatus_t captured = enqueue();
+  FA_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  ASSERT_EQ(captured, FLASHATTN_STATUS_SUCCESS) << lastError();
+  FA_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  for (int which : {1, 0, 1}) {
+    f.setIndexData(which ? lensB : lensA, which ? tableB : tableA);
+    f.poisonOutputs();
+    FA_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(f.rawO() == eagerO[which]) << "replay with index data " << which << " differs from eager O";
+    EXPECT_TRUE(f.rawLse() == eagerL[which]) << "replay with index data " << which << " differs from eager LSE";
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  flashAttnSetStream(f.handle(), nullptr);
+  cudaStreamDestroy(stream);
+}
+
+TEST(DecodeGraph, DenseReplayWithChangedLengthsEqualsEager) { graphReplay(false); }
+TEST(DecodeGraph, PagedReplayWithChangedBlockTablesEqualsEager) { graphReplay(true); }
+
+}  // namespace
