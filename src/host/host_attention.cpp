@@ -25,7 +25,6 @@ constexpr int64_t kKeyTile = 64;
 // Query rows sharing one converted key tile in forward and in the dQ pass.
 constexpr int64_t kRowBlock = 32;
 constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
-constexpr float kNegInfF = -std::numeric_limits<float>::infinity();
 
 struct Fp16Storage {
   using Raw = uint16_t;

@@ -1,6 +1,6 @@
-// The HOST backend's arithmetic: FP32-accumulating attention over host pointers, shared by forward, backward, decode
-// and merge. Every function here runs on problems the C entry points have validated and on index arrays that
-// validateIndexArrays() has checked.
+// The HOST backend's arithmetic: attention over host pointers accumulated in double (host_attention.cpp says why),
+// shared by forward, backward, decode and merge. Every function here runs on problems the C entry points have
+// validated and on index arrays that validateIndexArrays() has checked.
 #pragma once
 
 #include <cstddef>
