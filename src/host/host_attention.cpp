@@ -110,8 +110,8 @@ class Sequences {
 };
 
 // Turns raw dot products s[0..n) of keys j0.. into logits (scale, softcap, ALiBi) and, when asked, d logit / d dot.
-void finishLogits(const AttnProblem &p, Acc slope, int64_t diagonal, int64_t j0, int64_t begin, int64_t end,
-                  Acc *s, Acc *deriv) {
+void finishLogits(const AttnProblem &p, Acc slope, int64_t diagonal, int64_t j0, int64_t begin, int64_t end, Acc *s,
+                  Acc *deriv) {
   for (int64_t jj = begin; jj < end; ++jj) {
     Acc x = s[jj] * p.scale;
     Acc d = p.scale;
@@ -137,8 +137,8 @@ void dotTile(const Acc *row, const Acc *tileT, int64_t dim, Acc *dots) {
 }
 
 template <class S>
-void loadTileTransposed(const Sequences &seq, const void *base, const Layout &l, int64_t b, int64_t kvHead,
-                        int64_t j0, int64_t n, int64_t dim, Acc *out) {
+void loadTileTransposed(const Sequences &seq, const void *base, const Layout &l, int64_t b, int64_t kvHead, int64_t j0,
+                        int64_t n, int64_t dim, Acc *out) {
   const auto *src = static_cast<const typename S::Raw *>(base);
   for (int64_t jj = 0; jj < n; ++jj) {
     const auto *row = src + seq.keyOffset(l, b, kvHead, j0 + jj);
@@ -312,8 +312,8 @@ void decodeTyped(const AttnProblem &p, int32_t chunks, const DecodeWorkspace &la
     o.resize(size_t(dimV));
     const int64_t firstRow = (b * p.heads + h) * p.seqQ;
     for (int64_t i = 0; i < seq.queryRows(b); ++i) {
-      const Acc lse = mergeRow(chunks, partialO + (firstRow + i) * dimV, rowsPerChunk * dimV,
-                               partialLse + firstRow + i, rowsPerChunk, dimV, o.data());
+      const Acc lse = mergeRow(chunks, partialO + (firstRow + i) * dimV, rowsPerChunk * dimV, partialLse + firstRow + i,
+                               rowsPerChunk, dimV, o.data());
       storeRow<S>(buf.o, seq.queryOffset(p.o, b, h, i), dimV, o.data());
       if (p.hasLse) buf.lse[seq.queryOffset(p.lse, b, h, i)] = float(lse);
     }
@@ -417,7 +417,8 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
         }
       }
     }
-    for (int64_t r = 0; r < rows; ++r) storeRow<S>(buf.dQ, seq.queryOffset(p.dQ, b, h, i0 + r), dim, &dQ[size_t(r * dim)]);
+    for (int64_t r = 0; r < rows; ++r)
+      storeRow<S>(buf.dQ, seq.queryOffset(p.dQ, b, h, i0 + r), dim, &dQ[size_t(r * dim)]);
   });
 
   // Key tiles per sequence: enough for the longest sequence's owned rows (ragged: maxSeqlenK, else seqK).
@@ -505,8 +506,8 @@ void validateIndexArrays(const AttnProblem &p) {
               "] (the key rows of the cache)");
       if (p.ragged && p.cuSeqlensK && !p.paged) {
         const int64_t owned = int64_t(p.cuSeqlensK[b + 1]) - p.cuSeqlensK[b];
-        require(used <= owned, "seqlensK[", b, "] = ", used, " exceeds the ", owned,
-                " key tokens of sequence ", b, " (cuSeqlensK[", b + 1, "] - cuSeqlensK[", b, "])");
+        require(used <= owned, "seqlensK[", b, "] = ", used, " exceeds the ", owned, " key tokens of sequence ", b,
+                " (cuSeqlensK[", b + 1, "] - cuSeqlensK[", b, "])");
       }
     }
   }
@@ -517,8 +518,8 @@ void validateIndexArrays(const AttnProblem &p) {
       const int64_t pages = ceilDiv(seq.keyRows(b), p.pageSize);
       for (int64_t t = 0; t < pages; ++t) {
         const int64_t page = p.blockTable[b * p.maxPagesPerSeq + t];
-        require(page >= 0 && page < p.numPages, "blockTable[", b, "][", t, "] = ", page, " is outside [0, ",
-                p.numPages, ") (numPages of the paged cache)");
+        require(page >= 0 && page < p.numPages, "blockTable[", b, "][", t, "] = ", page, " is outside [0, ", p.numPages,
+                ") (numPages of the paged cache)");
       }
     }
   }
@@ -550,37 +551,36 @@ DecodeWorkspace decodeWorkspace(const AttnProblem &p, int32_t chunks) {
   return w;
 }
 
-#define FLASHATTN_HOST_DISPATCH(dtype, call)         \
-  switch (dtype) {                                   \
-    case DType::FP16: call(Fp16Storage); break;      \
-    case DType::BF16: call(Bf16Storage); break;      \
-    case DType::FP32: call(Fp32Storage); break;      \
-    default: fail(FLASHATTN_STATUS_BAD_PARAM, "unknown data type ", int(dtype)); \
+namespace {
+
+// Calls body(Storage{}) with the storage type of t, so each operation is compiled once per type.
+template <class Body>
+void withStorage(DType t, Body &&body) {
+  switch (t) {
+    case DType::FP16: return body(Fp16Storage{});
+    case DType::BF16: return body(Bf16Storage{});
+    case DType::FP32: return body(Fp32Storage{});
   }
+  fail(FLASHATTN_STATUS_INTERNAL_ERROR, "unknown data type ", int(t));
+}
+
+}  // namespace
 
 void forward(const AttnProblem &p, const AttnBuffers &buf) {
-#define CALL(S) forwardTyped<S>(p, buf)
-  FLASHATTN_HOST_DISPATCH(p.dtype, CALL)
-#undef CALL
+  withStorage(p.dtype, [&](auto storage) { forwardTyped<decltype(storage)>(p, buf); });
 }
 
 void backward(const AttnProblem &p, const AttnBuffers &buf) {
-#define CALL(S) backwardTyped<S>(p, buf)
-  FLASHATTN_HOST_DISPATCH(p.dtype, CALL)
-#undef CALL
+  withStorage(p.dtype, [&](auto storage) { backwardTyped<decltype(storage)>(p, buf); });
 }
 
 void decode(const AttnProblem &p, int32_t chunks, const DecodeWorkspace &layout, const AttnBuffers &buf,
             void *workspace) {
-#define CALL(S) decodeTyped<S>(p, chunks, layout, buf, workspace)
-  FLASHATTN_HOST_DISPATCH(p.dtype, CALL)
-#undef CALL
+  withStorage(p.dtype, [&](auto storage) { decodeTyped<decltype(storage)>(p, chunks, layout, buf, workspace); });
 }
 
 void merge(const MergeProblem &p, const MergeBuffers &buf) {
-#define CALL(S) mergeTyped<S>(p, buf)
-  FLASHATTN_HOST_DISPATCH(p.outType, CALL)
-#undef CALL
+  withStorage(p.outType, [&](auto storage) { mergeTyped<decltype(storage)>(p, buf); });
 }
 
 }  // namespace flashattn::host

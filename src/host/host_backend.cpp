@@ -34,8 +34,9 @@ class HostBackend final : public Backend {
 
   Plan plan(const AttnProblem &p) const override {
     if (p.op == Op::Backward && p.paged)
-      fail(FLASHATTN_STATUS_NOT_SUPPORTED, "backward with a paged KV cache: dK/dV of pages that sequences share "
-                                           "have no defined layout; use dense or ragged K/V for backward");
+      fail(FLASHATTN_STATUS_NOT_SUPPORTED,
+           "backward with a paged KV cache: dK/dV of pages that sequences share "
+           "have no defined layout; use dense or ragged K/V for backward");
     if (p.op == Op::MergeStates)
       fail(FLASHATTN_STATUS_INTERNAL_ERROR, "host plan() asked for a merge: planMerge() serves merges");
     Plan plan;
@@ -50,7 +51,7 @@ class HostBackend final : public Backend {
       extra = concat(" ", plan.numChunks, " KV chunks per sequence,");
     }
     plan.description = concat("host.reference ", opName(p.op), " ", storageName(p.dtype), " d", p.headDim, " dv",
-                               p.headDimV, ",", extra, " fp64 accumulate, deterministic");
+                              p.headDimV, ",", extra, " fp64 accumulate, deterministic");
     return plan;
   }
 

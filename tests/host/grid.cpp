@@ -6,8 +6,8 @@
 namespace host_test {
 
 const std::vector<int64_t> kHeadDims = {32, 40, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256};
-const std::vector<SeqPair> kShapes = {{1, 1},     {1, 3},     {2, 1},     {239, 1},   {799, 3},
-                                      {3, 513},   {113, 203}, {128, 217}, {113, 211}, {108, 256},
+const std::vector<SeqPair> kShapes = {{1, 1},     {1, 3},     {2, 1},     {239, 1},     {799, 3},
+                                      {3, 513},   {113, 203}, {128, 217}, {113, 211},   {108, 256},
                                       {256, 512}, {512, 256}, {640, 128}, {1023, 1024}, {1024, 1023}};
 const std::vector<SeqPair> kLargeShapes = {{2048, 2048}, {4224, 4224}};
 // TESTING.md lists (64, 800); DecodeChunk serves 1..16 query tokens, so the grid runs (16, 800) and the checks test
@@ -131,8 +131,8 @@ std::vector<AttnCase> headDimCases() {
   for (size_t hd = 0; hd < kHeadDims.size(); ++hd)
     for (int t = 0; t < 3; ++t)
       for (int h = 0; h < 3; ++h, ++index) {
-        AttnCase c = baseCase(kTypes[t], shapes[size_t(index) % 5], kHeadDims[hd], kHeadConfigs[h],
-                              3000 + uint64_t(index));
+        AttnCase c =
+            baseCase(kTypes[t], shapes[size_t(index) % 5], kHeadDims[hd], kHeadConfigs[h], 3000 + uint64_t(index));
         rotateFeatures(c, index);
         applyMask(c, index, rng);
         cases.push_back(c);
@@ -190,8 +190,9 @@ std::vector<AttnCase> featureCases() {
       std::uniform_int_distribution<int64_t> extent(-1, 12);
       c.windowLeft = extent(rng);
       c.windowRight = w == 0 ? 0 : extent(rng);
-      c.mask = w % 3 == 0 ? FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT : w % 3 == 1 ? FLASHATTN_MASK_CAUSAL_TOP_LEFT
-                                                                           : FLASHATTN_MASK_NONE;
+      c.mask = w % 3 == 0   ? FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT
+               : w % 3 == 1 ? FLASHATTN_MASK_CAUSAL_TOP_LEFT
+                            : FLASHATTN_MASK_NONE;
       c.valueScale = w == 5 ? 5.0 : 1.0;
       cases.push_back(c);
     }
@@ -264,7 +265,8 @@ std::vector<AttnCase> backwardCases() {
   const SeqPair small[] = {{33, 70}, {70, 33}, {2, 1}, {17, 45}};
   for (size_t hd = 0; hd < kHeadDims.size(); ++hd)
     for (int t = 0; t < 3; ++t, ++index) {
-      AttnCase c = baseCase(kTypes[t], small[size_t(index) % 4], kHeadDims[hd], kHeadConfigs[size_t(index) % 3], seed++);
+      AttnCase c =
+          baseCase(kTypes[t], small[size_t(index) % 4], kHeadDims[hd], kHeadConfigs[size_t(index) % 3], seed++);
       c.batch = 1;
       rotateFeatures(c, index);
       applyMask(c, index, rng);
@@ -273,8 +275,8 @@ std::vector<AttnCase> backwardCases() {
   // every mask variant x dtype on a grid shape
   for (int m = 0; m < kMaskVariants; ++m)
     for (int t = 0; t < 3; ++t, ++index) {
-      AttnCase c = baseCase(kTypes[t], m % 2 ? SeqPair{113, 203} : SeqPair{128, 217}, 64, kHeadConfigs[size_t(m) % 3],
-                            seed++);
+      AttnCase c =
+          baseCase(kTypes[t], m % 2 ? SeqPair{113, 203} : SeqPair{128, 217}, 64, kHeadConfigs[size_t(m) % 3], seed++);
       c.batch = 1;
       rotateFeatures(c, index);
       applyMask(c, m, rng);

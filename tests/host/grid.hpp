@@ -20,13 +20,13 @@ extern const std::vector<SeqPair> kDecodeShapes;  // decode (seqQ, seqK); seqQ c
 extern const std::vector<int32_t> kChunkCounts;   // 0 = automatic
 extern const std::vector<int64_t> kPageSizes;     // 0 = dense cache
 
-std::vector<AttnCase> shapeMaskCases();   // every shape x every mask variant, dtype and heads rotating
-std::vector<AttnCase> shapeTypeCases();   // every shape x every dtype, mask rotating
-std::vector<AttnCase> headDimCases();     // every headDim x dtype x heads configuration
-std::vector<AttnCase> featureCases();     // softcap, ALiBi, broadcast, strides, scale, x5 values, random windows
-std::vector<AttnCase> raggedCases();      // ragged batches with zero-length sequences, and padded caches
+std::vector<AttnCase> shapeMaskCases();  // every shape x every mask variant, dtype and heads rotating
+std::vector<AttnCase> shapeTypeCases();  // every shape x every dtype, mask rotating
+std::vector<AttnCase> headDimCases();    // every headDim x dtype x heads configuration
+std::vector<AttnCase> featureCases();    // softcap, ALiBi, broadcast, strides, scale, x5 values, random windows
+std::vector<AttnCase> raggedCases();     // ragged batches with zero-length sequences, and padded caches
 std::vector<AttnCase> largeCases();
-std::vector<AttnCase> backwardCases();    // backward over headDims, masks, features, ragged
+std::vector<AttnCase> backwardCases();  // backward over headDims, masks, features, ragged
 
 // A decode case runs once per chunk count in its list, for every cache kind (dense and page sizes) in the test.
 std::vector<DecodeCase> decodeCases();

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <sstream>
-#include <cstring>
 
 namespace host_test {
 namespace {
@@ -74,8 +74,8 @@ int64_t lengthOf(const std::vector<int64_t> &lengths, int64_t b, int64_t full) {
 }
 
 // Canonical [b][h][maxRows][dim] -> physical, rows < length of sequence b.
-void scatter(const std::vector<double> &canon, Placement &p, int64_t batch, int64_t heads, int64_t maxRows,
-             int64_t dim, const std::vector<int64_t> &lengths) {
+void scatter(const std::vector<double> &canon, Placement &p, int64_t batch, int64_t heads, int64_t maxRows, int64_t dim,
+             const std::vector<int64_t> &lengths) {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t h = 0; h < heads; ++h)
       for (int64_t i = 0; i < lengthOf(lengths, b, maxRows); ++i)
@@ -185,15 +185,16 @@ void GateReport::add(const char *name, const fa_ref::Gate &g) {
   text += std::string(name) + ": " + g.describe() + "\n";
 }
 
-double AttnCase::cost() const { return double(batch * heads) * double(seqQ) * double(seqK) * double(headDim + headDimV); }
+double AttnCase::cost() const {
+  return double(batch * heads) * double(seqQ) * double(seqK) * double(headDim + headDimV);
+}
 
 std::string AttnCase::describe() const {
   std::ostringstream s;
   s << typeName(dtype) << " b" << batch << " h" << heads << "/" << kvHeads << (broadcastKv ? "(bcast)" : "") << " d"
-    << headDim << "/" << headDimV << " sq" << seqQ << " sk" << seqK << " "
-    << (order == Order::BHSD ? "BHSD" : "BSHD") << " pad" << rowPad << " mask " << maskName(mask) << " win("
-    << windowLeft << "," << windowRight << ") softcap " << softcap << " alibi " << alibi << " scale " << scale
-    << " x" << valueScale << (withLse ? " lse" : "");
+    << headDim << "/" << headDimV << " sq" << seqQ << " sk" << seqK << " " << (order == Order::BHSD ? "BHSD" : "BSHD")
+    << " pad" << rowPad << " mask " << maskName(mask) << " win(" << windowLeft << "," << windowRight << ") softcap "
+    << softcap << " alibi " << alibi << " scale " << scale << " x" << valueScale << (withLse ? " lse" : "");
   if (ragged()) s << " ragged q" << lengthsText(raggedQ) << " k" << lengthsText(raggedK);
   if (!kvLengths.empty()) s << " kvLengths" << lengthsText(kvLengths);
   s << " seed " << seed;
@@ -224,18 +225,20 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
   rp.alibi = toDouble(slopes);
 
   const std::vector<double> q = fa_test::randomValues(rng, rp.qSize(), c.dtype, c.valueScale);
-  const std::vector<double> k = kvValues(rng, c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDim, c.broadcastKv, c.valueScale);
-  const std::vector<double> v = kvValues(rng, c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDimV, c.broadcastKv, c.valueScale);
+  const std::vector<double> k =
+      kvValues(rng, c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDim, c.broadcastKv, c.valueScale);
+  const std::vector<double> v =
+      kvValues(rng, c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDimV, c.broadcastKv, c.valueScale);
   const std::vector<double> dO = fa_test::randomValues(rng, rp.oSize(), c.dtype);
 
   const std::vector<int64_t> &qLengths = c.raggedQ;
   const std::vector<int64_t> &kLengths = c.ragged() ? c.raggedK : c.kvLengths;
   const std::vector<int64_t> &kPlacementLengths = c.raggedK;  // dense caches with kvLengths keep all rows
   Placement Q = placeRows(c.dtype, c.batch, c.heads, c.seqQ, c.headDim, c.order, c.rowPad, false, qLengths);
-  Placement K = placeRows(c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDim, c.order, c.rowPad, c.broadcastKv,
-                          kPlacementLengths);
-  Placement V = placeRows(c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDimV, c.order, c.rowPad, c.broadcastKv,
-                          kPlacementLengths);
+  Placement K =
+      placeRows(c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDim, c.order, c.rowPad, c.broadcastKv, kPlacementLengths);
+  Placement V =
+      placeRows(c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDimV, c.order, c.rowPad, c.broadcastKv, kPlacementLengths);
   Placement O = placeRows(c.dtype, c.batch, c.heads, c.seqQ, c.headDimV, c.order, c.rowPad, false, qLengths);
   Placement L = placeLse(c.batch, c.heads, c.seqQ, qLengths);
   scatter(q, Q, c.batch, c.heads, c.seqQ, c.headDim, qLengths);
@@ -290,12 +293,14 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
   }
   if (!withBackward) return report;
 
-  Placement dOut = placeRows(c.dtype, c.batch, c.heads, c.seqQ, c.headDimV, flipped(c.order), c.rowPad + 1, false,
-                             qLengths);
+  Placement dOut =
+      placeRows(c.dtype, c.batch, c.heads, c.seqQ, c.headDimV, flipped(c.order), c.rowPad + 1, false, qLengths);
   scatter(dO, dOut, c.batch, c.heads, c.seqQ, c.headDimV, qLengths);
   Placement dQ = placeRows(c.dtype, c.batch, c.heads, c.seqQ, c.headDim, c.order, c.rowPad, false, qLengths);
-  Placement dK = placeRows(c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDim, c.order, c.rowPad, false, kPlacementLengths);
-  Placement dV = placeRows(c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDimV, c.order, c.rowPad, false, kPlacementLengths);
+  Placement dK =
+      placeRows(c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDim, c.order, c.rowPad, false, kPlacementLengths);
+  Placement dV =
+      placeRows(c.dtype, c.batch, rp.kvHeads, c.seqK, c.headDimV, c.order, c.rowPad, false, kPlacementLengths);
   fa_test::TensorDesc dOd(dOut.t), dQd(dQ.t), dKd(dK.t), dVd(dV.t);
   s = flashAttnBackwardGetWorkspaceSize(handle, attn, seq, qd, kd, vd, od, ld, &bytes);
   if (s != FLASHATTN_STATUS_SUCCESS) {
@@ -331,14 +336,16 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
   return report;
 }
 
-double DecodeCase::cost() const { return double(batch * heads) * double(seqQ) * double(seqK) * double(headDim + headDimV); }
+double DecodeCase::cost() const {
+  return double(batch * heads) * double(seqQ) * double(seqK) * double(headDim + headDimV);
+}
 
 std::string DecodeCase::describe() const {
   std::ostringstream s;
   s << typeName(dtype) << " b" << batch << " h" << heads << "/" << kvHeads << " d" << headDim << "/" << headDimV
     << " sq" << seqQ << " sk" << seqK << " lengths" << lengthsText(kvLengths) << (paddedPages ? " padded pages" : "")
-    << " mask " << maskName(mask) << " win(" << windowLeft << "," << windowRight << ") softcap " << softcap
-    << " alibi " << alibi << (withLse ? " lse" : "") << " seed " << seed;
+    << " mask " << maskName(mask) << " win(" << windowLeft << "," << windowRight << ") softcap " << softcap << " alibi "
+    << alibi << (withLse ? " lse" : "") << " seed " << seed;
   return s.str();
 }
 
@@ -499,8 +506,8 @@ std::vector<DecodeRun> runDecodeCase(const DecodeCase &c) {
 
 std::string MergeCase::describe() const {
   std::ostringstream s;
-  s << typeName(outType) << " states" << states << " b" << batch << " h" << heads << " sq" << seqQ << " dv"
-    << headDimV << (stridedPartials ? " strided" : " packed") << " empty " << emptyFraction << " seed " << seed;
+  s << typeName(outType) << " states" << states << " b" << batch << " h" << heads << " sq" << seqQ << " dv" << headDimV
+    << (stridedPartials ? " strided" : " packed") << " empty " << emptyFraction << " seed " << seed;
   return s.str();
 }
 

@@ -67,11 +67,11 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check = true, 
 struct DecodeCase {
   flashAttnDataType_t dtype = FLASHATTN_DATA_FP32;
   int64_t batch = 1, heads = 1, kvHeads = 1, headDim = 64, headDimV = 64;
-  int64_t seqQ = 1;                    // query tokens per sequence (1..16)
-  int64_t seqK = 1;                    // cache capacity per sequence
-  std::vector<int64_t> kvLengths;      // per sequence, <= seqK; empty = seqK for all
-  std::vector<int64_t> pageSizes{0};   // 0 = dense [batch, kvHeads, seqK, d] cache
-  bool paddedPages = false;            // paged caches with padded (non-packed) strides
+  int64_t seqQ = 1;                   // query tokens per sequence (1..16)
+  int64_t seqK = 1;                   // cache capacity per sequence
+  std::vector<int64_t> kvLengths;     // per sequence, <= seqK; empty = seqK for all
+  std::vector<int64_t> pageSizes{0};  // 0 = dense [batch, kvHeads, seqK, d] cache
+  bool paddedPages = false;           // paged caches with padded (non-packed) strides
   flashAttnMaskMode_t mask = FLASHATTN_MASK_NONE;
   int64_t windowLeft = -1, windowRight = -1;
   float softcap = 0.f;

@@ -113,7 +113,8 @@ TEST(HostBackward, MatchesFiniteDifferences) {
     flashAttnSetAttentionSoftcap(attn, float(t.softcap));
     if (t.alibi) flashAttnSetAttentionAlibiSlopes(attn, slopes.data(), 0);
     fa_test::TensorDesc qd(Q), kd(K), vd(V), od(O), dod(DO), dqd(DQ), dkd(DK), dvd(DV), ld;
-    ASSERT_EQ(ld.set(FLASHATTN_DATA_FP32, std::vector<int64_t>(lseDims, lseDims + 3), std::vector<int64_t>(lseStrides, lseStrides + 3)),
+    ASSERT_EQ(ld.set(FLASHATTN_DATA_FP32, std::vector<int64_t>(lseDims, lseDims + 3),
+                     std::vector<int64_t>(lseStrides, lseStrides + 3)),
               FLASHATTN_STATUS_SUCCESS);
     ASSERT_EQ(flashAttnForward(handle, attn, nullptr, qd, Q.bytes.data(), kd, K.bytes.data(), vd, V.bytes.data(), od,
                                O.bytes.data(), ld, lse.data(), nullptr, 0),
