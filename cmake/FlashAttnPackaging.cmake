@@ -115,9 +115,6 @@ if(FLASHATTN_DPKG_DEB AND NOT (FLASHATTN_FILE_UTILITY AND FLASHATTN_DPKG_SHLIBDE
                  "dependencies")
 endif()
 
-set(CPACK_SOURCE_GENERATOR "TGZ")
-set(CPACK_SOURCE_IGNORE_FILES "/\\\\.git/" "/build[^/]*/" "/scratch/" "/\\\\.peers/" "/out/")
-
 include(CPack)
 
 cpack_add_component(runtime
