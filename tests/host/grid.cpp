@@ -240,6 +240,26 @@ std::vector<AttnCase> raggedCases() {
   return cases;
 }
 
+std::vector<AttnCase> pagedCases() {
+  std::vector<AttnCase> cases;
+  std::mt19937_64 rng(606);
+  int index = 0;
+  // Chunked prefill against a paged cache: several query rows per sequence, every page size, lengths including 0.
+  for (size_t pi = 1; pi < kPageSizes.size(); ++pi)
+    for (int t = 0; t < 3; ++t, ++index) {
+      AttnCase c = baseCase(kTypes[t], {index % 2 ? int64_t(37) : int64_t(90), 300}, kHeadDims[size_t(index * 7) % 12],
+                            kHeadConfigs[size_t(index) % 3], 6500 + uint64_t(index));
+      c.batch = 3;
+      c.pageSize = kPageSizes[pi];
+      c.kvLengths = {300, index % 2 ? int64_t(0) : int64_t(1), std::uniform_int_distribution<int64_t>(1, 300)(rng)};
+      rotateFeatures(c, index);
+      c.broadcastKv = false;
+      applyMask(c, index, rng);
+      cases.push_back(c);
+    }
+  return cases;
+}
+
 std::vector<AttnCase> largeCases() {
   std::vector<AttnCase> cases;
   const int64_t one[2] = {1, 1}, two[2] = {2, 1};

@@ -25,6 +25,7 @@ std::vector<AttnCase> shapeTypeCases();  // every shape x every dtype, mask rota
 std::vector<AttnCase> headDimCases();    // every headDim x dtype x heads configuration
 std::vector<AttnCase> featureCases();    // softcap, ALiBi, broadcast, strides, scale, x5 values, random windows
 std::vector<AttnCase> raggedCases();     // ragged batches with zero-length sequences, and padded caches
+std::vector<AttnCase> pagedCases();       // forward (chunked prefill) on paged caches of every page size
 std::vector<AttnCase> largeCases();
 std::vector<AttnCase> backwardCases();  // backward over headDims, masks, features, ragged
 

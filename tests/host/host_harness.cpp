@@ -139,6 +139,71 @@ void setAttention(fa_test::AttnDesc &a, float scale, flashAttnMaskMode_t mask, i
   if (alibi) flashAttnSetAttentionAlibiSlopes(a, slopes.data(), alibi == 2 ? 1 : 0);
 }
 
+// A KV cache: dense [batch, kvHeads, seqK, d], or pages [numPages, pageSize, kvHeads, d] handed out to the sequences in
+// the order of a random permutation. Every slot no sequence uses holds NaN.
+struct CacheShape {
+  flashAttnDataType_t dtype;
+  int64_t batch, kvHeads, seqK, headDim, headDimV;
+  int64_t pageSize;  // 0 = dense
+  bool paddedPages;
+};
+
+struct KvCache {
+  HostTensor k, v;
+  std::vector<int32_t> blockTable;
+  int64_t maxPages = 0;
+};
+
+KvCache buildCache(const CacheShape &c, const std::vector<int64_t> &lengths, const std::vector<double> &k,
+                   const std::vector<double> &v, std::mt19937_64 &rng) {
+  const int64_t pageSize = c.pageSize;
+  KvCache cache;
+  if (pageSize == 0) {
+    cache.k = HostTensor(c.dtype, {c.batch, c.kvHeads, c.seqK, c.headDim},
+                         fa_test::stridesFor(Order::BHSD, c.batch, c.kvHeads, c.seqK, c.headDim, 1));
+    cache.v = HostTensor(c.dtype, {c.batch, c.kvHeads, c.seqK, c.headDimV},
+                         fa_test::stridesFor(Order::BSHD, c.batch, c.kvHeads, c.seqK, c.headDimV));
+  } else {
+    cache.maxPages = (c.seqK + pageSize - 1) / pageSize;
+    int64_t used = 0;
+    for (int64_t b = 0; b < c.batch; ++b) used += (lengths[size_t(b)] + pageSize - 1) / pageSize;
+    const int64_t numPages = used + 3;  // spare pages nobody uses
+    std::vector<int64_t> perm(static_cast<size_t>(numPages));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    cache.blockTable.assign(size_t(c.batch * cache.maxPages), -1);  // entries past a sequence's pages are never read
+    size_t next = 0;
+    for (int64_t b = 0; b < c.batch; ++b)
+      for (int64_t t = 0; t < (lengths[size_t(b)] + pageSize - 1) / pageSize; ++t)
+        cache.blockTable[size_t(b * cache.maxPages + t)] = int32_t(perm[next++]);
+    const int64_t pad = c.paddedPages ? 3 : 0;
+    auto pagedStrides = [&](int64_t d) {
+      const int64_t row = c.kvHeads * (d + pad);
+      return std::vector<int64_t>{pageSize * row + (c.paddedPages ? 7 : 0), row, d + pad, 1};
+    };
+    cache.k = HostTensor(c.dtype, {numPages, pageSize, c.kvHeads, c.headDim}, pagedStrides(c.headDim));
+    cache.v = HostTensor(c.dtype, {numPages, pageSize, c.kvHeads, c.headDimV}, pagedStrides(c.headDimV));
+  }
+  cache.k.fillNaN();
+  cache.v.fillNaN();
+  auto offset = [&](const HostTensor &t, int64_t b, int64_t kvh, int64_t j) {
+    if (pageSize == 0) return b * t.strides[0] + kvh * t.strides[1] + j * t.strides[2];
+    const int64_t page = cache.blockTable[size_t(b * cache.maxPages + j / pageSize)];
+    return page * t.strides[0] + (j % pageSize) * t.strides[1] + kvh * t.strides[2];
+  };
+  for (int64_t b = 0; b < c.batch; ++b)
+    for (int64_t kvh = 0; kvh < c.kvHeads; ++kvh)
+      for (int64_t j = 0; j < lengths[size_t(b)]; ++j) {
+        const size_t row = size_t((b * c.kvHeads + kvh) * c.seqK + j);
+        const int64_t ko = offset(cache.k, b, kvh, j), vo = offset(cache.v, b, kvh, j);
+        for (int64_t e = 0; e < c.headDim; ++e)
+          fa_test::storeElement(cache.k.bytes.data(), c.dtype, ko + e, k[row * size_t(c.headDim) + size_t(e)]);
+        for (int64_t e = 0; e < c.headDimV; ++e)
+          fa_test::storeElement(cache.v.bytes.data(), c.dtype, vo + e, v[row * size_t(c.headDimV) + size_t(e)]);
+      }
+  return cache;
+}
+
 const char *maskName(flashAttnMaskMode_t m) {
   switch (m) {
     case FLASHATTN_MASK_NONE: return "none";
@@ -197,6 +262,7 @@ std::string AttnCase::describe() const {
     << softcap << " alibi " << alibi << " scale " << scale << " x" << valueScale << (withLse ? " lse" : "");
   if (ragged()) s << " ragged q" << lengthsText(raggedQ) << " k" << lengthsText(raggedK);
   if (!kvLengths.empty()) s << " kvLengths" << lengthsText(kvLengths);
+  if (pageSize > 0) s << " paged ps" << pageSize;
   s << " seed " << seed;
   return s.str();
 }
@@ -245,16 +311,29 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
   // Unused cache rows stay NaN: reading one would poison the output.
   scatter(k, K, c.batch, rp.kvHeads, c.seqK, c.headDim, kLengths);
   scatter(v, V, c.batch, rp.kvHeads, c.seqK, c.headDimV, kLengths);
+  std::vector<int64_t> pagedLengths = c.kvLengths;
+  KvCache paged;
+  if (c.pageSize > 0) {
+    if (pagedLengths.empty()) pagedLengths.assign(size_t(c.batch), c.seqK);
+    paged = buildCache({c.dtype, c.batch, c.kvHeads, c.seqK, c.headDim, c.headDimV, c.pageSize, c.rowPad > 0},
+                       pagedLengths, k, v, rng);
+    K.t = paged.k;
+    V.t = paged.v;
+  }
 
   fa_test::Handle handle(FLASHATTN_BACKEND_HOST);
   fa_test::AttnDesc attn;
   setAttention(attn, c.scale, c.mask, c.windowLeft, c.windowRight, c.softcap, c.alibi, slopes);
   fa_test::SeqDesc seqDesc;
   const std::vector<int32_t> cuQ = toInt32(prefixSums(c.raggedQ)), cuK = toInt32(prefixSums(c.raggedK));
-  const std::vector<int32_t> kvLengths = toInt32(c.kvLengths);
+  const std::vector<int32_t> kvLengths = toInt32(c.pageSize > 0 ? pagedLengths : c.kvLengths);
   flashAttnSeqDescriptor_t seq = nullptr;
   if (c.ragged()) {
     flashAttnSetSeqRagged(seqDesc, c.batch, cuQ.data(), cuK.data(), c.seqQ, c.seqK);
+    seq = seqDesc;
+  } else if (c.pageSize > 0) {
+    flashAttnSetSeqKvLengths(seqDesc, c.batch, kvLengths.data());
+    flashAttnSetSeqPaged(seqDesc, c.batch, paged.blockTable.data(), paged.maxPages);
     seq = seqDesc;
   } else if (!c.kvLengths.empty()) {
     flashAttnSetSeqKvLengths(seqDesc, c.batch, kvLengths.data());
@@ -292,6 +371,11 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
     if (c.withLse) report.add("LSE", fa_ref::checkLse(outLse, refLse));
   }
   if (!withBackward) return report;
+  if (c.pageSize > 0) {
+    report.pass = false;
+    report.text += "the API has no backward on a paged cache\n";
+    return report;
+  }
 
   Placement dOut =
       placeRows(c.dtype, c.batch, c.heads, c.seqQ, c.headDimV, flipped(c.order), c.rowPad + 1, false, qLengths);
@@ -349,67 +433,6 @@ std::string DecodeCase::describe() const {
   return s.str();
 }
 
-namespace {
-
-// The cache of one decode run: dense [batch, kvHeads, seqK, d], or pages [numPages, pageSize, kvHeads, d] handed out
-// to the sequences in the order of a random permutation. Every slot no sequence uses holds NaN.
-struct DecodeCache {
-  HostTensor k, v;
-  std::vector<int32_t> blockTable;
-  int64_t maxPages = 0;
-};
-
-DecodeCache buildCache(const DecodeCase &c, int64_t pageSize, const std::vector<int64_t> &lengths,
-                       const std::vector<double> &k, const std::vector<double> &v, std::mt19937_64 &rng) {
-  DecodeCache cache;
-  if (pageSize == 0) {
-    cache.k = HostTensor(c.dtype, {c.batch, c.kvHeads, c.seqK, c.headDim},
-                         fa_test::stridesFor(Order::BHSD, c.batch, c.kvHeads, c.seqK, c.headDim, 1));
-    cache.v = HostTensor(c.dtype, {c.batch, c.kvHeads, c.seqK, c.headDimV},
-                         fa_test::stridesFor(Order::BSHD, c.batch, c.kvHeads, c.seqK, c.headDimV));
-  } else {
-    cache.maxPages = (c.seqK + pageSize - 1) / pageSize;
-    int64_t used = 0;
-    for (int64_t b = 0; b < c.batch; ++b) used += (lengths[size_t(b)] + pageSize - 1) / pageSize;
-    const int64_t numPages = used + 3;  // spare pages nobody uses
-    std::vector<int64_t> perm(static_cast<size_t>(numPages));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    cache.blockTable.assign(size_t(c.batch * cache.maxPages), -1);  // entries past a sequence's pages are never read
-    size_t next = 0;
-    for (int64_t b = 0; b < c.batch; ++b)
-      for (int64_t t = 0; t < (lengths[size_t(b)] + pageSize - 1) / pageSize; ++t)
-        cache.blockTable[size_t(b * cache.maxPages + t)] = int32_t(perm[next++]);
-    const int64_t pad = c.paddedPages ? 3 : 0;
-    auto pagedStrides = [&](int64_t d) {
-      const int64_t row = c.kvHeads * (d + pad);
-      return std::vector<int64_t>{pageSize * row + (c.paddedPages ? 7 : 0), row, d + pad, 1};
-    };
-    cache.k = HostTensor(c.dtype, {numPages, pageSize, c.kvHeads, c.headDim}, pagedStrides(c.headDim));
-    cache.v = HostTensor(c.dtype, {numPages, pageSize, c.kvHeads, c.headDimV}, pagedStrides(c.headDimV));
-  }
-  cache.k.fillNaN();
-  cache.v.fillNaN();
-  auto offset = [&](const HostTensor &t, int64_t b, int64_t kvh, int64_t j) {
-    if (pageSize == 0) return b * t.strides[0] + kvh * t.strides[1] + j * t.strides[2];
-    const int64_t page = cache.blockTable[size_t(b * cache.maxPages + j / pageSize)];
-    return page * t.strides[0] + (j % pageSize) * t.strides[1] + kvh * t.strides[2];
-  };
-  for (int64_t b = 0; b < c.batch; ++b)
-    for (int64_t kvh = 0; kvh < c.kvHeads; ++kvh)
-      for (int64_t j = 0; j < lengths[size_t(b)]; ++j) {
-        const size_t row = size_t((b * c.kvHeads + kvh) * c.seqK + j);
-        const int64_t ko = offset(cache.k, b, kvh, j), vo = offset(cache.v, b, kvh, j);
-        for (int64_t e = 0; e < c.headDim; ++e)
-          fa_test::storeElement(cache.k.bytes.data(), c.dtype, ko + e, k[row * size_t(c.headDim) + size_t(e)]);
-        for (int64_t e = 0; e < c.headDimV; ++e)
-          fa_test::storeElement(cache.v.bytes.data(), c.dtype, vo + e, v[row * size_t(c.headDimV) + size_t(e)]);
-      }
-  return cache;
-}
-
-}  // namespace
-
 std::vector<DecodeRun> runDecodeCase(const DecodeCase &c) {
   std::mt19937_64 rng(c.seed);
   const std::vector<float> slopes = makeSlopes(c.alibi, c.batch, c.heads);
@@ -451,7 +474,9 @@ std::vector<DecodeRun> runDecodeCase(const DecodeCase &c) {
   std::vector<DecodeRun> runs;
   for (size_t pi = 0; pi < c.pageSizes.size(); ++pi) {
     const int64_t pageSize = c.pageSizes[pi];
-    const DecodeCache cache = buildCache(c, pageSize, lengths, k, v, rng);
+    const KvCache cache =
+        buildCache({c.dtype, c.batch, c.kvHeads, c.seqK, c.headDim, c.headDimV, pageSize, c.paddedPages}, lengths, k, v,
+                   rng);
     fa_test::SeqDesc seq;
     flashAttnSetSeqKvLengths(seq, c.batch, lengths32.data());
     if (pageSize) flashAttnSetSeqPaged(seq, c.batch, cache.blockTable.data(), cache.maxPages);

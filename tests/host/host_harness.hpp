@@ -36,6 +36,7 @@ struct AttnCase {
   bool withLse = true;
   std::vector<int64_t> raggedQ, raggedK;  // per-sequence lengths: a ragged (packed) batch when non-empty
   std::vector<int64_t> kvLengths;         // dense batch with per-sequence used KV lengths (seqlensK)
+  int64_t pageSize = 0;                   // > 0: K/V in a paged cache (forward only; kvLengths or seqK each)
   uint64_t seed = 1;
 
   bool ragged() const { return !raggedQ.empty(); }

@@ -304,7 +304,7 @@ TEST(HostSupport, DecodeWorkspaceMatchesChunks) {
 
 TEST(HostGrid, CaseCount) {
   const size_t forward = shapeMaskCases().size() + shapeTypeCases().size() + headDimCases().size() +
-                         featureCases().size() + raggedCases().size() + largeCases().size();
+                         featureCases().size() + raggedCases().size() + pagedCases().size() + largeCases().size();
   const size_t backward = backwardCases().size();
   size_t decodeRuns = 0;
   for (const DecodeCase &c : decodeCases())

@@ -8,4 +8,5 @@ TEST(HostForward, EveryShapeEveryType) { runAttnGrid("forward shape x dtype", sh
 TEST(HostForward, EveryHeadDimTypeAndHeads) { runAttnGrid("forward headDim x dtype x heads", headDimCases(), false); }
 TEST(HostForward, Features) { runAttnGrid("forward features", featureCases(), false); }
 TEST(HostForward, RaggedAndPaddedBatches) { runAttnGrid("forward ragged / seqlensK", raggedCases(), false); }
+TEST(HostForward, PagedCaches) { runAttnGrid("forward paged caches", pagedCases(), false); }
 TEST(HostForward, LargeShapes) { runAttnGrid("forward large shapes", largeCases(), false); }
