@@ -423,7 +423,11 @@ TEST_P(DecodeGrid, MatchesFloat64OracleAndIsDeterministic) {
   for (int32_t chunks : c.chunks) {
     SCOPED_TRACE("chunks " + std::to_string(chunks));
     f.poisonOutputs();
-    ASSERT_EQ(f.run(chunks), FLASHATTN_STATUS_SUCCESS) << lastError();
+    const flashAttnStatus_t status = f.run(chunks);
+    // A development build with a shrunken FLASHATTN_DTYPES / FLASHATTN_HEAD_DIMS set says so; that is not a failure.
+    if (status == FLASHATTN_STATUS_NOT_SUPPORTED && lastError().find("this build") != std::string::npos)
+      GTEST_SKIP() << lastError();
+    ASSERT_EQ(status, FLASHATTN_STATUS_SUCCESS) << lastError();
     bool pass = false;
     const std::string text = f.check(&pass);
     EXPECT_TRUE(pass) << c.name << " chunks " << chunks << ": " << text;

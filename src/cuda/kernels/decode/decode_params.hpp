@@ -27,12 +27,16 @@ constexpr int tileKeys(int elementBytes, int headDim) {
   return rowBytes <= 128 ? 64 : rowBytes <= 256 ? 64 : rowBytes <= 512 ? 32 : 16;
 }
 
-// Three stages keep two tiles in flight while one is consumed, and stay under half of an SM's shared memory for the
-// common head dims, so two CTAs share an SM and one's prologue or epilogue overlaps the other's streaming.
+// Three stages keep up to three tiles in flight (the next one is issued before the current one is waited for) and
+// stay under half of an SM's shared memory for the common head dims, so two CTAs share an SM and one's prologue or
+// epilogue overlaps the other's streaming. FLASHATTN_DECODE_STAGES overrides it for experiments.
+#ifndef FLASHATTN_DECODE_STAGES
+#define FLASHATTN_DECODE_STAGES 3
+#endif
 constexpr int defaultStages(int elementBytes, int headDim) {
   (void)elementBytes;
   (void)headDim;
-  return 3;
+  return FLASHATTN_DECODE_STAGES;
 }
 
 // Shared-memory row of a K, V or Q tile: the instance head dim plus 16 bytes, so the 8 rows one ldmatrix (or one
