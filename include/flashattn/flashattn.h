@@ -348,8 +348,9 @@ FLASHATTN_API flashAttnStatus_t flashAttnGetAttentionMask(flashAttnAttentionDesc
 /**
  * \brief Sets a sliding window: query i sees keys j with i' - left <= j <= i' + right, i' = i + (seqK - seqQ).
  * \param[in] desc  a live descriptor.
- * \param[in] left  keys visible before the aligned diagonal, >= 0, or -1 for unbounded.
- * \param[in] right keys visible after the aligned diagonal, >= 0, or -1 for unbounded.
+ * \param[in] left  keys visible before the aligned diagonal, >= 0, or -1 for unbounded (values above 2^40 are
+ *                  stored as -1: no sequence is that long).
+ * \param[in] right keys visible after the aligned diagonal, >= 0, or -1 for unbounded (likewise).
  * \retval FLASHATTN_STATUS_SUCCESS set.
  * \retval FLASHATTN_STATUS_NOT_INITIALIZED \p desc is NULL or destroyed.
  * \retval FLASHATTN_STATUS_BAD_PARAM \p left or \p right is below -1.

@@ -150,6 +150,10 @@ FLASHATTN_API flashAttnStatus_t flashAttnSetAttentionWindow(flashAttnAttentionDe
     flashAttnAttentionStruct &a = liveRef(desc, "desc");
     if (left < -1) fail(FLASHATTN_STATUS_BAD_PARAM, "window left is ", left, ": expected >= 0, or -1 for unbounded");
     if (right < -1) fail(FLASHATTN_STATUS_BAD_PARAM, "window right is ", right, ": expected >= 0, or -1 for unbounded");
+    // Windows wider than any addressable sequence mean "unbounded"; clamping keeps i + seqK - seqQ - left from
+    // overflowing in the kernels' 64-bit index arithmetic.
+    if (left > kMaxDimOrStride) left = -1;
+    if (right > kMaxDimOrStride) right = -1;
     a.windowLeft = left;
     a.windowRight = right;
   });
