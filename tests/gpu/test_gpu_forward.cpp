@@ -298,6 +298,7 @@ Run runOnGpu(const FwdCase &c, uint64_t seed, flashAttnHandle_t handle) {
 
 struct Verdict {
   bool pass = true;
+  bool skipped = false;
   std::string detail;
   fa_ref::Gate o, lse;
 };
@@ -308,6 +309,10 @@ Verdict judge(const Run &run) {
     v.pass = run.status == FLASHATTN_STATUS_NOT_SUPPORTED && run.message.find("headDim") != std::string::npos;
     if (!v.pass) v.detail = std::string("expected NOT_SUPPORTED naming headDim, got ") +
                             flashAttnGetErrorString(run.status) + ": " + run.message;
+    return v;
+  }
+  if (run.status == FLASHATTN_STATUS_NOT_SUPPORTED && run.message.find("this build does not have") != std::string::npos) {
+    v.skipped = true;  // a development build without the instance this head dim needs (FLASHATTN_HEAD_DIMS)
     return v;
   }
   if (run.status != FLASHATTN_STATUS_SUCCESS) {
@@ -342,6 +347,7 @@ Verdict judge(const Run &run) {
 struct Worst {
   double normwise = 0, relative = 0, lse = 0;
   int cases = 0;
+  int skipped = 0;  // instance not in this build
 };
 Worst worst[3];
 
@@ -361,8 +367,9 @@ void runCases(const std::vector<FwdCase> &cases) {
   for (auto &t : pool) t.join();
   for (size_t i = 0; i < runs.size(); ++i) {
     EXPECT_TRUE(verdicts[i].pass) << runs[i].c.name() << ": " << verdicts[i].detail;
-    if (runs[i].status != FLASHATTN_STATUS_SUCCESS) continue;
     Worst &w = worst[int(runs[i].c.dtype)];
+    if (verdicts[i].skipped) ++w.skipped;
+    if (runs[i].status != FLASHATTN_STATUS_SUCCESS) continue;
     w.normwise = std::max(w.normwise, verdicts[i].o.normwise);
     w.relative = std::max(w.relative, verdicts[i].o.maxErr / (verdicts[i].o.maxErrLp + 1e-5));
     w.lse = std::max(w.lse, verdicts[i].lse.maxErr);
@@ -607,8 +614,9 @@ TEST(GpuForward, GraphReplayMatchesEagerBitwise) {
 TEST(GpuForward, ZzSummary) {
   for (int t = 0; t < 3; ++t) {
     const char *name = t == 0 ? "fp16" : t == 1 ? "bf16" : "fp32";
-    std::printf("forward worst %s over %d cases: normwise %.3g, max|out-ref| / max|lp-ref| %.3g, LSE abs %.3g\n",
-                name, worst[t].cases, worst[t].normwise, worst[t].relative, worst[t].lse);
+    std::printf("forward worst %s over %d cases: normwise %.3g, max|out-ref| / max|lp-ref| %.3g, LSE abs %.3g"
+                " (%d cases skipped: head-dim instance not in this build)\n",
+                name, worst[t].cases, worst[t].normwise, worst[t].relative, worst[t].lse, worst[t].skipped);
   }
 }
 

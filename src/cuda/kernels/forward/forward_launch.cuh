@@ -29,7 +29,7 @@ cudaError_t ensureSharedLimit(Kernel kernel, std::size_t bytes, int device, std:
 
 template <typename Element, int HeadDim>
 cudaError_t launchInstance(const ForwardParams &params, int device, cudaStream_t stream) {
-  static std::atomic<uint64_t> configuredDevices{0};  // one per instance, i.e. per kernel
+  static std::atomic<uint64_t> configuredDevices{0};  // one per kernel: the FP32 or the plain tensor-core kernel
   const int64_t ctas = int64_t(params.queryBlocks) * params.heads * params.batch;
   if (ctas <= 0) return cudaSuccess;
   if constexpr (std::is_same_v<Element, float>) {
@@ -42,8 +42,12 @@ cudaError_t launchInstance(const ForwardParams &params, int device, cudaStream_t
   } else {
     constexpr TileShape tile = mmaTileFor(HeadDim);
     constexpr std::size_t shared = mmaSharedBytes(HeadDim);
-    const auto kernel = forwardMmaKernel<Element, HeadDim, tile.blockM, tile.blockN, tile.warps, tile.minBlocksPerSM>;
-    const cudaError_t err = ensureSharedLimit(kernel, shared, device, configuredDevices);
+    static std::atomic<uint64_t> configuredTransform{0};
+    const bool transform = params.softcap > 0.f || params.alibiSlopes != nullptr;
+    const auto kernel =
+        transform ? forwardMmaKernel<Element, HeadDim, tile.blockM, tile.blockN, tile.warps, tile.minBlocksPerSM, true>
+                  : forwardMmaKernel<Element, HeadDim, tile.blockM, tile.blockN, tile.warps, tile.minBlocksPerSM, false>;
+    const cudaError_t err = ensureSharedLimit(kernel, shared, device, transform ? configuredTransform : configuredDevices);
     if (err != cudaSuccess) return err;
     kernel<<<dim3(unsigned(ctas)), dim3(tile.warps * 32), shared, stream>>>(params);
   }
