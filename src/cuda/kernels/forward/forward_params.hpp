@@ -64,7 +64,7 @@ struct TileShape {
 };
 
 // Tiles of the tensor-core (FP16/BF16) instances, per instance head dim (KERNELS.md "tiles known to work" as a start;
-// the measured choice is in the notes of forward_mma_kernel.cuh).
+// measured alternatives in NOTES.md beside this file).
 constexpr TileShape mmaTileFor(int headDim) {
   return headDim <= 64    ? TileShape{128, 128, 4, 1}  // TILE_D64
          : headDim <= 96  ? TileShape{128, 64, 4, 1}   // TILE_D96
