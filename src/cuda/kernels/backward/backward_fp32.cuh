@@ -9,6 +9,7 @@
 
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/primitives/red_global.cuh"
 
 namespace flashattn::cuda::backward {
 
@@ -183,7 +184,7 @@ struct Fp32Backward {
 #pragma unroll
         for (int c = 0; c < kQColumns; ++c) {
           const int d = qCol + c * kQThreadsPerRow;
-          if (d < p.headDim) atomicAdd(dqRow + d, accdQ[c]);
+          if (d < p.headDim) prim::redAddFloat(dqRow + d, accdQ[c]);
         }
       }
       if (p.deterministic) passTurn(turn, w.keyBlock);

@@ -6,8 +6,12 @@
 //   S^T = K Q^T and dP^T = V dO^T (keys are rows: P^T and dS^T come out in the layout dV and dK consume),
 //   P^T = exp2(S^T * scale * log2 e - LSE * log2 e), dS^T = P^T * (dP^T - D) * dLogit/dDot, both rounded to the
 //   storage type into shared memory,
-//   dV += P^T dO, dK += dS^T Q, and dQ = dS K added in FP32 to the workspace (atomics; ordered in deterministic mode).
+//   dV += P^T dO, dK += dS^T Q, and dQ = dS K added in FP32 to the workspace (red; ordered in deterministic mode).
 // The scale (and the softcap derivative) is folded into dS, so dK and dQ need no later rescaling.
+// Each of the five products is one warp GEMM whose fragments for step k+1 are loaded from shared memory while the
+// tensor cores work on step k; the GEMMs run one after another so only one GEMM's fragments are live at a time.
+// Query blocks are walked from the last to the first: under causal masks every key block then reaches a query block
+// at about the same time, which keeps the ordered additions of deterministic mode from serialising the CTAs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -20,25 +24,185 @@
 #include "cuda/kernels/backward/backward_params.hpp"
 #include "cuda/primitives/cp_async_scalar.cuh"
 #include "cuda/primitives/primitives.cuh"
+#include "cuda/primitives/red_global.cuh"
 
 namespace flashattn::cuda::backward {
 
-// A shared-memory tile of 16-bit elements, Rows x Cols, XOR-swizzled by 16-byte chunks (see swizzle.cuh).
+// A shared-memory tile of 16-bit elements, Rows x Cols, XOR-swizzled by 16-byte chunks (see swizzle.cuh): chunk c of
+// row r is stored at chunk c ^ x(r), x(r) = r % 8 (rows of a multiple of 8 chunks) or (r / 2) % 4 (multiples of 4).
 template <int Rows, int Cols>
 struct Tile16 {
   static constexpr int kChunks = Cols / 8;
   static constexpr int kElements = Rows * Cols;
-  __device__ static __forceinline__ int chunkOffset(int row, int chunk) {
-    return row * Cols + prim::swizzleChunk<kChunks>(row, chunk) * 8;
+  static constexpr int kRowBytes = Cols * 2;
+  static constexpr int kSwizzleBits = kChunks % 8 == 0 ? 3 : 2;
+  static constexpr uint32_t kSwizzleMask = (1u << kSwizzleBits) - 1;
+  static_assert(kChunks % 4 == 0, "rows must be a multiple of 4 chunks");
+
+  FLASHATTN_HOST_DEVICE static int chunkOffset(int row, int chunk) {
+    if constexpr (kSwizzleBits == 3) return row * Cols + (chunk ^ (row & 7)) * 8;
+    return row * Cols + (chunk ^ ((row >> 1) & 3)) * 8;
   }
   // column may lie inside a chunk; pairs (column even) stay inside it.
-  __device__ static __forceinline__ int offset(int row, int column) {
+  FLASHATTN_HOST_DEVICE static int offset(int row, int column) {
     return chunkOffset(row, column >> 3) + (column & 7);
+  }
+  // x(r) of a row r with r % 8 == rowInEight.
+  FLASHATTN_HOST_DEVICE static uint32_t swizzleOf(int rowInEight) {
+    return kSwizzleBits == 3 ? uint32_t(rowInEight & 7) : uint32_t((rowInEight >> 1) & 3);
+  }
+  // Fragment addresses are formed once per GEMM as a per-lane base whose row is a multiple of 8 plus the lane's row
+  // and whose chunk is the lane's (swizzled) chunk; the address of chunk offset c (compile-time, even) is then the
+  // base with the low chunk bits flipped by c and the high ones added: no per-step register, no per-step multiply.
+  // Valid because rows start at multiples of 16 << kSwizzleBits bytes, so the flipped bits belong to the chunk alone.
+  FLASHATTN_HOST_DEVICE static uint32_t stepChunks(uint32_t base, int c) {
+    return (base ^ ((uint32_t(c) & kSwizzleMask) << 4)) + ((uint32_t(c) & ~kSwizzleMask) << 4);
+  }
+  static_assert(kRowBytes % (16 << kSwizzleBits) == 0, "row starts must not touch the swizzled address bits");
+};
+
+// Fragment loaders for mma.m16n8k16 (lane = this thread's lane). Each holds the per-lane base addresses of one GEMM;
+// baseOf/at are the address arithmetic alone (host-callable, so a host test can compare them with chunkOffset).
+// "Transposed" loaders read a tile whose rows are the K index of the product.
+
+// A[m][k] = tile[row0 + m][k] for the m-tile at row0 (row0 % 16 == 0).
+template <class Tile, int MT>
+struct LoadA {
+  FLASHATTN_HOST_DEVICE static uint32_t baseOf(uint32_t tile, int row0, int lane) {
+    return tile + uint32_t(row0 + (lane & 15)) * Tile::kRowBytes + ((uint32_t(lane >> 4) ^ Tile::swizzleOf(lane)) << 4);
+  }
+  FLASHATTN_HOST_DEVICE static uint32_t at(uint32_t base, int ks) { return Tile::stepChunks(base, 2 * ks); }
+  uint32_t base[MT];
+  __device__ __forceinline__ LoadA(uint32_t tile, int row0, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) base[mt] = baseOf(tile, row0 + mt * 16, lane);
+  }
+  __device__ __forceinline__ void operator()(int ks, uint32_t (&a)[MT][4]) const {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) prim::ldmatrixX4(a[mt], at(base[mt], ks));
   }
 };
 
+// A[m][k] = tile[k][col0 + m] for the m-tile at col0 (col0 % 16 == 0).
+template <class Tile, int MT>
+struct LoadATransposed {
+  FLASHATTN_HOST_DEVICE static uint32_t baseOf(uint32_t tile, int col0, int lane) {
+    const uint32_t chunk = uint32_t(col0 >> 3) + uint32_t((lane >> 3) & 1);
+    return tile + uint32_t(((lane >> 4) << 3) + (lane & 7)) * Tile::kRowBytes + ((chunk ^ Tile::swizzleOf(lane)) << 4);
+  }
+  FLASHATTN_HOST_DEVICE static uint32_t at(uint32_t base, int ks) { return base + uint32_t(ks * 16 * Tile::kRowBytes); }
+  uint32_t base[MT];
+  __device__ __forceinline__ LoadATransposed(uint32_t tile, int col0, int lane) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) base[mt] = baseOf(tile, col0 + mt * 16, lane);
+  }
+  __device__ __forceinline__ void operator()(int ks, uint32_t (&a)[MT][4]) const {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) prim::ldmatrixX4Trans(a[mt], at(base[mt], ks));
+  }
+};
+
+// B[k][n] = tile[n0 + n][k], NT n-tiles of 8 from n0 (n0 % 16 == 0): pairs by ldmatrix.x4, an odd last one by .x2.
+template <class Tile, int NT>
+struct LoadB {
+  static constexpr int kPairs = NT / 2;
+  // The pair at rows n (n % 16 == 0), or with single the 8-row tile at n (lanes 0..15 matter).
+  FLASHATTN_HOST_DEVICE static uint32_t baseOf(uint32_t tile, int n, int lane, bool single) {
+    const uint32_t laneChunk = (uint32_t((lane >> 3) & 1) ^ Tile::swizzleOf(lane)) << 4;
+    const int row = single ? n + (lane & 7) : n + ((lane >> 4) << 3) + (lane & 7);
+    return tile + uint32_t(row) * Tile::kRowBytes + laneChunk;
+  }
+  FLASHATTN_HOST_DEVICE static uint32_t at(uint32_t base, int ks) { return Tile::stepChunks(base, 2 * ks); }
+  uint32_t base[(NT + 1) / 2];
+  __device__ __forceinline__ LoadB(uint32_t tile, int n0, int lane) {
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np) base[np] = baseOf(tile, n0 + np * 16, lane, false);
+    if constexpr (NT % 2 == 1) base[kPairs] = baseOf(tile, n0 + (NT - 1) * 8, lane, true);
+  }
+  __device__ __forceinline__ void operator()(int ks, uint32_t (&b)[NT][2]) const {
+#pragma unroll
+    for (int np = 0; np < kPairs; ++np) {
+      uint32_t r[4];
+      prim::ldmatrixX4(r, at(base[np], ks));
+      b[2 * np][0] = r[0];
+      b[2 * np][1] = r[1];
+      b[2 * np + 1][0] = r[2];
+      b[2 * np + 1][1] = r[3];
+    }
+    if constexpr (NT % 2 == 1) prim::ldmatrixX2(b[NT - 1], at(base[kPairs], ks));
+  }
+};
+
+// B[k][n] = tile[k][n0 + n] for the n-tile pairs from n0 (n0 % 16 == 0), NT even.
+template <class Tile, int NT>
+struct LoadBTransposed {
+  static_assert(NT % 2 == 0, "transposed B loads come in pairs of n-tiles");
+  FLASHATTN_HOST_DEVICE static uint32_t baseOf(uint32_t tile, int n, int lane) {
+    const uint32_t chunk = uint32_t(n >> 3) + uint32_t(lane >> 4);
+    return tile + uint32_t((((lane >> 3) & 1) << 3) + (lane & 7)) * Tile::kRowBytes +
+           ((chunk ^ Tile::swizzleOf(lane)) << 4);
+  }
+  FLASHATTN_HOST_DEVICE static uint32_t at(uint32_t base, int ks) { return base + uint32_t(ks * 16 * Tile::kRowBytes); }
+  uint32_t base[NT / 2];
+  __device__ __forceinline__ LoadBTransposed(uint32_t tile, int n0, int lane) {
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) base[np] = baseOf(tile, n0 + np * 16, lane);
+  }
+  __device__ __forceinline__ void operator()(int ks, uint32_t (&b)[NT][2]) const {
+#pragma unroll
+    for (int np = 0; np < NT / 2; ++np) {
+      uint32_t r[4];
+      prim::ldmatrixX4Trans(r, at(base[np], ks));
+      b[2 * np][0] = r[0];
+      b[2 * np][1] = r[1];
+      b[2 * np + 1][0] = r[2];
+      b[2 * np + 1][1] = r[3];
+    }
+  }
+};
+
+// acc[MT][NT] += A * B over KSteps k-steps of 16. loadA(ks, a) fills the MT A fragments of step ks, loadB(ks, b) the
+// NT B fragments. Pipelined: step ks + 1 is loaded before the multiplies of step ks (twice the fragment registers).
+template <class Element, int MT, int NT, int KSteps, bool Pipelined, class LoadAFn, class LoadBFn>
+__device__ __forceinline__ void warpGemm(float (&acc)[MT][NT][4], LoadAFn &&loadAFn, LoadBFn &&loadBFn) {
+  constexpr int kBuffers = Pipelined ? 2 : 1;
+  uint32_t a[kBuffers][MT][4];
+  uint32_t b[kBuffers][NT][2];
+  if constexpr (Pipelined) {
+    loadAFn(0, a[0]);
+    loadBFn(0, b[0]);
+  }
+#pragma unroll
+  for (int ks = 0; ks < KSteps; ++ks) {
+    const int buffer = Pipelined ? (ks & 1) : 0;
+    if constexpr (Pipelined) {
+      if (ks + 1 < KSteps) {
+        loadAFn(ks + 1, a[(ks + 1) & 1]);
+        loadBFn(ks + 1, b[(ks + 1) & 1]);
+      }
+    } else {
+      loadAFn(ks, a[0]);
+      loadBFn(ks, b[0]);
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) prim::mmaM16N8K16<Element>(acc[mt][nt], a[buffer][mt], b[buffer][nt]);
+  }
+}
+
+template <int MT, int NT>
+__device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
+}
+
 template <typename Element, int D, int BlockM, int BlockN, int SdpWarpsN, int DkvWarpsN, int DqWarpsM,
-          bool DoubleBuffer>
+          bool DoubleBuffer, int MinBlocks = 1>
 struct MmaBackward {
   static constexpr int kThreads = kBackwardThreads;
   static constexpr int kWarps = kBackwardWarps;
@@ -75,11 +239,25 @@ struct MmaBackward {
   static_assert(kDqTileM % 16 == 0 && kDqTileD % 16 == 0 && kDqTileD * kDqWarpsD == D, "dQ warp tile");
   static_assert(BlockM % 16 == 0 && BlockN % 16 == 0 && D % 16 == 0, "tile multiples of 16");
 
+  // Registers each phase keeps live besides its fragments (the dK/dV accumulators live throughout); a phase pipelines
+  // its fragment loads when doubling them still fits comfortably in the 255 registers of a thread.
+  static constexpr int kDkvRegisters = 2 * kDkvMTiles * kDkvNTiles * 4;
+  static constexpr int kSdpRegisters = 2 * kSdpMTiles * kSdpNTiles * 4;
+  static constexpr int kDqRegisters = kDqMTiles * kDqNTiles * 4;
+  static constexpr int kSdpFragments = kSdpMTiles * 4 + kSdpNTiles * 2;
+  static constexpr int kDkvFragments = kDkvMTiles * 4 + kDkvNTiles * 2;
+  static constexpr int kDqFragments = kDqMTiles * 4 + kDqNTiles * 2;
+  static constexpr int kRegisterBudget = 200;
+  static constexpr bool kPipelineSdp = kDkvRegisters + kSdpRegisters + 2 * kSdpFragments <= kRegisterBudget;
+  static constexpr bool kPipelineDkv = kDkvRegisters + 2 * kDkvFragments <= kRegisterBudget;
+  static constexpr bool kPipelineDq = kDkvRegisters + kDqRegisters + 2 * kDqFragments <= kRegisterBudget;
+
   static constexpr std::size_t kSharedBytes =
       (2 * std::size_t(TileKV::kElements) + 2 * kStages * std::size_t(TileQ::kElements) +
        2 * std::size_t(TileP::kElements)) * sizeof(Element) +
       2 * kStages * std::size_t(BlockM) * sizeof(float);
-  static_assert(kSharedBytes == mmaSharedBytes(MmaTile{BlockM, BlockN, SdpWarpsN, DkvWarpsN, DqWarpsM, DoubleBuffer}, D),
+  static_assert(kSharedBytes ==
+                    mmaSharedBytes(MmaTile{BlockM, BlockN, SdpWarpsN, DkvWarpsN, DqWarpsM, DoubleBuffer, MinBlocks}, D),
                 "shared-memory size must match the planner's");
 
   struct Shared {
@@ -163,23 +341,25 @@ struct MmaBackward {
       loadRows<TileKV, BlockN>(sm.k, kBase, p.kRow, n0, seq.seqK, p.headDim);
       loadRows<TileKV, BlockN>(sm.v, vBase, p.vRow, n0, seq.seqK, p.headDim);
       prim::cpAsyncCommit();
-      loadQueryBlock(p, sm, seq, w, qb.first, numQBlocks, firstHead, 0, 0);
+      loadQueryBlock(p, sm, seq, w, qb.last, numQBlocks, firstHead, 0, 0);
       prim::cpAsyncCommit();
     }
 
     const float scaleLog2 = p.scale * prim::kLog2e;
     const bool softcap = p.softcap > 0.f;
+    const uint32_t kAddress = prim::smemAddress(sm.k), vAddress = prim::smemAddress(sm.v);
+    const uint32_t pTAddress = prim::smemAddress(sm.pT), dsTAddress = prim::smemAddress(sm.dsT);
 
     for (int32_t it = 0; it < iterations; ++it) {
       const int stage = DoubleBuffer ? (it & 1) : 0;
       const int32_t h = firstHead + it / numQBlocks;
-      const int32_t mBlock = qb.first + it % numQBlocks;
+      const int32_t mBlock = qb.last - it % numQBlocks;
       const int32_t m0 = mBlock * BlockM;
 
       prim::cpAsyncWait<0>();
       __syncthreads();  // this stage's tiles are visible; every warp is done with the previous iteration
       if (DoubleBuffer && it + 1 < iterations) {
-        loadQueryBlock(p, sm, seq, w, qb.first, numQBlocks, firstHead, it + 1, stage ^ 1);
+        loadQueryBlock(p, sm, seq, w, qb.last, numQBlocks, firstHead, it + 1, stage ^ 1);
         prim::cpAsyncCommit();
       }
 
@@ -188,60 +368,20 @@ struct MmaBackward {
       const float *sLse = sm.lseLog2 + stage * BlockM;
       const float *sDot = sm.rowDot + stage * BlockM;
 
-      // ---- S^T = K Q^T, dP^T = V dO^T -------------------------------------------------------------------------
+      // ---- S^T = K Q^T, then dP^T = V dO^T ----------------------------------------------------------------
       const int sdpRow0 = (warp / kSdpWarpsM) * kSdpTileN;
       const int sdpCol0 = (warp % kSdpWarpsM) * kSdpTileM;
       float accS[kSdpMTiles][kSdpNTiles][4];
       float accdP[kSdpMTiles][kSdpNTiles][4];
-#pragma unroll
-      for (int mt = 0; mt < kSdpMTiles; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < kSdpNTiles; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            accS[mt][nt][e] = 0.f;
-            accdP[mt][nt][e] = 0.f;
-          }
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t aK[kSdpMTiles][4], aV[kSdpMTiles][4];
-#pragma unroll
-        for (int mt = 0; mt < kSdpMTiles; ++mt) {
-          const int row = sdpRow0 + mt * 16 + (lane & 15);
-          const int chunk = ks * 2 + (lane >> 4);
-          prim::ldmatrixX4(aK[mt], prim::smemAddress(sm.k + TileKV::chunkOffset(row, chunk)));
-          prim::ldmatrixX4(aV[mt], prim::smemAddress(sm.v + TileKV::chunkOffset(row, chunk)));
-        }
-#pragma unroll
-        for (int np = 0; np < kSdpNTiles / 2; ++np) {
-          // B[k = dim][n = query] = Q[query][dim]: rows of Q are the columns of B, no transpose.
-          const int row = sdpCol0 + np * 16 + ((lane >> 4) << 3) + (lane & 7);
-          const int chunk = ks * 2 + ((lane >> 3) & 1);
-          uint32_t bQ[4], bdO[4];
-          prim::ldmatrixX4(bQ, prim::smemAddress(sQ + TileQ::chunkOffset(row, chunk)));
-          prim::ldmatrixX4(bdO, prim::smemAddress(sdO + TileQ::chunkOffset(row, chunk)));
-          const uint32_t bQ0[2] = {bQ[0], bQ[1]}, bQ1[2] = {bQ[2], bQ[3]};
-          const uint32_t bdO0[2] = {bdO[0], bdO[1]}, bdO1[2] = {bdO[2], bdO[3]};
-#pragma unroll
-          for (int mt = 0; mt < kSdpMTiles; ++mt) {
-            prim::mmaM16N8K16<Element>(accS[mt][2 * np], aK[mt], bQ0);
-            prim::mmaM16N8K16<Element>(accS[mt][2 * np + 1], aK[mt], bQ1);
-            prim::mmaM16N8K16<Element>(accdP[mt][2 * np], aV[mt], bdO0);
-            prim::mmaM16N8K16<Element>(accdP[mt][2 * np + 1], aV[mt], bdO1);
-          }
-        }
-        if constexpr (kSdpNTiles % 2 == 1) {
-          const int row = sdpCol0 + (kSdpNTiles - 1) * 8 + (lane & 7);
-          const int chunk = ks * 2 + ((lane >> 3) & 1);
-          uint32_t bQ[2], bdO[2];
-          prim::ldmatrixX2(bQ, prim::smemAddress(sQ + TileQ::chunkOffset(row, chunk)));
-          prim::ldmatrixX2(bdO, prim::smemAddress(sdO + TileQ::chunkOffset(row, chunk)));
-#pragma unroll
-          for (int mt = 0; mt < kSdpMTiles; ++mt) {
-            prim::mmaM16N8K16<Element>(accS[mt][kSdpNTiles - 1], aK[mt], bQ);
-            prim::mmaM16N8K16<Element>(accdP[mt][kSdpNTiles - 1], aV[mt], bdO);
-          }
-        }
+      zero(accS);
+      zero(accdP);
+      {
+        const uint32_t qAddress = prim::smemAddress(sQ), dOAddress = prim::smemAddress(sdO);
+        warpGemm<Element, kSdpMTiles, kSdpNTiles, D / 16, kPipelineSdp>(
+            accS, LoadA<TileKV, kSdpMTiles>(kAddress, sdpRow0, lane), LoadB<TileQ, kSdpNTiles>(qAddress, sdpCol0, lane));
+        warpGemm<Element, kSdpMTiles, kSdpNTiles, D / 16, kPipelineSdp>(
+            accdP, LoadA<TileKV, kSdpMTiles>(vAddress, sdpRow0, lane),
+            LoadB<TileQ, kSdpNTiles>(dOAddress, sdpCol0, lane));
       }
 
       // ---- P^T and dS^T, rounded to the storage type into shared memory ----------------------------------------
@@ -249,6 +389,20 @@ struct MmaBackward {
         const bool fullyVisible = blockFullyVisible(p, m0, n0, BlockM, BlockN, seq.seqQ, seq.seqK);
         const float slopeLog2 = alibiSlope(p, w.batch, h) * prim::kLog2e;
         const int32_t shift = seq.seqK - seq.seqQ;
+        // Element (row nLocal, column mLocal) of P^T / dS^T: the row is a multiple of 8 plus lane / 4 and the
+        // column pair sits in chunk sdpCol0 / 8 + nt, so the swizzle depends on the lane alone.
+        const uint32_t storeBase = uint32_t(sdpRow0 + (lane >> 2)) * TileP::kRowBytes + 4 * uint32_t(lane & 3);
+        const uint32_t storeSwizzle = TileP::swizzleOf(lane >> 2);
+        const int storeChunk = sdpCol0 >> 3;
+        // The LSE and D of this thread's query columns, read once for all its rows.
+        float lseOf[kSdpNTiles][2], dotOf[kSdpNTiles][2];
+#pragma unroll
+        for (int nt = 0; nt < kSdpNTiles; ++nt)
+#pragma unroll
+          for (int c = 0; c < 2; ++c) {
+            lseOf[nt][c] = sLse[sdpCol0 + nt * 8 + 2 * (lane & 3) + c];
+            dotOf[nt][c] = sDot[sdpCol0 + nt * 8 + 2 * (lane & 3) + c];
+          }
 #pragma unroll
         for (int mt = 0; mt < kSdpMTiles; ++mt)
 #pragma unroll
@@ -275,50 +429,29 @@ struct MmaBackward {
                 if (p.alibiSlopes != nullptr) logitLog2 -= slopeLog2 * fabsf(float(j - (i + shift)));
                 if (!fullyVisible && !isVisible(p, i, j, seq.seqQ, seq.seqK)) logitLog2 = -INFINITY;
                 // LSE of a row with no visible key is +inf here, so its probabilities are exactly 0.
-                pv[c] = prim::exp2Fast(logitLog2 - sLse[mLocal + c]);
-                ds[c] = pv[c] * (accdP[mt][nt][2 * half + c] - sDot[mLocal + c]) * dLogit;
+                pv[c] = prim::exp2Fast(logitLog2 - lseOf[nt][c]);
+                ds[c] = pv[c] * (accdP[mt][nt][2 * half + c] - dotOf[nt][c]) * dLogit;
               }
-              *reinterpret_cast<uint32_t *>(sm.pT + TileP::offset(nLocal, mLocal)) =
+              const uint32_t byteOffset = storeBase + uint32_t(mt * 16 + half * 8) * TileP::kRowBytes +
+                                          ((uint32_t(storeChunk + nt) ^ storeSwizzle) << 4);
+              *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(sm.pT) + byteOffset) =
                   prim::packFloat2<Element>(pv[0], pv[1]);
-              *reinterpret_cast<uint32_t *>(sm.dsT + TileP::offset(nLocal, mLocal)) =
+              *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(sm.dsT) + byteOffset) =
                   prim::packFloat2<Element>(ds[0], ds[1]);
             }
       }
       __syncthreads();
 
-      // ---- dV += P^T dO, dK += dS^T Q -------------------------------------------------------------------------
+      // ---- dV += P^T dO, then dK += dS^T Q -------------------------------------------------------------------
       {
         const int row0 = (warp / kDkvWarpsD) * kDkvTileN;
         const int col0 = (warp % kDkvWarpsD) * kDkvTileD;
-#pragma unroll
-        for (int ks = 0; ks < BlockM / 16; ++ks) {
-          uint32_t aP[kDkvMTiles][4], aS[kDkvMTiles][4];
-#pragma unroll
-          for (int mt = 0; mt < kDkvMTiles; ++mt) {
-            const int row = row0 + mt * 16 + (lane & 15);
-            const int chunk = ks * 2 + (lane >> 4);
-            prim::ldmatrixX4(aP[mt], prim::smemAddress(sm.pT + TileP::chunkOffset(row, chunk)));
-            prim::ldmatrixX4(aS[mt], prim::smemAddress(sm.dsT + TileP::chunkOffset(row, chunk)));
-          }
-#pragma unroll
-          for (int np = 0; np < kDkvNTiles / 2; ++np) {
-            // B[k = query][n = dim] = dO[query][dim]: stored with k as rows, so transpose on load.
-            const int row = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-            const int chunk = (col0 + np * 16) / 8 + (lane >> 4);
-            uint32_t bdO[4], bQ[4];
-            prim::ldmatrixX4Trans(bdO, prim::smemAddress(sdO + TileQ::chunkOffset(row, chunk)));
-            prim::ldmatrixX4Trans(bQ, prim::smemAddress(sQ + TileQ::chunkOffset(row, chunk)));
-            const uint32_t bdO0[2] = {bdO[0], bdO[1]}, bdO1[2] = {bdO[2], bdO[3]};
-            const uint32_t bQ0[2] = {bQ[0], bQ[1]}, bQ1[2] = {bQ[2], bQ[3]};
-#pragma unroll
-            for (int mt = 0; mt < kDkvMTiles; ++mt) {
-              prim::mmaM16N8K16<Element>(accdV[mt][2 * np], aP[mt], bdO0);
-              prim::mmaM16N8K16<Element>(accdV[mt][2 * np + 1], aP[mt], bdO1);
-              prim::mmaM16N8K16<Element>(accdK[mt][2 * np], aS[mt], bQ0);
-              prim::mmaM16N8K16<Element>(accdK[mt][2 * np + 1], aS[mt], bQ1);
-            }
-          }
-        }
+        warpGemm<Element, kDkvMTiles, kDkvNTiles, BlockM / 16, kPipelineDkv>(
+            accdV, LoadA<TileP, kDkvMTiles>(pTAddress, row0, lane),
+            LoadBTransposed<TileQ, kDkvNTiles>(prim::smemAddress(sdO), col0, lane));
+        warpGemm<Element, kDkvMTiles, kDkvNTiles, BlockM / 16, kPipelineDkv>(
+            accdK, LoadA<TileP, kDkvMTiles>(dsTAddress, row0, lane),
+            LoadBTransposed<TileQ, kDkvNTiles>(prim::smemAddress(sQ), col0, lane));
       }
 
       // ---- dQ = dS K, added into the FP32 workspace -----------------------------------------------------------
@@ -326,36 +459,10 @@ struct MmaBackward {
         const int row0 = (warp / kDqWarpsD) * kDqTileM;
         const int col0 = (warp % kDqWarpsD) * kDqTileD;
         float accdQ[kDqMTiles][kDqNTiles][4];
-#pragma unroll
-        for (int mt = 0; mt < kDqMTiles; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < kDqNTiles; ++nt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) accdQ[mt][nt][e] = 0.f;
-#pragma unroll
-        for (int ks = 0; ks < BlockN / 16; ++ks) {
-          uint32_t aS[kDqMTiles][4];
-#pragma unroll
-          for (int mt = 0; mt < kDqMTiles; ++mt) {
-            // A[m = query][k = key] = dS^T[key][query]: transpose on load.
-            const int row = ks * 16 + ((lane >> 4) << 3) + (lane & 7);
-            const int chunk = (row0 + mt * 16) / 8 + ((lane >> 3) & 1);
-            prim::ldmatrixX4Trans(aS[mt], prim::smemAddress(sm.dsT + TileP::chunkOffset(row, chunk)));
-          }
-#pragma unroll
-          for (int np = 0; np < kDqNTiles / 2; ++np) {
-            const int row = ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7);
-            const int chunk = (col0 + np * 16) / 8 + (lane >> 4);
-            uint32_t bK[4];
-            prim::ldmatrixX4Trans(bK, prim::smemAddress(sm.k + TileKV::chunkOffset(row, chunk)));
-            const uint32_t bK0[2] = {bK[0], bK[1]}, bK1[2] = {bK[2], bK[3]};
-#pragma unroll
-            for (int mt = 0; mt < kDqMTiles; ++mt) {
-              prim::mmaM16N8K16<Element>(accdQ[mt][2 * np], aS[mt], bK0);
-              prim::mmaM16N8K16<Element>(accdQ[mt][2 * np + 1], aS[mt], bK1);
-            }
-          }
-        }
+        zero(accdQ);
+        warpGemm<Element, kDqMTiles, kDqNTiles, BlockN / 16, kPipelineDq>(
+            accdQ, LoadATransposed<TileP, kDqMTiles>(dsTAddress, row0, lane),
+            LoadBTransposed<TileKV, kDqNTiles>(kAddress, col0, lane));
 
         int32_t *turn = nullptr;
         if (p.deterministic) {
@@ -373,14 +480,8 @@ struct MmaBackward {
               for (int nt = 0; nt < kDqNTiles; ++nt) {
                 const int d = col0 + nt * 8 + 2 * (lane & 3);
                 if (d < p.headDim) {
-                  float *target = dqRows + int64_t(m) * p.headDim + d;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-                  atomicAdd(reinterpret_cast<float2 *>(target),
-                            make_float2(accdQ[mt][nt][2 * half], accdQ[mt][nt][2 * half + 1]));
-#else
-                  atomicAdd(target, accdQ[mt][nt][2 * half]);
-                  atomicAdd(target + 1, accdQ[mt][nt][2 * half + 1]);
-#endif
+                  prim::redAddFloat2(dqRows + int64_t(m) * p.headDim + d, accdQ[mt][nt][2 * half],
+                                     accdQ[mt][nt][2 * half + 1]);
                 }
               }
             }
@@ -390,7 +491,7 @@ struct MmaBackward {
 
       if (!DoubleBuffer && it + 1 < iterations) {
         __syncthreads();  // every warp is done reading Q and dO of this block
-        loadQueryBlock(p, sm, seq, w, qb.first, numQBlocks, firstHead, it + 1, 0);
+        loadQueryBlock(p, sm, seq, w, qb.last, numQBlocks, firstHead, it + 1, 0);
         prim::cpAsyncCommit();
       }
     }
@@ -426,10 +527,10 @@ struct MmaBackward {
   // and D of the rows. Rows past the sequence arrive as zeros (their keys are masked, so they contribute nothing).
   __device__ static __forceinline__ void loadQueryBlock(const BackwardParams &p, const Shared &sm,
                                                         const SequenceExtent &seq, const WorkItem &w,
-                                                        int32_t firstQBlock, int32_t numQBlocks, int32_t firstHead,
+                                                        int32_t lastQBlock, int32_t numQBlocks, int32_t firstHead,
                                                         int32_t it, int stage) {
     const int32_t h = firstHead + it / numQBlocks;
-    const int32_t m0 = (firstQBlock + it % numQBlocks) * BlockM;
+    const int32_t m0 = (lastQBlock - it % numQBlocks) * BlockM;
     const Element *qBase = static_cast<const Element *>(p.q) + int64_t(w.batch) * p.qBatch + int64_t(h) * p.qHead +
                            seq.qStart * p.qRow;
     const Element *dOBase = static_cast<const Element *>(p.dO) + int64_t(w.batch) * p.dOBatch +
@@ -449,18 +550,20 @@ struct MmaBackward {
 };
 
 template <typename Element, int D, int BlockM, int BlockN, int SdpWarpsN, int DkvWarpsN, int DqWarpsM,
-          bool DoubleBuffer>
-__global__ void __launch_bounds__(kBackwardThreads, 1) backwardMmaKernel(const __grid_constant__ BackwardParams p) {
+          bool DoubleBuffer, int MinBlocks>
+__global__ void __launch_bounds__(kBackwardThreads, MinBlocks)
+    backwardMmaKernel(const __grid_constant__ BackwardParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  MmaBackward<Element, D, BlockM, BlockN, SdpWarpsN, DkvWarpsN, DqWarpsM, DoubleBuffer>::kernel(p, smem);
+  MmaBackward<Element, D, BlockM, BlockN, SdpWarpsN, DkvWarpsN, DqWarpsM, DoubleBuffer, MinBlocks>::kernel(p, smem);
 }
 
 template <typename Element, int D, int TileIndex>
 cudaError_t launchMmaTile(const BackwardParams &p, cudaStream_t stream) {
   constexpr MmaTile t = mmaTilesFor(D).tiles[TileIndex];
-  using Kernel = MmaBackward<Element, D, t.blockM, t.blockN, t.sdpWarpsN, t.dkvWarpsN, t.dqWarpsM, t.doubleBuffer>;
+  using Kernel = MmaBackward<Element, D, t.blockM, t.blockN, t.sdpWarpsN, t.dkvWarpsN, t.dqWarpsM, t.doubleBuffer,
+                             t.minBlocks>;
   auto *kernel = &backwardMmaKernel<Element, D, t.blockM, t.blockN, t.sdpWarpsN, t.dkvWarpsN, t.dqWarpsM,
-                                    t.doubleBuffer>;
+                                    t.doubleBuffer, t.minBlocks>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Kernel::kSharedBytes));
   if (err != cudaSuccess) return err;

@@ -81,7 +81,9 @@ struct BackwardParams {
 //   S^T = K Q^T and dP^T = V dO^T (BlockN x BlockM) as SdpWarpsN x (8 / SdpWarpsN),
 //   dV += P^T dO and dK += dS^T Q (BlockN x D) as DkvWarpsN x (8 / DkvWarpsN),
 //   dQ = dS K (BlockM x D) as DqWarpsM x (8 / DqWarpsM).
-// DoubleBuffer loads the next query block (Q, dO, D, LSE) while the current one computes.
+// DoubleBuffer loads the next query block (Q, dO, D, LSE) while the current one computes. MinBlocks CTAs share an SM
+// (registers capped at 65536 / (256 * MinBlocks) per thread), so one CTA's loads and barriers hide behind another's
+// tensor-core work.
 struct MmaTile {
   int blockM;
   int blockN;
@@ -89,13 +91,14 @@ struct MmaTile {
   int dkvWarpsN;
   int dqWarpsM;
   bool doubleBuffer;
+  int minBlocks = 1;
 };
 
 constexpr int kBackwardWarps = 8;
 constexpr int kBackwardThreads = kBackwardWarps * 32;
 
 // Per instance head dim: the first tile whose shared memory fits the device is used (planBackward). The first entry
-// is tuned for sm80/sm90 (163-227 KB per block), the last fits the 99 KB of sm86/sm89.
+// is the one measured fastest on an H200 and fits the 163 KB of an A100; the last fits the 99 KB of sm86/sm89.
 constexpr int kMaxMmaTiles = 3;
 struct MmaTileSet {
   int count;
@@ -103,15 +106,14 @@ struct MmaTileSet {
 };
 
 constexpr MmaTileSet mmaTilesFor(int headDim) {
-  if (headDim <= 64)
-    return MmaTileSet{2, {MmaTile{128, 128, 4, 8, 4, true}, MmaTile{64, 64, 4, 4, 4, true}, MmaTile{}}};
+  if (headDim <= 64) return MmaTileSet{1, {MmaTile{64, 128, 4, 4, 4, true}, MmaTile{}, MmaTile{}}};
   if (headDim <= 96)
     return MmaTileSet{2, {MmaTile{64, 128, 4, 4, 4, true}, MmaTile{64, 64, 4, 4, 4, true}, MmaTile{}}};
   if (headDim <= 128)
     return MmaTileSet{2, {MmaTile{64, 128, 4, 4, 4, true}, MmaTile{64, 64, 4, 4, 4, false}, MmaTile{}}};
   if (headDim <= 192)
-    return MmaTileSet{2, {MmaTile{64, 64, 4, 2, 2, true}, MmaTile{32, 64, 4, 2, 2, false}, MmaTile{}}};
-  return MmaTileSet{3, {MmaTile{64, 64, 4, 2, 2, true}, MmaTile{64, 64, 4, 2, 2, false}, MmaTile{32, 32, 2, 2, 2, false}}};
+    return MmaTileSet{2, {MmaTile{64, 64, 4, 2, 2, false}, MmaTile{32, 64, 4, 2, 2, false}, MmaTile{}}};
+  return MmaTileSet{2, {MmaTile{64, 64, 4, 2, 2, false}, MmaTile{32, 32, 2, 2, 2, false}, MmaTile{}}};
 }
 
 // Shared memory of a tensor-core tile (16-bit elements): K, V (BlockN x D), Q, dO (BlockM x D, twice when double
