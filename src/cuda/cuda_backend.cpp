@@ -110,8 +110,10 @@ class CudaBackend final : public Backend {
   Plan plan(const AttnProblem &p) const override {
     const std::size_t e = dtypeSize(p.dtype);
     const bool batchUsed = !p.ragged && p.batch > 1;
-    // Paged caches: Layout.batch is the page stride and always used.
-    requireVectorStrides({{"Q", p.q, e, batchUsed, p.heads > 1, true},
+    // The forward kernels fall back to element loads for unaligned rows themselves; the other families move rows in
+    // 16-byte vectors only. Paged caches: Layout.batch is the page stride and always used.
+    if (p.op != Op::Forward)
+      requireVectorStrides({{"Q", p.q, e, batchUsed, p.heads > 1, true},
                           {"K", p.k, e, batchUsed || p.paged, p.kvHeads > 1, true},
                           {"V", p.v, e, batchUsed || p.paged, p.kvHeads > 1, true},
                           {"O", p.o, e, batchUsed, p.heads > 1, true}});
@@ -147,7 +149,6 @@ class CudaBackend final : public Backend {
   }
 
   void forward(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
-    requireAligned(buf);
     DeviceScope scope(dev_.device);
     check("forward kernel launch", cuda::launchForward(dev_, p, plan, buf, workspace, stream_));
   }
