@@ -98,7 +98,8 @@ constexpr int kBackwardWarps = 8;
 constexpr int kBackwardThreads = kBackwardWarps * 32;
 
 // Per instance head dim: the first tile whose shared memory fits the device is used (planBackward). The first entry
-// is the one measured fastest on an H200 and fits the 163 KB of an A100; the last fits the 99 KB of sm86/sm89.
+// is the one measured fastest on an H200 (bf16 sweep of KERNELS.md, scratch variants); the D256 one needs more than
+// the 163 KB of an A100, which gets the next; the last entry of each fits the 99 KB of sm86/sm89.
 constexpr int kMaxMmaTiles = 3;
 struct MmaTileSet {
   int count;
@@ -106,14 +107,14 @@ struct MmaTileSet {
 };
 
 constexpr MmaTileSet mmaTilesFor(int headDim) {
-  if (headDim <= 64) return MmaTileSet{1, {MmaTile{64, 128, 4, 4, 4, true}, MmaTile{}, MmaTile{}}};
+  if (headDim <= 64) return MmaTileSet{1, {MmaTile{64, 64, 4, 4, 4, true, 2}, MmaTile{}, MmaTile{}}};
   if (headDim <= 96)
     return MmaTileSet{2, {MmaTile{64, 128, 4, 4, 4, true}, MmaTile{64, 64, 4, 4, 4, true}, MmaTile{}}};
   if (headDim <= 128)
-    return MmaTileSet{2, {MmaTile{64, 128, 4, 4, 4, true}, MmaTile{64, 64, 4, 4, 4, false}, MmaTile{}}};
+    return MmaTileSet{2, {MmaTile{64, 128, 2, 2, 2, true}, MmaTile{64, 64, 4, 4, 4, false}, MmaTile{}}};
   if (headDim <= 192)
     return MmaTileSet{2, {MmaTile{64, 64, 4, 2, 2, false}, MmaTile{32, 64, 4, 2, 2, false}, MmaTile{}}};
-  return MmaTileSet{2, {MmaTile{64, 64, 4, 2, 2, false}, MmaTile{32, 32, 2, 2, 2, false}, MmaTile{}}};
+  return MmaTileSet{3, {MmaTile{64, 64, 4, 2, 2, true}, MmaTile{64, 64, 4, 2, 2, false}, MmaTile{32, 32, 2, 2, 2, false}}};
 }
 
 // Shared memory of a tensor-core tile (16-bit elements): K, V (BlockN x D), Q, dO (BlockM x D, twice when double
