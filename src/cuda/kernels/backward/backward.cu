@@ -376,6 +376,26 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
                          " backward instance, which this build does not have (FLASHATTN_HEAD_DIMS: compiled ",
                          compiledHeadDims(), ")"));
 
+  // Every row moves in 16-byte vectors (the CUDA backend frame enforces this too; repeated here because the kernels
+  // depend on it).
+  const int64_t perVector = int64_t(16 / dtypeSize(p.dtype));
+  const bool batchUsed = !p.ragged && p.batch > 1;
+  const struct {
+    const char *name;
+    const Layout &layout;
+    bool headUsed;
+  } tensors[] = {{"Q", p.q, p.heads > 1},   {"K", p.k, p.kvHeads > 1},   {"V", p.v, p.kvHeads > 1},
+                 {"O", p.o, p.heads > 1},   {"dO", p.dO, p.heads > 1},   {"dQ", p.dQ, p.heads > 1},
+                 {"dK", p.dK, p.kvHeads > 1}, {"dV", p.dV, p.kvHeads > 1}};
+  for (const auto &t : tensors) {
+    const int64_t strides[3] = {batchUsed ? t.layout.batch : 0, t.headUsed ? t.layout.head : 0, t.layout.row};
+    const char *names[3] = {"batch", "head", "row"};
+    for (int i = 0; i < 3; ++i)
+      if (strides[i] % perVector != 0)
+        return refuse(concat(t.name, " ", names[i], " stride is ", strides[i], " elements, not a multiple of ",
+                             perVector, ": the backward kernels move rows in 16-byte vectors"));
+  }
+
   int tileIndex = -1;
   std::size_t shared = 0;
   if (p.dtype == DType::FP32) {
@@ -517,6 +537,9 @@ cudaError_t launchBackward(const DeviceInfo &dev, const AttnProblem &p, const Pl
   const int tileIndex = configTile(plan.config);
   const WorkspaceLayout ws = workspaceLayout(p, blockShapeFor(p.dtype, instance, tileIndex));
   if (ws.bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
+  const void *pointers[] = {buf.q, buf.k, buf.v, buf.o, buf.dO, buf.dQ, buf.dK, buf.dV, workspace};
+  for (const void *pointer : pointers)
+    if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0) return cudaErrorMisalignedAddress;
   const BackwardParams params = makeParams(p, plan, buf, workspace);
   const int32_t rowBlocks = int32_t((p.seqQ + kRowsPerSmallBlock - 1) / kRowsPerSmallBlock);
   if (ws.zeroedBytes > 0) {
