@@ -1,0 +1,218 @@
+// The Hopper forward family's chooser and launcher (see forward_sm90.hpp). Compiled for sm_90a only, in the object
+// library of sources.cmake; which instances exist follows FLASHATTN_HAS_DTYPE_* / FLASHATTN_HAS_HEADDIM_*.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "cuda/kernels/forward_sm90/forward_sm90.hpp"
+#include "cuda/kernels/forward_sm90/forward_sm90_params.hpp"
+
+namespace flashattn::cuda::forward_sm90 {
+namespace {
+
+bool dtypeCompiled(DType t) {
+  switch (t) {
+#if defined(FLASHATTN_HAS_DTYPE_FP16)
+    case DType::FP16:
+      return true;
+#endif
+#if defined(FLASHATTN_HAS_DTYPE_BF16)
+    case DType::BF16:
+      return true;
+#endif
+    default:
+      return false;
+  }
+}
+
+bool headDimCompiled(int64_t d) {
+  switch (d) {
+#if defined(FLASHATTN_HAS_HEADDIM_64)
+    case 64:
+#endif
+#if defined(FLASHATTN_HAS_HEADDIM_128)
+    case 128:
+#endif
+#if defined(FLASHATTN_HAS_HEADDIM_256)
+    case 256:
+#endif
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::size_t sharedBytesFor(int64_t headDim) {
+  return headDim <= 64 ? instanceSharedBytes<64>() : headDim <= 128 ? instanceSharedBytes<128>()
+                                                                     : instanceSharedBytes<256>();
+}
+
+// The stride of a dimension that is walked must be a whole number of 16-byte vectors (8 elements).
+bool strideFits(const char *tensor, const char *name, int64_t stride, bool used, std::string *whyNot) {
+  if (!used || stride % 8 == 0) return true;
+  if (whyNot != nullptr)
+    *whyNot = std::string(tensor) + " " + name + " stride " + std::to_string(stride) +
+              " is not a multiple of 8 elements (16 bytes), which the sm90 forward kernels need";
+  return false;
+}
+
+bool isAligned16(const void *pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
+
+}  // namespace
+
+bool sm90Supports(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot) {
+  auto refuse = [&](const std::string &reason) {
+    if (whyNot != nullptr) *whyNot = reason;
+    return false;
+  };
+  if (dev.arch() != 90)
+    return refuse("the sm90 forward kernels need compute capability 9.0; device " + std::to_string(dev.device) +
+                  " is sm" + std::to_string(dev.arch()));
+  if (p.op != Op::Forward) return refuse("the sm90 kernels serve the forward operation only");
+  if (p.dtype != DType::FP16 && p.dtype != DType::BF16)
+    return refuse(std::string("data type ") + dtypeName(p.dtype) + " has no sm90 forward kernel (FP16/BF16 only)");
+  if (!dtypeCompiled(p.dtype))
+    return refuse(std::string("data type ") + dtypeName(p.dtype) + " has no sm90 forward kernel in this build");
+  if (p.headDimV != p.headDim)
+    return refuse("headDimV " + std::to_string(p.headDimV) + " differs from headDim " + std::to_string(p.headDim));
+  if (p.headDim != 64 && p.headDim != 128 && p.headDim != 256)
+    return refuse("headDim " + std::to_string(p.headDim) + " has no sm90 forward kernel (64, 128, 256)");
+  if (!headDimCompiled(p.headDim))
+    return refuse("headDim " + std::to_string(p.headDim) + " has no sm90 forward instance in this build");
+  if (p.paged) return refuse("paged K/V caches are not served by the sm90 forward kernels");
+  if (p.softcap > 0.f) return refuse("softcap runs on the portable forward kernels");
+  if (p.alibiSlopes != nullptr) return refuse("ALiBi runs on the portable forward kernels");
+  const bool batchUsed = !p.ragged && p.batch > 1;
+  const struct {
+    const char *name;
+    const Layout &layout;
+    bool headUsed;
+  } tensors[] = {{"Q", p.q, p.heads > 1}, {"K", p.k, p.kvHeads > 1}, {"V", p.v, p.kvHeads > 1}, {"O", p.o, p.heads > 1}};
+  for (const auto &t : tensors)
+    if (!strideFits(t.name, "batch", t.layout.batch, batchUsed, whyNot) ||
+        !strideFits(t.name, "head", t.layout.head, t.headUsed, whyNot) ||
+        !strideFits(t.name, "row", t.layout.row, true, whyNot))
+      return false;
+  const std::size_t shared = sharedBytesFor(p.headDim);
+  if (shared > dev.smemPerBlockOptin)
+    return refuse("the sm90 d" + std::to_string(p.headDim) + " forward tile needs " + std::to_string(shared) +
+                  " bytes of shared memory per block; the device allows " + std::to_string(dev.smemPerBlockOptin));
+  constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
+  if (p.seqQ > kMaxSeq || p.seqK > kMaxSeq)
+    return refuse("sequence lengths above " + std::to_string(kMaxSeq) + " run on the portable kernels");
+  const TileConfig t = tileFor(int(p.headDim));
+  const int64_t blockM = 64 * t.consumerGroups;
+  const int64_t ctas = (p.seqQ + blockM - 1) / blockM * p.heads * p.batch;
+  if (p.heads > std::numeric_limits<int32_t>::max() || p.batch > std::numeric_limits<int32_t>::max() ||
+      ctas > int64_t(std::numeric_limits<int32_t>::max()))
+    return refuse("batch x heads x query blocks exceeds the sm90 forward grid limit of 2^31 - 1 blocks");
+  return true;
+}
+
+bool routeToSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan) {
+  if (!sm90Supports(dev, p, nullptr)) return false;
+  const TileConfig t = tileFor(int(p.headDim));
+  std::ostringstream description;
+  description << "cuda.fwd.wgmma sm90a " << dtypeName(p.dtype) << " d" << p.headDim << " tile " << 64 * t.consumerGroups
+              << "x" << t.blockN << " " << t.consumerGroups << " consumer warpgroups + cp.async producer, " << t.stages
+              << " stages" << (t.pingPong ? ", ping-pong" : "")
+              << " (portable kernel when a buffer is not 16-byte aligned); fp32 accumulate; deterministic";
+  plan->description = description.str();
+  plan->config = portableConfig(plan->config) | kConfigTag;
+  return true;
+}
+
+bool buffersAligned(const AttnBuffers &buf) {
+  return isAligned16(buf.q) && isAligned16(buf.k) && isAligned16(buf.v) && isAligned16(buf.o);
+}
+
+cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
+                       cudaStream_t stream) {
+  (void)plan;  // the instance follows from the problem; the tag only said "this family"
+  ForwardParams params;
+  params.q = buf.q;
+  params.k = buf.k;
+  params.v = buf.v;
+  params.o = buf.o;
+  params.lse = p.hasLse ? buf.lse : nullptr;
+  params.qBatch = p.q.batch;
+  params.qHead = p.q.head;
+  params.qRow = p.q.row;
+  params.kBatch = p.k.batch;
+  params.kHead = p.k.head;
+  params.kRow = p.k.row;
+  params.vBatch = p.v.batch;
+  params.vHead = p.v.head;
+  params.vRow = p.v.row;
+  params.oBatch = p.o.batch;
+  params.oHead = p.o.head;
+  params.oRow = p.o.row;
+  params.lseBatch = p.lse.batch;
+  params.lseHead = p.lse.head;
+  params.lseRow = p.lse.row;
+  params.batch = int32_t(p.batch);
+  params.heads = int32_t(p.heads);
+  params.headsPerKvHead = int32_t(p.heads / p.kvHeads);
+  params.seqQ = int32_t(p.seqQ);
+  params.seqK = int32_t(p.seqK);
+  params.headDim = int32_t(p.headDim);
+  params.ragged = p.ragged;
+  params.cuSeqlensQ = p.cuSeqlensQ;
+  params.cuSeqlensK = p.cuSeqlensK;
+  params.totalQ = p.totalQ;
+  params.totalK = p.totalK;
+  params.seqlensK = p.seqlensK;
+  params.scale = p.scale;
+  params.softcap = 0.f;
+  params.mask = int32_t(p.mask);
+  params.windowLeft = p.windowLeft;
+  params.windowRight = p.windowRight;
+  params.alibiSlopes = nullptr;
+  params.alibiBatchStride = 0;
+  params.vectorAccess = true;
+
+  const bool half = p.dtype == DType::FP16;
+  switch (p.headDim) {
+#if defined(FLASHATTN_HAS_HEADDIM_64)
+    case 64:
+#if defined(FLASHATTN_HAS_DTYPE_FP16)
+      if (half) return launchSm90Instance<__half, 64>(params, dev.device, stream);
+#endif
+#if defined(FLASHATTN_HAS_DTYPE_BF16)
+      if (!half) return launchSm90Instance<__nv_bfloat16, 64>(params, dev.device, stream);
+#endif
+      break;
+#endif
+#if defined(FLASHATTN_HAS_HEADDIM_128)
+    case 128:
+#if defined(FLASHATTN_HAS_DTYPE_FP16)
+      if (half) return launchSm90Instance<__half, 128>(params, dev.device, stream);
+#endif
+#if defined(FLASHATTN_HAS_DTYPE_BF16)
+      if (!half) return launchSm90Instance<__nv_bfloat16, 128>(params, dev.device, stream);
+#endif
+      break;
+#endif
+#if defined(FLASHATTN_HAS_HEADDIM_256)
+    case 256:
+#if defined(FLASHATTN_HAS_DTYPE_FP16)
+      if (half) return launchSm90Instance<__half, 256>(params, dev.device, stream);
+#endif
+#if defined(FLASHATTN_HAS_DTYPE_BF16)
+      if (!half) return launchSm90Instance<__nv_bfloat16, 256>(params, dev.device, stream);
+#endif
+      break;
+#endif
+    default:
+      break;
+  }
+  (void)half;
+  return cudaErrorInvalidValue;  // a plan this build cannot have made
+}
+
+}  // namespace flashattn::cuda::forward_sm90

@@ -1,0 +1,425 @@
+// The Hopper (sm_90a) forward kernel: warp-specialized FlashAttention with wgmma, for FP16/BF16 storage.
+//
+// One CTA serves BlockM = 64 * ConsumerGroups query rows of one (sequence, head). Warpgroup 0 is the producer: its
+// 128 threads copy Q once and then K and V tiles of BlockN keys with cp.async into 128-byte-swizzled shared memory
+// (the layout wgmma reads), in a ring of Stages slots per tensor guarded by mbarriers (full: data landed; empty: every
+// consumer warp is done reading). Each consumer warpgroup owns 64 query rows:
+//   S = Q K^T      wgmma m64nBlockNk16, Q and K from shared memory (K-major)
+//   P = softmax    online, in registers (exp2 with the scale folded in); the S accumulator layout is the A-register
+//                  layout of the next product, so P never touches shared memory
+//   O += P V       wgmma m64nDk16, P from registers, V from shared memory read MN-major (transposed B)
+// Within a warpgroup the next block's S = Q K^T and the current P V are issued together and the softmax of the next
+// block runs while P V is still on the tensor cores. With PingPong the consumer warpgroups take turns issuing their
+// products (named barriers), so one warpgroup's softmax overlaps the other's matrix work.
+//
+// Key blocks are visited from the last visible one down to the first; blocks outside the CTA's visible key range are
+// never loaded, and only blocks that straddle a mask edge (or the end of the keys) are masked element by element.
+// Rows past the sequence and keys past seqK arrive as zeros (cp.async zero-fill), so unused memory is never read into
+// the products. Semantics (masks, windows, empty rows, ragged sequences, seqlensK) are those of forward_common.cuh.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/kernels/forward/forward_common.cuh"
+#include "cuda/kernels/forward_sm90/forward_sm90_params.hpp"
+#include "cuda/primitives/cp_async.cuh"
+#include "cuda/primitives/ldmatrix.cuh"
+#include "cuda/primitives/math.cuh"
+#include "cuda/primitives/mbarrier.cuh"
+#include "cuda/primitives/wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the forward_sm90 kernels use wgmma and setmaxnreg: compile them with -gencode arch=compute_90a,code=sm_90a"
+#endif
+
+namespace flashattn::cuda::forward_sm90 {
+
+using forward::ForwardParams;
+
+__device__ __forceinline__ float negativeInfinity() { return __int_as_float(0xff800000u); }
+
+// Copies a Rows x D tile into the swizzled slab stack at `tile` with the 128 producer threads (thread 0..127). Rows
+// >= validRows are zero-filled and read nothing. kChunksPerRow threads share a row, so a warp reads whole
+// 128..512-byte row segments; chunk c of row r lands in slab c / 8 at chunk (c % 8) ^ (r % 8).
+template <typename Element, int D, int Rows>
+__device__ __forceinline__ void loadTileAsync(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
+                                              int thread, const void *safeAddress) {
+  constexpr int kChunksPerRow = D / 8;
+  constexpr int kRowsPerPass = 128 / kChunksPerRow;
+  static_assert(Rows % kRowsPerPass == 0, "tile rows must split into whole passes");
+  const int chunk = thread % kChunksPerRow;
+  int row = thread / kChunksPerRow;
+  const uint32_t slab = tile + uint32_t(chunk / 8) * Rows * 128;
+  const uint32_t chunkInSlab = uint32_t(chunk % 8);
+  const Element *source = rows + int64_t(row) * rowStride + chunk * 8;
+  const int64_t passStride = int64_t(kRowsPerPass) * rowStride;
+#pragma unroll 4
+  for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {
+    const uint32_t destination = slab + uint32_t(row) * 128 + ((chunkInSlab ^ uint32_t(row & 7)) << 4);
+    const bool valid = row < validRows;
+    prim::cpAsync16(destination, valid ? static_cast<const void *>(source) : safeAddress, valid);
+    row += kRowsPerPass;
+    source += passStride;
+  }
+}
+
+// S = Q K^T for one consumer warpgroup: D / 16 k-steps; step ks reads slab ks / 4 at byte 32 * (ks % 4) of each row.
+template <typename Element, int D, int BlockN, int BlockM>
+__device__ __forceinline__ void issueQK(float (&s)[BlockN / 2], uint64_t qDescriptor, uint64_t kDescriptor) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const uint32_t qOffset = uint32_t(ks / 4) * BlockM * 128 + uint32_t(ks % 4) * 32;
+    const uint32_t kOffset = uint32_t(ks / 4) * BlockN * 128 + uint32_t(ks % 4) * 32;
+    prim::WgmmaOp<Element, BlockN>::ss(s, prim::wgmmaDescriptorAdvance(qDescriptor, qOffset),
+                                       prim::wgmmaDescriptorAdvance(kDescriptor, kOffset), ks > 0 ? 1u : 0u);
+  }
+}
+
+// O += P V: BlockN / 16 k-steps of 16 keys; step kk starts 16 rows (2048 bytes) further into every V slab.
+template <typename Element, int D, int BlockN>
+__device__ __forceinline__ void issuePV(float (&o)[D / 2], const uint32_t (&p)[BlockN / 16][4],
+                                        uint64_t vDescriptor) {
+#pragma unroll
+  for (int kk = 0; kk < BlockN / 16; ++kk)
+    prim::WgmmaOp<Element, D>::rsTransB(o, p[kk], prim::wgmmaDescriptorAdvance(vDescriptor, uint32_t(kk) * 2048));
+}
+
+// Key j of block n0 is visible to row i iff lower <= j - i <= upper and j < seqK (forward_common.cuh's diagonals).
+// This thread holds rows row0 (h = 0) and row0 + 8 (h = 1), keys n0 + 8 * nt + 2 * quad + e.
+template <int BlockN>
+__device__ __forceinline__ void maskBlock(float (&s)[BlockN / 2], int n0, int row0, int quad,
+                                          forward::Diagonals diagonals, int seqK) {
+#pragma unroll
+  for (int nt = 0; nt < BlockN / 8; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int j = n0 + nt * 8 + 2 * quad + e;
+        const int distance = j - (row0 + 8 * h);
+        if (distance < diagonals.lower || distance > diagonals.upper || j >= seqK)
+          s[4 * nt + 2 * h + e] = negativeInfinity();
+      }
+}
+
+// Online softmax of one block: new row maxima, the factor for what was accumulated so far, P = exp2(S * scale - max)
+// in place of S, and the running row sums (per thread: only this thread's columns; the quad is summed at the end).
+// Returns whether any maximum of this thread moved (when none of the warp did, the O rescale is exactly 1).
+template <int BlockN>
+__device__ __forceinline__ bool softmaxBlock(float (&s)[BlockN / 2], float (&rowMax)[2], float (&rowSum)[2],
+                                             float (&correction)[2], float scaleLog2) {
+  bool moved = false;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float blockMax = negativeInfinity();
+#pragma unroll
+    for (int nt = 0; nt < BlockN / 8; ++nt) blockMax = fmaxf(blockMax, fmaxf(s[4 * nt + 2 * h], s[4 * nt + 2 * h + 1]));
+    blockMax = prim::quadMax(blockMax);
+    const float newMax = fmaxf(rowMax[h], blockMax);
+    // A row with nothing visible yet keeps max -inf: subtracting 0 keeps every exp2 argument -inf (P = 0) instead of
+    // -inf - -inf = NaN, and the correction exp2(-inf) = 0 applies to zeros.
+    const float newMaxScaled = newMax == negativeInfinity() ? 0.f : newMax * scaleLog2;
+    correction[h] = prim::exp2Fast(rowMax[h] * scaleLog2 - newMaxScaled);
+    moved |= newMax != rowMax[h];
+    rowMax[h] = newMax;
+    float blockSum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < BlockN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float pe = prim::exp2Fast(fmaf(s[4 * nt + 2 * h + e], scaleLog2, -newMaxScaled));
+        s[4 * nt + 2 * h + e] = pe;
+        blockSum += pe;
+      }
+    rowSum[h] = rowSum[h] * correction[h] + blockSum;
+  }
+  return moved;
+}
+
+// Two adjacent 8-key accumulator blocks of S are one 16-key A fragment of P V.
+template <typename Element, int BlockN>
+__device__ __forceinline__ void convertP(const float (&s)[BlockN / 2], uint32_t (&p)[BlockN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < BlockN / 16; ++kk) {
+    p[kk][0] = prim::packFloat2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
+    p[kk][1] = prim::packFloat2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
+    p[kk][2] = prim::packFloat2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
+    p[kk][3] = prim::packFloat2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void rescaleO(float (&o)[D / 2], const float (&correction)[2]) {
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      o[4 * dt + 2 * h] *= correction[h];
+      o[4 * dt + 2 * h + 1] *= correction[h];
+    }
+}
+
+// Every consumer warp arrives once (the barrier counts warps): its wgmma reads of the slot are complete.
+__device__ __forceinline__ void releaseSlot(uint32_t emptyBarrier, int lane) {
+  __syncwarp();
+  if (lane == 0) prim::mbarrierArrive(emptyBarrier);
+}
+
+// No visible key for any row of the block: O = 0, LSE = -inf (16-byte stores: the launcher checked alignment).
+template <typename Element, int D>
+__device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *oRows, float *lseRows, int rows,
+                                               int threads) {
+  constexpr int kChunks = D / 8;
+  for (int idx = int(threadIdx.x); idx < rows * kChunks; idx += threads) {
+    const int r = idx / kChunks;
+    const int c = idx - r * kChunks;
+    *reinterpret_cast<uint4 *>(oRows + int64_t(r) * p.oRow + c * 8) = make_uint4(0u, 0u, 0u, 0u);
+  }
+  if (lseRows != nullptr)
+    for (int r = int(threadIdx.x); r < rows; r += threads) lseRows[int64_t(r) * p.lseRow] = negativeInfinity();
+}
+
+// The register split of setmaxnreg: the producer only computes addresses; the consumers hold S, P and O.
+template <int ConsumerGroups>
+struct RegisterSplit;
+template <>
+struct RegisterSplit<2> {  // 384 threads x 168 at entry = 2 x 128 x 232 + 128 x 40
+  static constexpr int kProducer = 40;
+  static constexpr int kConsumer = 232;
+};
+template <>
+struct RegisterSplit<3> {  // 512 threads x 128 at entry = 3 x 128 x 160 + 128 x 32
+  static constexpr int kProducer = 32;
+  static constexpr int kConsumer = 160;
+};
+
+constexpr uint32_t kSchedulerBarrierBase = 1;  // named barriers 1..ConsumerGroups (0 is __syncthreads)
+
+template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong>
+__global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kernel(const ForwardParams p) {
+  using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages>;
+  constexpr int kBlockM = Layout::kBlockM;
+  constexpr int kThreads = (ConsumerGroups + 1) * 128;
+  extern __shared__ unsigned char sm90Shared[];
+  const uint32_t base = (prim::smemAddress(sm90Shared) + 1023u) & ~1023u;
+  const uint32_t sQ = base + Layout::kQ;
+  const uint32_t barriers = base + Layout::kBarriers;
+  auto sK = [&](int slot) { return base + Layout::kK + uint32_t(slot) * Layout::kTileBytes; };
+  auto sV = [&](int slot) { return base + Layout::kV + uint32_t(slot) * Layout::kTileBytes; };
+  const uint32_t qFull = barriers;
+  auto kFull = [&](int slot) { return barriers + 8u * uint32_t(1 + slot); };
+  auto kEmpty = [&](int slot) { return barriers + 8u * uint32_t(1 + Stages + slot); };
+  auto vFull = [&](int slot) { return barriers + 8u * uint32_t(1 + 2 * Stages + slot); };
+  auto vEmpty = [&](int slot) { return barriers + 8u * uint32_t(1 + 3 * Stages + slot); };
+
+  const forward::WorkItem work = forward::decodeWorkItem(p);
+  const forward::SequenceExtent seq = forward::sequenceExtent(p, work.batch);
+  const int m0 = work.queryBlock * kBlockM;
+  if (m0 >= seq.seqQ) return;  // ragged: this sequence is shorter than the grid's bound (uniform over the CTA)
+  const int rowsHere = min(kBlockM, seq.seqQ - m0);
+
+  Element *oRows = static_cast<Element *>(p.o) + int64_t(work.batch) * p.oBatch + int64_t(work.head) * p.oHead +
+                   (seq.qStart + m0) * p.oRow;
+  float *lseRows = p.lse == nullptr ? nullptr
+                                    : p.lse + int64_t(work.batch) * p.lseBatch + int64_t(work.head) * p.lseHead +
+                                          (seq.qStart + m0) * p.lseRow;
+
+  // Visible-key bounds are monotone in the row, so the first and last rows bound the whole block.
+  const forward::RowKeys firstRow = forward::rowKeys(p, m0, seq.seqQ, seq.seqK);
+  const forward::RowKeys lastRow = forward::rowKeys(p, m0 + rowsHere - 1, seq.seqQ, seq.seqK);
+  if (firstRow.lo > lastRow.hi) {
+    writeEmptyRows<Element, D>(p, oRows, lseRows, rowsHere, kThreads);
+    return;
+  }
+  const int firstKeyBlock = firstRow.lo / BlockN;
+  const int lastKeyBlock = lastRow.hi / BlockN;
+  const int numBlocks = lastKeyBlock - firstKeyBlock + 1;
+
+  if (threadIdx.x == 0) {
+    prim::mbarrierInit(qFull, 128);
+    for (int slot = 0; slot < Stages; ++slot) {
+      prim::mbarrierInit(kFull(slot), 128);
+      prim::mbarrierInit(vFull(slot), 128);
+      prim::mbarrierInit(kEmpty(slot), 4 * ConsumerGroups);
+      prim::mbarrierInit(vEmpty(slot), 4 * ConsumerGroups);
+    }
+    prim::fenceBarrierInit();
+  }
+  __syncthreads();
+
+  const int kvHead = work.head / p.headsPerKvHead;
+  const int warpGroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+
+  if (warpGroup == 0) {
+    // ------------------------------------------------------------------------------------------------ producer
+    prim::setMaxRegistersDecrease<RegisterSplit<ConsumerGroups>::kProducer>();
+    const int thread = int(threadIdx.x);
+    const Element *qRows = static_cast<const Element *>(p.q) + int64_t(work.batch) * p.qBatch +
+                           int64_t(work.head) * p.qHead + (seq.qStart + m0) * p.qRow;
+    const Element *kRows = static_cast<const Element *>(p.k) + int64_t(work.batch) * p.kBatch +
+                           int64_t(kvHead) * p.kHead + seq.kStart * p.kRow;
+    const Element *vRows = static_cast<const Element *>(p.v) + int64_t(work.batch) * p.vBatch +
+                           int64_t(kvHead) * p.vHead + seq.kStart * p.vRow;
+
+    // Each copy group is handed over only once this thread's copies of it have completed (wait_group) and been
+    // fenced into the async proxy that wgmma reads through; the barrier's release/acquire then covers the consumer.
+    // Signalling one group late keeps the next group's copies in flight meanwhile.
+    uint32_t pending = qFull;
+    auto handOverPrevious = [&](uint32_t next) {
+      prim::cpAsyncWait<1>();
+      prim::fenceProxyAsyncShared();
+      prim::mbarrierArrive(pending);
+      pending = next;
+    };
+
+    loadTileAsync<Element, D, kBlockM>(sQ, qRows, p.qRow, rowsHere, thread, p.q);
+    prim::cpAsyncCommit();
+    int kSlot = 0, vSlot = 0;
+    uint32_t kPhase = 0, vPhase = 0;
+    // Order of use by the consumers: K(n), then K(n - 1) together with V(n), ...
+    for (int it = 0; it < numBlocks; ++it) {
+      const int n = lastKeyBlock - it;
+      prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
+      loadTileAsync<Element, D, BlockN>(sK(kSlot), kRows + int64_t(n) * BlockN * p.kRow, p.kRow,
+                                        seq.seqK - n * BlockN, thread, p.k);
+      prim::cpAsyncCommit();
+      handOverPrevious(kFull(kSlot));
+      if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
+      if (it > 0) {
+        const int nv = n + 1;
+        prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
+        loadTileAsync<Element, D, BlockN>(sV(vSlot), vRows + int64_t(nv) * BlockN * p.vRow, p.vRow,
+                                          seq.seqK - nv * BlockN, thread, p.v);
+        prim::cpAsyncCommit();
+        handOverPrevious(vFull(vSlot));
+        if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
+      }
+    }
+    prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
+    loadTileAsync<Element, D, BlockN>(sV(vSlot), vRows + int64_t(firstKeyBlock) * BlockN * p.vRow, p.vRow,
+                                      seq.seqK - firstKeyBlock * BlockN, thread, p.v);
+    prim::cpAsyncCommit();
+    handOverPrevious(vFull(vSlot));
+    prim::cpAsyncWait<0>();
+    prim::fenceProxyAsyncShared();
+    prim::mbarrierArrive(pending);
+  } else {
+    // ------------------------------------------------------------------------------------------------ consumers
+    prim::setMaxRegistersIncrease<RegisterSplit<ConsumerGroups>::kConsumer>();
+    const int group = warpGroup - 1;
+    const int thread = int(threadIdx.x) - 128 * warpGroup;
+    const int warp = thread / 32;
+    const int lane = thread % 32;
+    const int quad = lane % 4;
+    const int rowInBlock = group * 64 + warp * 16 + lane / 4;  // this thread's rows: rowInBlock and rowInBlock + 8
+    const int row0 = m0 + rowInBlock;
+
+    const float scaleLog2 = p.scale * prim::kLog2e;
+    const forward::Diagonals diagonals = forward::visibleDiagonals(p, seq.seqQ, seq.seqK);
+    // Keys every row of the CTA sees: a block inside [allLo, allHi] needs no per-element mask.
+    const int allLo = lastRow.lo;
+    const int allHi = firstRow.hi;
+
+    const uint64_t qDescriptor = prim::wgmmaDescriptorSw128(sQ + uint32_t(group) * 64 * 128, 16, 1024);
+    auto kDescriptor = [&](int slot) { return prim::wgmmaDescriptorSw128(sK(slot), 16, 1024); };
+    auto vDescriptor = [&](int slot) { return prim::wgmmaDescriptorSw128(sV(slot), BlockN * 128, 1024); };
+
+    float o[D / 2];
+    float s[BlockN / 2];
+    uint32_t pFragments[BlockN / 16][4];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float rowMax[2] = {negativeInfinity(), negativeInfinity()};
+    float rowSum[2] = {0.f, 0.f};
+    float correction[2];
+
+    if constexpr (PingPong) {
+      // The first consumer warpgroup gets the first turn.
+      if (group == 0) prim::namedBarrierArrive(kSchedulerBarrierBase, 256);
+    }
+
+    int kSlot = 0, vSlot = 0;
+    uint32_t kPhase = 0, vPhase = 0;
+    prim::mbarrierWait(qFull, 0);
+
+    {  // the last visible block: S only
+      const int n0 = lastKeyBlock * BlockN;
+      prim::mbarrierWait(kFull(kSlot), kPhase);
+      prim::wgmmaFence();
+      issueQK<Element, D, BlockN, kBlockM>(s, qDescriptor, kDescriptor(kSlot));
+      prim::wgmmaCommitGroup();
+      prim::wgmmaWaitGroup<0>();
+      prim::wgmmaFenceOperands(s);
+      releaseSlot(kEmpty(kSlot), lane);
+      if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
+      if (n0 < allLo || n0 + BlockN - 1 > allHi) maskBlock<BlockN>(s, n0, row0, quad, diagonals, seq.seqK);
+      softmaxBlock<BlockN>(s, rowMax, rowSum, correction, scaleLog2);
+      convertP<Element, BlockN>(s, pFragments);
+    }
+
+#pragma unroll 1
+    for (int it = 1; it < numBlocks; ++it) {
+      const int n0 = (lastKeyBlock - it) * BlockN;
+      prim::mbarrierWait(kFull(kSlot), kPhase);
+      if constexpr (PingPong) prim::namedBarrierSync(kSchedulerBarrierBase + group, 256);
+      prim::wgmmaFence();
+      issueQK<Element, D, BlockN, kBlockM>(s, qDescriptor, kDescriptor(kSlot));
+      prim::wgmmaCommitGroup();
+      prim::mbarrierWait(vFull(vSlot), vPhase);
+      prim::wgmmaFence();  // the wait loop sits between: keep O and P ordered before the P V reads
+      issuePV<Element, D, BlockN>(o, pFragments, vDescriptor(vSlot));
+      prim::wgmmaCommitGroup();
+      // The last group's final turn goes unclaimed: skipping it leaves every named barrier balanced at exit.
+      if constexpr (PingPong)
+        if (group != ConsumerGroups - 1 || it != numBlocks - 1)
+          prim::namedBarrierArrive(kSchedulerBarrierBase + (group + 1) % ConsumerGroups, 256);
+
+      prim::wgmmaWaitGroup<1>();  // S of this block is complete; P V of the previous one may still run
+      prim::wgmmaFenceOperands(s);
+      releaseSlot(kEmpty(kSlot), lane);
+      if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
+      if (n0 < allLo || n0 + BlockN - 1 > allHi) maskBlock<BlockN>(s, n0, row0, quad, diagonals, seq.seqK);
+      const bool moved = softmaxBlock<BlockN>(s, rowMax, rowSum, correction, scaleLog2);
+
+      prim::wgmmaWaitGroup<0>();  // P V done: O and the P registers are free
+      prim::wgmmaFenceOperands(o);
+      prim::wgmmaFenceOperands(pFragments);
+      releaseSlot(vEmpty(vSlot), lane);
+      if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
+      if (__any_sync(0xffffffffu, moved)) rescaleO<D>(o, correction);
+      convertP<Element, BlockN>(s, pFragments);
+    }
+
+    prim::mbarrierWait(vFull(vSlot), vPhase);
+    prim::wgmmaFence();
+    issuePV<Element, D, BlockN>(o, pFragments, vDescriptor(vSlot));
+    prim::wgmmaCommitGroup();
+    prim::wgmmaWaitGroup<0>();
+    prim::wgmmaFenceOperands(o);
+
+    // Epilogue: normalize and store from the accumulators (a quad writes 16 contiguous bytes of a row).
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float total = prim::quadSum(rowSum[h]);
+      const bool empty = !(total > 0.f);  // no visible key: O = 0, LSE = -inf
+      const float inverse = empty ? 0.f : 1.f / total;
+      const int localRow = rowInBlock + 8 * h;
+      if (localRow >= rowsHere) continue;
+      Element *oRow = oRows + int64_t(localRow) * p.oRow + 2 * quad;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+        *reinterpret_cast<uint32_t *>(oRow + dt * 8) =
+            prim::packFloat2<Element>(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);
+      if (lseRows != nullptr && quad == 0)
+        lseRows[int64_t(localRow) * p.lseRow] =
+            empty ? negativeInfinity() : (rowMax[h] * scaleLog2 + __log2f(total)) * prim::kLn2;
+    }
+  }
+}
+
+}  // namespace flashattn::cuda::forward_sm90

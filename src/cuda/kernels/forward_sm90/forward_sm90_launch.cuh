@@ -1,0 +1,46 @@
+// Launch of one forward_sm90 kernel configuration, and the tile each (storage type, head dim) instance uses.
+// Included by the generated instance files (forward_sm90_instance.cu.in) and by benchmark drivers that compare tiles.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/kernels/forward_sm90/forward_sm90_kernel.cuh"
+#include "cuda/kernels/forward_sm90/forward_sm90_params.hpp"
+
+namespace flashattn::cuda::forward_sm90 {
+
+// cudaFuncSetAttribute is per (kernel, device) and not a stream operation (allowed during graph capture); once per
+// device keeps it off the launch path. Devices past 63 set it on every launch: merely slower.
+template <typename Kernel>
+cudaError_t ensureSharedLimit(Kernel kernel, std::size_t bytes, int device, std::atomic<uint64_t> &configured) {
+  const uint64_t bit = device >= 0 && device < 64 ? (uint64_t(1) << device) : 0;
+  if (bit != 0 && (configured.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (err == cudaSuccess && bit != 0) configured.fetch_or(bit, std::memory_order_acq_rel);
+  return err;
+}
+
+template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong>
+cudaError_t launchConfiguration(ForwardParams params, int device, cudaStream_t stream) {
+  using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages>;
+  static std::atomic<uint64_t> configured{0};
+  params.queryBlocks = int32_t((int64_t(params.seqQ) + Layout::kBlockM - 1) / Layout::kBlockM);
+  const int64_t ctas = int64_t(params.queryBlocks) * params.heads * params.batch;
+  if (ctas <= 0) return cudaSuccess;
+  const auto kernel = forwardSm90Kernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong>;
+  const cudaError_t err = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured);
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(unsigned(ctas)), dim3((ConsumerGroups + 1) * 128), Layout::kDynamicBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <typename Element, int D>
+cudaError_t launchSm90Instance(const ForwardParams &params, int device, cudaStream_t stream) {
+  constexpr TileConfig t = tileFor(D);
+  return launchConfiguration<Element, D, t.blockN, t.consumerGroups, t.stages, t.pingPong>(params, device, stream);
+}
+
+}  // namespace flashattn::cuda::forward_sm90

@@ -1,0 +1,65 @@
+// Host-visible description of the forward_sm90 kernels: tile configurations, their shared-memory layout and the
+// per-instance launch entry point (defined by the generated instance files). The kernels take the portable family's
+// ForwardParams, so masks, windows, ragged batches and seqlensK mean exactly what they mean there.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/kernels/forward/forward_params.hpp"
+
+namespace flashattn::cuda::forward_sm90 {
+
+using forward::ForwardParams;
+
+// BlockM = 64 * consumerGroups query rows per CTA, BlockN keys per step, stages K and V slots each,
+// threads = 128 * (consumerGroups + 1) (one producer warpgroup).
+struct TileConfig {
+  int blockN;
+  int consumerGroups;
+  int stages;
+  bool pingPong;  // consumer warpgroups take turns issuing their matrix products
+};
+
+// The tile of each instance head dim (measurements behind them: NOTES.md beside this file).
+constexpr TileConfig tileFor(int headDim) {
+  return headDim <= 64    ? TileConfig{128, 2, 2, true}    // TILE_D64
+         : headDim <= 128 ? TileConfig{128, 2, 2, true}    // TILE_D128
+                          : TileConfig{80, 2, 2, false};   // TILE_D256
+}
+
+// Shared memory: the Q tile, Stages K slots, Stages V slots (each a [D / 64][rows][64] stack of 128-byte-swizzled
+// slabs, 1024-byte aligned), then the mbarriers.
+template <int D, int BlockN, int ConsumerGroups, int Stages>
+struct SharedLayout {
+  static constexpr int kBlockM = 64 * ConsumerGroups;
+  static constexpr uint32_t kQBytes = uint32_t(kBlockM) * D * 2;
+  static constexpr uint32_t kTileBytes = uint32_t(BlockN) * D * 2;
+  static constexpr uint32_t kQ = 0;
+  static constexpr uint32_t kK = kQ + kQBytes;
+  static constexpr uint32_t kV = kK + Stages * kTileBytes;
+  static constexpr uint32_t kBarriers = kV + Stages * kTileBytes;
+  // qFull, kFull[Stages], kEmpty[Stages], vFull[Stages], vEmpty[Stages]
+  static constexpr uint32_t kBarrierCount = 1 + 4 * Stages;
+  static constexpr uint32_t kBytes = kBarriers + kBarrierCount * 8;
+  // The dynamic shared window is only guaranteed 16-byte aligned; the kernel rounds its base up to 1024.
+  static constexpr std::size_t kDynamicBytes = std::size_t(kBytes) + 1024;
+  static_assert(D % 64 == 0, "tiles are whole 64-element (128-byte) slabs");
+  static_assert(BlockN % 16 == 0 && BlockN >= 16 && BlockN <= 256, "BlockN must be a wgmma N and a multiple of 16");
+  static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0, "every slab must stay 1024-byte aligned");
+};
+
+template <int D>
+constexpr std::size_t instanceSharedBytes() {
+  constexpr TileConfig t = tileFor(D);
+  return SharedLayout<D, t.blockN, t.consumerGroups, t.stages>::kDynamicBytes;
+}
+
+// Defined once per (Element, D) by the generated instance files; Element is __half or __nv_bfloat16.
+// params.queryBlocks is recomputed for the instance's BlockM.
+template <typename Element, int D>
+cudaError_t launchSm90Instance(const ForwardParams &params, int device, cudaStream_t stream);
+
+}  // namespace flashattn::cuda::forward_sm90
