@@ -14,6 +14,9 @@
 
 #include "cuda/kernels/forward/forward_params.hpp"
 #include "cuda/ops.hpp"
+#if defined(FLASHATTN_HAS_SM90A)
+#include "cuda/kernels/forward_sm90/forward_sm90.hpp"
+#endif
 
 namespace flashattn::cuda {
 namespace {
@@ -164,11 +167,22 @@ bool planForward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   plan->workspaceBytes = 0;
   plan->config = instanceKey(p.dtype, instance);
   plan->numChunks = 0;
+#if defined(FLASHATTN_HAS_SM90A)
+  forward_sm90::routeToSm90(dev, p, plan);  // on sm90 the wgmma family takes the problems it serves
+#endif
   return true;
 }
 
 cudaError_t launchForward(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
                           void *workspace, cudaStream_t stream) {
+#if defined(FLASHATTN_HAS_SM90A)
+  if (forward_sm90::isSm90Config(plan.config)) {
+    if (forward_sm90::buffersAligned(buf)) return forward_sm90::launchSm90(dev, p, plan, buf, stream);
+    Plan portable = plan;  // a buffer is not 16-byte aligned: the portable kernel of the same problem
+    portable.config = forward_sm90::portableConfig(plan.config);
+    return launchForward(dev, p, portable, buf, workspace, stream);
+  }
+#endif
   (void)workspace;  // the forward needs none
   const int instance = plan.config / 4;
   const TileShape tile = tileFor(p.dtype, instance);
