@@ -92,15 +92,17 @@ constexpr int configTile(int32_t config) { return config % 8; }
 struct BlockShape {
   int blockM;
   int blockN;
+  int warps;
+  int ctasPerSM;
 };
 
 BlockShape blockShapeFor(DType t, int instanceHeadDim, int tileIndex) {
   if (t == DType::FP32) {
     const Fp32Tile f = fp32TileFor(instanceHeadDim);
-    return BlockShape{f.blockM, f.blockN};
+    return BlockShape{f.blockM, f.blockN, kBackwardWarps, 1};
   }
   const MmaTile m = mmaTilesFor(instanceHeadDim).tiles[tileIndex];
-  return BlockShape{m.blockM, m.blockN};
+  return BlockShape{m.blockM, m.blockN, m.warps, m.minBlocks};
 }
 
 // Every sub-buffer of the workspace, for the plan (sizes) and the launch (pointers).
@@ -402,7 +404,11 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
     shared = fp32SharedBytes(instance);
     if (shared <= dev.smemPerBlockOptin) tileIndex = 0;
   } else {
+    // The first tile whose CTAs fit the SM as many at a time as it was tuned for; failing that, the first that fits
+    // one CTA (the last entry of every list fits 99 KB).
     const MmaTileSet tiles = mmaTilesFor(instance);
+    for (int i = 0; i < tiles.count && tileIndex < 0; ++i)
+      if (mmaTileFits(tiles.tiles[i], instance, dev.smemPerBlockOptin)) tileIndex = i;
     for (int i = 0; i < tiles.count && tileIndex < 0; ++i) {
       shared = mmaSharedBytes(tiles.tiles[i], instance);
       if (shared <= dev.smemPerBlockOptin) tileIndex = i;
@@ -437,7 +443,10 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
   else
     description << "cuda.bwd.mma_sync sm" << dev.arch() << " " << dtypeName(p.dtype) << " d" << instance;
   if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
-  description << " tile " << shape.blockM << "x" << shape.blockN << " " << kBackwardWarps << " warps; "
+  description << " tile " << shape.blockM << "x" << shape.blockN << " " << shape.warps << " warps";
+  if (shape.ctasPerSM > 1 && mmaTileFits(mmaTilesFor(instance).tiles[tileIndex], instance, dev.smemPerBlockOptin))
+    description << " (" << shape.ctasPerSM << " CTAs/SM)";
+  description << "; "
               << (p.dtype == DType::FP32 ? "fp32 arithmetic (no tensor cores)" : "fp32 accumulate")
               << "; dQ accumulated in fp32 workspace";
   if (p.heads != p.kvHeads) description << "; dK/dV summed over " << p.heads / p.kvHeads << " query heads on chip";

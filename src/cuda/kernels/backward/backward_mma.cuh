@@ -201,11 +201,16 @@ __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
       for (int e = 0; e < 4; ++e) acc[mt][nt][e] = 0.f;
 }
 
+// How a block pair's probabilities are formed: Plain (no softcap, no ALiBi, every (row, key) visible), Masked (no
+// softcap, no ALiBi, visibility per element), General (everything). Each is one branch-free unrolled body: the common
+// case stays a short stretch of code instead of every element carrying the rare cases' branches and calls.
+enum class ScorePath { Plain, Masked, General };
+
 template <typename Element, int D, int BlockM, int BlockN, int SdpWarpsN, int DkvWarpsN, int DqWarpsM,
-          bool DoubleBuffer, int MinBlocks = 1>
+          bool DoubleBuffer, int MinBlocks, int Warps>
 struct MmaBackward {
-  static constexpr int kThreads = kBackwardThreads;
-  static constexpr int kWarps = kBackwardWarps;
+  static constexpr int kWarps = Warps;
+  static constexpr int kThreads = Warps * 32;
   static constexpr int kStages = DoubleBuffer ? 2 : 1;
 
   using TileKV = Tile16<BlockN, D>;
@@ -231,6 +236,7 @@ struct MmaBackward {
   static constexpr int kDqMTiles = kDqTileM / 16;
   static constexpr int kDqNTiles = kDqTileD / 8;
 
+  static_assert(kWarps == 4 || kWarps == 8, "4 or 8 warps per CTA");
   static_assert(kWarps % SdpWarpsN == 0 && kWarps % DkvWarpsN == 0 && kWarps % DqWarpsM == 0, "warp splits");
   static_assert(kSdpTileN % 16 == 0 && kSdpTileM % 8 == 0 && kSdpTileN * SdpWarpsN == BlockN &&
                     kSdpTileM * kSdpWarpsM == BlockM,
@@ -240,14 +246,18 @@ struct MmaBackward {
   static_assert(BlockM % 16 == 0 && BlockN % 16 == 0 && D % 16 == 0, "tile multiples of 16");
 
   // Registers each phase keeps live besides its fragments (the dK/dV accumulators live throughout); a phase pipelines
-  // its fragment loads when doubling them still fits comfortably in the 255 registers of a thread.
+  // its fragment loads when doubling them still leaves ~55 registers of the per-thread cap for addresses and loop
+  // state.
+  static constexpr int kRegisterCap = (65536 / (kThreads * MinBlocks)) / 8 * 8 < 255
+                                          ? (65536 / (kThreads * MinBlocks)) / 8 * 8
+                                          : 255;
+  static constexpr int kRegisterBudget = kRegisterCap - 55;
   static constexpr int kDkvRegisters = 2 * kDkvMTiles * kDkvNTiles * 4;
   static constexpr int kSdpRegisters = 2 * kSdpMTiles * kSdpNTiles * 4;
   static constexpr int kDqRegisters = kDqMTiles * kDqNTiles * 4;
   static constexpr int kSdpFragments = kSdpMTiles * 4 + kSdpNTiles * 2;
   static constexpr int kDkvFragments = kDkvMTiles * 4 + kDkvNTiles * 2;
   static constexpr int kDqFragments = kDqMTiles * 4 + kDqNTiles * 2;
-  static constexpr int kRegisterBudget = 200;
   static constexpr bool kPipelineSdp = kDkvRegisters + kSdpRegisters + 2 * kSdpFragments <= kRegisterBudget;
   static constexpr bool kPipelineDkv = kDkvRegisters + 2 * kDkvFragments <= kRegisterBudget;
   static constexpr bool kPipelineDq = kDkvRegisters + kDqRegisters + 2 * kDqFragments <= kRegisterBudget;
@@ -256,8 +266,9 @@ struct MmaBackward {
       (2 * std::size_t(TileKV::kElements) + 2 * kStages * std::size_t(TileQ::kElements) +
        2 * std::size_t(TileP::kElements)) * sizeof(Element) +
       2 * kStages * std::size_t(BlockM) * sizeof(float);
-  static_assert(kSharedBytes ==
-                    mmaSharedBytes(MmaTile{BlockM, BlockN, SdpWarpsN, DkvWarpsN, DqWarpsM, DoubleBuffer, MinBlocks}, D),
+  static_assert(kSharedBytes == mmaSharedBytes(MmaTile{BlockM, BlockN, SdpWarpsN, DkvWarpsN, DqWarpsM, DoubleBuffer,
+                                                       MinBlocks, Warps},
+                                               D),
                 "shared-memory size must match the planner's");
 
   struct Shared {
@@ -284,6 +295,25 @@ struct MmaBackward {
                                                   int32_t rowLimit, int32_t headDim) {
     constexpr int kChunks = Tile::kChunks;
     constexpr int kTotal = Rows * kChunks;
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    if constexpr (kThreads % kChunks == 0 && kRowsPerPass % 8 == 0 && Rows % kRowsPerPass == 0) {
+      // Each thread copies the same chunk of every kRowsPerPass-th row: one 64-bit address formed once, then a
+      // constant step; the swizzle of its rows is the same (rows differ by multiples of 8), so the shared-memory
+      // destinations are constant offsets too. The query-block loads run every iteration, so this matters.
+      const int r = int(threadIdx.x) / kChunks;
+      const int c = int(threadIdx.x) % kChunks;
+      const bool columnValid = c * 8 < headDim;
+      const Element *source = base + int64_t(row0 + r) * rowStride + c * 8;
+      const int64_t passStride = int64_t(kRowsPerPass) * rowStride;
+      const uint32_t destination = prim::smemAddress(tile + Tile::chunkOffset(r, c));
+#pragma unroll
+      for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {
+        const bool valid = columnValid && row0 + r + pass * kRowsPerPass < rowLimit;
+        prim::cpAsync16(destination + uint32_t(pass * kRowsPerPass * Tile::kRowBytes),
+                        valid ? source + pass * passStride : base, valid);
+      }
+      return;
+    }
 #pragma unroll
     for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
       const int idx = it * kThreads + int(threadIdx.x);
@@ -295,6 +325,77 @@ struct MmaBackward {
         prim::cpAsync16(prim::smemAddress(tile + Tile::chunkOffset(r, c)), src, valid);
       }
     }
+  }
+
+  // What the score phase of one block pair needs besides the accumulators.
+  struct ScoreContext {
+    int sdpRow0, sdpCol0, lane;
+    float scale, scaleLog2;
+    float scaleOverSoftcap, softcapLog2;  // General path only
+    float slopeLog2;                      // General path only (0 without ALiBi)
+    int32_t diagonal;                     // i + seqK - seqQ - n0 of the thread's first column (General path only)
+    bool softcap;
+  };
+
+  // P^T = exp2(logit * log2 e - LSE * log2 e) and dS^T = P^T * (dP^T - D) * dLogit/dDot for the thread's fragment
+  // elements, rounded to the storage type into shared memory. lo/hi: the visible keys of each of the thread's query
+  // columns relative to n0 (Masked/General; lo > hi when the row sees none).
+  template <ScorePath Path>
+  __device__ static __forceinline__ void scores(const ScoreContext &c,
+                                                const float (&accS)[kSdpMTiles][kSdpNTiles][4],
+                                                const float (&accdP)[kSdpMTiles][kSdpNTiles][4],
+                                                const float (&lse)[kSdpNTiles][2], const float (&dot)[kSdpNTiles][2],
+                                                const int32_t (&lo)[kSdpNTiles][2],
+                                                const int32_t (&hi)[kSdpNTiles][2], unsigned char *pT,
+                                                unsigned char *dsT) {
+    // Element (row nLocal, column mLocal) of P^T / dS^T: the row is a multiple of 8 plus lane / 4 and the column pair
+    // sits in chunk sdpCol0 / 8 + nt, so the swizzle depends on the lane alone.
+    const uint32_t storeBase = uint32_t(c.sdpRow0 + (c.lane >> 2)) * TileP::kRowBytes + 4 * uint32_t(c.lane & 3);
+    const uint32_t storeSwizzle = TileP::swizzleOf(c.lane >> 2);
+    const int storeChunk = c.sdpCol0 >> 3;
+#pragma unroll
+    for (int mt = 0; mt < kSdpMTiles; ++mt)
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int32_t key = c.sdpRow0 + mt * 16 + (c.lane >> 2) + half * 8;  // relative to n0
+#pragma unroll
+        for (int nt = 0; nt < kSdpNTiles; ++nt) {
+          float pv[2], ds[2];
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const float qk = accS[mt][nt][2 * half + e];
+            const float dP = accdP[mt][nt][2 * half + e];
+            if constexpr (Path == ScorePath::General) {
+              float logitLog2, dLogit;
+              if (c.softcap) {
+                const float t = tanhf(qk * c.scaleOverSoftcap);
+                logitLog2 = c.softcapLog2 * t;
+                dLogit = c.scale * (1.f - t * t);
+              } else {
+                logitLog2 = qk * c.scaleLog2;
+                dLogit = c.scale;
+              }
+              // ALiBi distance |j - i'| with i' = i + seqK - seqQ, both relative to n0.
+              const int32_t distance = key - (c.diagonal + nt * 8 + e);
+              logitLog2 = fmaf(-c.slopeLog2, fabsf(float(distance)), logitLog2);
+              const bool visible = key >= lo[nt][e] && key <= hi[nt][e];
+              pv[e] = visible ? prim::exp2Fast(logitLog2 - lse[nt][e]) : 0.f;
+              ds[e] = pv[e] * (dP - dot[nt][e]) * dLogit;
+            } else {
+              float prob = prim::exp2Fast(fmaf(qk, c.scaleLog2, -lse[nt][e]));
+              if constexpr (Path == ScorePath::Masked) {
+                if (key < lo[nt][e] || key > hi[nt][e]) prob = 0.f;
+              }
+              pv[e] = prob;
+              ds[e] = prob * (dP - dot[nt][e]) * c.scale;
+            }
+          }
+          const uint32_t byteOffset = storeBase + uint32_t(mt * 16 + half * 8) * TileP::kRowBytes +
+                                      ((uint32_t(storeChunk + nt) ^ storeSwizzle) << 4);
+          *reinterpret_cast<uint32_t *>(pT + byteOffset) = prim::packFloat2<Element>(pv[0], pv[1]);
+          *reinterpret_cast<uint32_t *>(dsT + byteOffset) = prim::packFloat2<Element>(ds[0], ds[1]);
+        }
+      }
   }
 
   __device__ static __forceinline__ void kernel(const BackwardParams &p, unsigned char *smemRaw) {
@@ -327,15 +428,8 @@ struct MmaBackward {
 
     float accdK[kDkvMTiles][kDkvNTiles][4];
     float accdV[kDkvMTiles][kDkvNTiles][4];
-#pragma unroll
-    for (int mt = 0; mt < kDkvMTiles; ++mt)
-#pragma unroll
-      for (int nt = 0; nt < kDkvNTiles; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          accdK[mt][nt][e] = 0.f;
-          accdV[mt][nt][e] = 0.f;
-        }
+    zero(accdK);
+    zero(accdV);
 
     if (iterations > 0) {
       loadRows<TileKV, BlockN>(sm.k, kBase, p.kRow, n0, seq.seqK, p.headDim);
@@ -345,10 +439,23 @@ struct MmaBackward {
       prim::cpAsyncCommit();
     }
 
-    const float scaleLog2 = p.scale * prim::kLog2e;
-    const bool softcap = p.softcap > 0.f;
+    const bool plain = !(p.softcap > 0.f) && p.alibiSlopes == nullptr;
     const uint32_t kAddress = prim::smemAddress(sm.k), vAddress = prim::smemAddress(sm.v);
     const uint32_t pTAddress = prim::smemAddress(sm.pT), dsTAddress = prim::smemAddress(sm.dsT);
+    const int sdpRow0 = (warp / kSdpWarpsM) * kSdpTileN;
+    const int sdpCol0 = (warp % kSdpWarpsM) * kSdpTileM;
+
+    ScoreContext ctx;
+    ctx.sdpRow0 = sdpRow0;
+    ctx.sdpCol0 = sdpCol0;
+    ctx.lane = lane;
+    ctx.scale = p.scale;
+    ctx.scaleLog2 = p.scale * prim::kLog2e;
+    ctx.softcap = p.softcap > 0.f;
+    ctx.scaleOverSoftcap = ctx.softcap ? p.scale / p.softcap : 0.f;
+    ctx.softcapLog2 = p.softcap * prim::kLog2e;
+    ctx.slopeLog2 = 0.f;
+    ctx.diagonal = 0;
 
     for (int32_t it = 0; it < iterations; ++it) {
       const int stage = DoubleBuffer ? (it & 1) : 0;
@@ -369,8 +476,6 @@ struct MmaBackward {
       const float *sDot = sm.rowDot + stage * BlockM;
 
       // ---- S^T = K Q^T, then dP^T = V dO^T ----------------------------------------------------------------
-      const int sdpRow0 = (warp / kSdpWarpsM) * kSdpTileN;
-      const int sdpCol0 = (warp % kSdpWarpsM) * kSdpTileM;
       float accS[kSdpMTiles][kSdpNTiles][4];
       float accdP[kSdpMTiles][kSdpNTiles][4];
       zero(accS);
@@ -386,59 +491,43 @@ struct MmaBackward {
 
       // ---- P^T and dS^T, rounded to the storage type into shared memory ----------------------------------------
       {
-        const bool fullyVisible = blockFullyVisible(p, m0, n0, BlockM, BlockN, seq.seqQ, seq.seqK);
-        const float slopeLog2 = alibiSlope(p, w.batch, h) * prim::kLog2e;
-        const int32_t shift = seq.seqK - seq.seqQ;
-        // Element (row nLocal, column mLocal) of P^T / dS^T: the row is a multiple of 8 plus lane / 4 and the
-        // column pair sits in chunk sdpCol0 / 8 + nt, so the swizzle depends on the lane alone.
-        const uint32_t storeBase = uint32_t(sdpRow0 + (lane >> 2)) * TileP::kRowBytes + 4 * uint32_t(lane & 3);
-        const uint32_t storeSwizzle = TileP::swizzleOf(lane >> 2);
-        const int storeChunk = sdpCol0 >> 3;
         // The LSE and D of this thread's query columns, read once for all its rows.
         float lseOf[kSdpNTiles][2], dotOf[kSdpNTiles][2];
+        int32_t lo[kSdpNTiles][2], hi[kSdpNTiles][2];
 #pragma unroll
         for (int nt = 0; nt < kSdpNTiles; ++nt)
 #pragma unroll
-          for (int c = 0; c < 2; ++c) {
-            lseOf[nt][c] = sLse[sdpCol0 + nt * 8 + 2 * (lane & 3) + c];
-            dotOf[nt][c] = sDot[sdpCol0 + nt * 8 + 2 * (lane & 3) + c];
+          for (int e = 0; e < 2; ++e) {
+            const int column = sdpCol0 + nt * 8 + 2 * (lane & 3) + e;
+            lseOf[nt][e] = sLse[column];
+            dotOf[nt][e] = sDot[column];
+            lo[nt][e] = 0;
+            hi[nt][e] = BlockN - 1;
           }
-#pragma unroll
-        for (int mt = 0; mt < kSdpMTiles; ++mt)
+        const bool fullyVisible = blockFullyVisible(p, m0, n0, BlockM, BlockN, seq.seqQ, seq.seqK);
+        if (!fullyVisible) {
 #pragma unroll
           for (int nt = 0; nt < kSdpNTiles; ++nt)
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-              const int nLocal = sdpRow0 + mt * 16 + (lane >> 2) + half * 8;
-              const int mLocal = sdpCol0 + nt * 8 + 2 * (lane & 3);
-              const int32_t j = n0 + nLocal;
-              float pv[2], ds[2];
-#pragma unroll
-              for (int c = 0; c < 2; ++c) {
-                const int32_t i = m0 + mLocal + c;
-                const float dot = accS[mt][nt][2 * half + c];
-                float logitLog2, dLogit;
-                if (softcap) {
-                  const float t = tanhf(dot * p.scale / p.softcap);
-                  logitLog2 = p.softcap * t * prim::kLog2e;
-                  dLogit = p.scale * (1.f - t * t);
-                } else {
-                  logitLog2 = dot * scaleLog2;
-                  dLogit = p.scale;
-                }
-                if (p.alibiSlopes != nullptr) logitLog2 -= slopeLog2 * fabsf(float(j - (i + shift)));
-                if (!fullyVisible && !isVisible(p, i, j, seq.seqQ, seq.seqK)) logitLog2 = -INFINITY;
-                // LSE of a row with no visible key is +inf here, so its probabilities are exactly 0.
-                pv[c] = prim::exp2Fast(logitLog2 - lseOf[nt][c]);
-                ds[c] = pv[c] * (accdP[mt][nt][2 * half + c] - dotOf[nt][c]) * dLogit;
-              }
-              const uint32_t byteOffset = storeBase + uint32_t(mt * 16 + half * 8) * TileP::kRowBytes +
-                                          ((uint32_t(storeChunk + nt) ^ storeSwizzle) << 4);
-              *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(sm.pT) + byteOffset) =
-                  prim::packFloat2<Element>(pv[0], pv[1]);
-              *reinterpret_cast<uint32_t *>(reinterpret_cast<unsigned char *>(sm.dsT) + byteOffset) =
-                  prim::packFloat2<Element>(ds[0], ds[1]);
+            for (int e = 0; e < 2; ++e) {
+              const int32_t i = m0 + sdpCol0 + nt * 8 + 2 * (lane & 3) + e;
+              const RowKeys keys = i < seq.seqQ ? rowKeys(p, i, seq.seqQ, seq.seqK) : RowKeys{1, 0};
+              lo[nt][e] = keys.lo - n0;
+              hi[nt][e] = keys.hi - n0;
             }
+        }
+        unsigned char *pT = reinterpret_cast<unsigned char *>(sm.pT);
+        unsigned char *dsT = reinterpret_cast<unsigned char *>(sm.dsT);
+        if (plain) {
+          if (fullyVisible)
+            scores<ScorePath::Plain>(ctx, accS, accdP, lseOf, dotOf, lo, hi, pT, dsT);
+          else
+            scores<ScorePath::Masked>(ctx, accS, accdP, lseOf, dotOf, lo, hi, pT, dsT);
+        } else {
+          ctx.slopeLog2 = alibiSlope(p, w.batch, h) * prim::kLog2e;
+          ctx.diagonal = m0 + sdpCol0 + 2 * (lane & 3) + (seq.seqK - seq.seqQ) - n0;
+          scores<ScorePath::General>(ctx, accS, accdP, lseOf, dotOf, lo, hi, pT, dsT);
+        }
       }
       __syncthreads();
 
@@ -470,6 +559,18 @@ struct MmaBackward {
           waitForTurn(turn, w.keyBlock, mBlock > predecessorLast);
         }
         float *dqRows = p.dqAccum + workspaceRow(p, w.batch, h, seq, m0) * p.headDim;
+        if (p.headDim == D && m0 + BlockM <= seq.seqQ) {
+          // Whole block, native head dim: every address is one per-thread base plus a compile-time offset.
+          float *dqThread = dqRows + (row0 + (lane >> 2)) * D + col0 + 2 * (lane & 3);
+#pragma unroll
+          for (int mt = 0; mt < kDqMTiles; ++mt)
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+#pragma unroll
+              for (int nt = 0; nt < kDqNTiles; ++nt)
+                prim::redAddFloat2(dqThread + (mt * 16 + half * 8) * D + nt * 8, accdQ[mt][nt][2 * half],
+                                   accdQ[mt][nt][2 * half + 1]);
+        } else {
 #pragma unroll
         for (int mt = 0; mt < kDqMTiles; ++mt)
 #pragma unroll
@@ -486,6 +587,7 @@ struct MmaBackward {
               }
             }
           }
+        }
         if (p.deterministic) passTurn(turn, w.keyBlock);
       }
 
@@ -537,41 +639,51 @@ struct MmaBackward {
                             int64_t(h) * p.dOHead + seq.qStart * p.dORow;
     loadRows<TileQ, BlockM>(sm.q + stage * TileQ::kElements, qBase, p.qRow, m0, seq.seqQ, p.headDim);
     loadRows<TileQ, BlockM>(sm.dO + stage * TileQ::kElements, dOBase, p.dORow, m0, seq.seqQ, p.headDim);
-    const int tid = int(threadIdx.x);
-    if (tid < 2 * BlockM) {
-      const int r = tid % BlockM;
+#pragma unroll
+    for (int base = 0; base < 2 * BlockM; base += kThreads) {
+      const int idx = base + int(threadIdx.x);
+      if (2 * BlockM % kThreads != 0 && idx >= 2 * BlockM) break;
+      const int r = idx % BlockM;
       const bool valid = m0 + r < seq.seqQ;
       const int64_t row = workspaceRow(p, w.batch, h, seq, valid ? m0 + r : 0);
-      const float *src = tid < BlockM ? p.lseLog2 + row : p.rowDot + row;
-      float *dst = (tid < BlockM ? sm.lseLog2 : sm.rowDot) + stage * BlockM + r;
+      const float *src = idx < BlockM ? p.lseLog2 + row : p.rowDot + row;
+      float *dst = (idx < BlockM ? sm.lseLog2 : sm.rowDot) + stage * BlockM + r;
       prim::cpAsync4(prim::smemAddress(dst), src, valid);
     }
   }
 };
 
 template <typename Element, int D, int BlockM, int BlockN, int SdpWarpsN, int DkvWarpsN, int DqWarpsM,
-          bool DoubleBuffer, int MinBlocks>
-__global__ void __launch_bounds__(kBackwardThreads, MinBlocks)
+          bool DoubleBuffer, int MinBlocks, int Warps>
+__global__ void __launch_bounds__(Warps * 32, MinBlocks)
     backwardMmaKernel(const __grid_constant__ BackwardParams p) {
   extern __shared__ __align__(128) unsigned char smem[];
-  MmaBackward<Element, D, BlockM, BlockN, SdpWarpsN, DkvWarpsN, DqWarpsM, DoubleBuffer, MinBlocks>::kernel(p, smem);
+  MmaBackward<Element, D, BlockM, BlockN, SdpWarpsN, DkvWarpsN, DqWarpsM, DoubleBuffer, MinBlocks, Warps>::kernel(p,
+                                                                                                                 smem);
 }
 
-template <typename Element, int D, int TileIndex>
-cudaError_t launchMmaTile(const BackwardParams &p, cudaStream_t stream) {
-  constexpr MmaTile t = mmaTilesFor(D).tiles[TileIndex];
-  using Kernel = MmaBackward<Element, D, t.blockM, t.blockN, t.sdpWarpsN, t.dkvWarpsN, t.dqWarpsM, t.doubleBuffer,
-                             t.minBlocks>;
-  auto *kernel = &backwardMmaKernel<Element, D, t.blockM, t.blockN, t.sdpWarpsN, t.dkvWarpsN, t.dqWarpsM,
-                                    t.doubleBuffer, t.minBlocks>;
+// Launches the main kernel of one tile configuration (the planner's, or a benchmark's variant).
+template <typename Element, int D, int BlockM, int BlockN, int SdpWarpsN, int DkvWarpsN, int DqWarpsM,
+          bool DoubleBuffer, int MinBlocks, int Warps>
+cudaError_t launchMmaKernel(const BackwardParams &p, cudaStream_t stream) {
+  using Kernel = MmaBackward<Element, D, BlockM, BlockN, SdpWarpsN, DkvWarpsN, DqWarpsM, DoubleBuffer, MinBlocks, Warps>;
+  auto *kernel = &backwardMmaKernel<Element, D, BlockM, BlockN, SdpWarpsN, DkvWarpsN, DqWarpsM, DoubleBuffer,
+                                    MinBlocks, Warps>;
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(Kernel::kSharedBytes));
   if (err != cudaSuccess) return err;
   const int64_t blocks = int64_t(p.keyBlocks) * p.kvHeads * p.batch;
   if (blocks == 0) return cudaSuccess;
   void *args[] = {const_cast<BackwardParams *>(&p)};
-  return cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(unsigned(blocks)), dim3(kBackwardThreads),
+  return cudaLaunchKernel(reinterpret_cast<const void *>(kernel), dim3(unsigned(blocks)), dim3(Kernel::kThreads),
                           args, Kernel::kSharedBytes, stream);
+}
+
+template <typename Element, int D, int TileIndex>
+cudaError_t launchMmaTile(const BackwardParams &p, cudaStream_t stream) {
+  constexpr MmaTile t = mmaTilesFor(D).tiles[TileIndex];
+  return launchMmaKernel<Element, D, t.blockM, t.blockN, t.sdpWarpsN, t.dkvWarpsN, t.dqWarpsM, t.doubleBuffer,
+                         t.minBlocks, t.warps>(p, stream);
 }
 
 template <typename Element, int D>

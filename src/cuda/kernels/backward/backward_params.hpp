@@ -77,13 +77,13 @@ struct BackwardParams {
   bool deterministic = false;
 };
 
-// One tile configuration of the tensor-core kernel: BlockM query rows x BlockN keys, 8 warps. The warps split
-//   S^T = K Q^T and dP^T = V dO^T (BlockN x BlockM) as SdpWarpsN x (8 / SdpWarpsN),
-//   dV += P^T dO and dK += dS^T Q (BlockN x D) as DkvWarpsN x (8 / DkvWarpsN),
-//   dQ = dS K (BlockM x D) as DqWarpsM x (8 / DqWarpsM).
+// One tile configuration of the tensor-core kernel: BlockM query rows x BlockN keys, Warps warps. The warps split
+//   S^T = K Q^T and dP^T = V dO^T (BlockN x BlockM) as SdpWarpsN x (Warps / SdpWarpsN),
+//   dV += P^T dO and dK += dS^T Q (BlockN x D) as DkvWarpsN x (Warps / DkvWarpsN),
+//   dQ = dS K (BlockM x D) as DqWarpsM x (Warps / DqWarpsM).
 // DoubleBuffer loads the next query block (Q, dO, D, LSE) while the current one computes. MinBlocks CTAs share an SM
-// (registers capped at 65536 / (256 * MinBlocks) per thread), so one CTA's loads and barriers hide behind another's
-// tensor-core work.
+// (registers capped at 65536 / (32 * Warps * MinBlocks) per thread): their barriers are independent, so one CTA's
+// softmax, barriers and dQ additions hide behind another's tensor-core work.
 struct MmaTile {
   int blockM;
   int blockN;
@@ -92,14 +92,16 @@ struct MmaTile {
   int dqWarpsM;
   bool doubleBuffer;
   int minBlocks = 1;
+  int warps = 8;
 };
 
+// The FP32 kernel and the preprocess/convert kernels run 8 warps.
 constexpr int kBackwardWarps = 8;
 constexpr int kBackwardThreads = kBackwardWarps * 32;
 
-// Per instance head dim: the first tile whose shared memory fits the device is used (planBackward). The first entry
-// is the one measured fastest on an H200 (bf16 sweep of KERNELS.md, scratch variants); the D256 one needs more than
-// the 163 KB of an A100, which gets the next; the last entry of each fits the 99 KB of sm86/sm89.
+// Per instance head dim: the first tile that fits the device (mmaTileFits) is used (planBackward). The first entry
+// is the one measured fastest on an H100/H200 (bf16 sweep of KERNELS.md, scratch variants); an A100 (164 KB per SM)
+// gets a later one where the first needs more; the last entry of each fits the 100 KB of sm86/sm89 with one CTA.
 constexpr int kMaxMmaTiles = 3;
 struct MmaTileSet {
   int count;
@@ -107,11 +109,12 @@ struct MmaTileSet {
 };
 
 constexpr MmaTileSet mmaTilesFor(int headDim) {
-  if (headDim <= 64) return MmaTileSet{1, {MmaTile{64, 64, 4, 4, 4, true, 2}, MmaTile{}, MmaTile{}}};
+  if (headDim <= 64) return MmaTileSet{1, {MmaTile{64, 64, 2, 2, 2, true, 2, 4}, MmaTile{}, MmaTile{}}};
   if (headDim <= 96)
     return MmaTileSet{2, {MmaTile{64, 128, 4, 4, 4, true}, MmaTile{64, 64, 4, 4, 4, true}, MmaTile{}}};
   if (headDim <= 128)
-    return MmaTileSet{2, {MmaTile{64, 128, 2, 2, 2, true}, MmaTile{64, 64, 4, 4, 4, false}, MmaTile{}}};
+    return MmaTileSet{3, {MmaTile{64, 64, 2, 2, 2, true, 2, 4}, MmaTile{64, 128, 2, 2, 2, true},
+                          MmaTile{64, 64, 4, 4, 4, false}}};
   if (headDim <= 192)
     return MmaTileSet{2, {MmaTile{64, 64, 4, 2, 2, false}, MmaTile{32, 64, 4, 2, 2, false}, MmaTile{}}};
   return MmaTileSet{3, {MmaTile{64, 64, 4, 2, 2, true}, MmaTile{64, 64, 4, 2, 2, false}, MmaTile{32, 32, 2, 2, 2, false}}};
@@ -124,6 +127,16 @@ constexpr std::size_t mmaSharedBytes(const MmaTile &t, int headDim) {
   return (2 * std::size_t(t.blockN) * headDim + 2 * stages * std::size_t(t.blockM) * headDim +
           2 * std::size_t(t.blockN) * t.blockM) * 2 +
          2 * stages * std::size_t(t.blockM) * 4;
+}
+
+// Whether MinBlocks CTAs of the tile fit one SM of a device whose blocks may opt in to smemPerBlockOptin bytes. An SM
+// holds the opt-in limit plus the 1 KB the hardware reserves per CTA (sm80: 163 + 1 KB, sm86/89: 99 + 1, sm90: 227 +
+// 1); a tile meant to share the SM is skipped where it would run alone, since one CTA of it leaves the tensor cores idle
+// through its barriers.
+constexpr std::size_t kReservedSharedPerBlock = 1024;
+constexpr bool mmaTileFits(const MmaTile &t, int headDim, std::size_t smemPerBlockOptin) {
+  return std::size_t(t.minBlocks) * (mmaSharedBytes(t, headDim) + kReservedSharedPerBlock) <=
+         smemPerBlockOptin + kReservedSharedPerBlock;
 }
 
 // The FP32 kernel (plain FFMA, FP32-level accuracy): BlockM x BlockN tiles, 256 threads, one configuration.
