@@ -51,6 +51,13 @@ __device__ __forceinline__ void mbarrierWait(uint32_t barrier, uint32_t parity) 
   }
 }
 
+// Arrives on the barrier once every cp.async this thread issued before has completed, without waiting for them.
+// .noinc: the arrival counts against the barrier's expected arrivals (initialise with one per producing thread).
+// cp.async writes are generic-proxy writes: a reader through the async proxy (wgmma) fences after its wait.
+__device__ __forceinline__ void cpAsyncMbarrierArrive(uint32_t barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
+}
+
 // Named barriers 1..15 (0 is __syncthreads). `threads` counts every participant, arriving or syncing; a multiple of 32.
 __device__ __forceinline__ void namedBarrierSync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

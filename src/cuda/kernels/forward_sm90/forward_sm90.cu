@@ -131,9 +131,7 @@ bool buffersAligned(const AttnBuffers &buf) {
   return isAligned16(buf.q) && isAligned16(buf.k) && isAligned16(buf.v) && isAligned16(buf.o);
 }
 
-cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
-                       cudaStream_t stream) {
-  (void)plan;  // the instance follows from the problem; the tag only said "this family"
+ForwardParams sm90Params(const AttnProblem &p, const AttnBuffers &buf) {
   ForwardParams params;
   params.q = buf.q;
   params.k = buf.k;
@@ -175,36 +173,47 @@ cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &
   params.alibiSlopes = nullptr;
   params.alibiBatchStride = 0;
   params.vectorAccess = true;
+  return params;
+}
+
+cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
+                       cudaStream_t stream) {
+  (void)plan;  // the instance follows from the problem; the tag only said "this family"
+  const ForwardParams params = sm90Params(p, buf);
+  LaunchOptions options;
+  options.persistent = false;
+  options.numSMs = dev.numSMs;
+  options.l2Bytes = dev.l2Bytes;
 
   const bool half = p.dtype == DType::FP16;
   switch (p.headDim) {
 #if defined(FLASHATTN_HAS_HEADDIM_64)
     case 64:
 #if defined(FLASHATTN_HAS_DTYPE_FP16)
-      if (half) return launchSm90Instance<__half, 64>(params, dev.device, stream);
+      if (half) return launchSm90Instance<__half, 64>(params, options, dev.device, stream);
 #endif
 #if defined(FLASHATTN_HAS_DTYPE_BF16)
-      if (!half) return launchSm90Instance<__nv_bfloat16, 64>(params, dev.device, stream);
+      if (!half) return launchSm90Instance<__nv_bfloat16, 64>(params, options, dev.device, stream);
 #endif
       break;
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_128)
     case 128:
 #if defined(FLASHATTN_HAS_DTYPE_FP16)
-      if (half) return launchSm90Instance<__half, 128>(params, dev.device, stream);
+      if (half) return launchSm90Instance<__half, 128>(params, options, dev.device, stream);
 #endif
 #if defined(FLASHATTN_HAS_DTYPE_BF16)
-      if (!half) return launchSm90Instance<__nv_bfloat16, 128>(params, dev.device, stream);
+      if (!half) return launchSm90Instance<__nv_bfloat16, 128>(params, options, dev.device, stream);
 #endif
       break;
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_256)
     case 256:
 #if defined(FLASHATTN_HAS_DTYPE_FP16)
-      if (half) return launchSm90Instance<__half, 256>(params, dev.device, stream);
+      if (half) return launchSm90Instance<__half, 256>(params, options, dev.device, stream);
 #endif
 #if defined(FLASHATTN_HAS_DTYPE_BF16)
-      if (!half) return launchSm90Instance<__nv_bfloat16, 256>(params, dev.device, stream);
+      if (!half) return launchSm90Instance<__nv_bfloat16, 256>(params, options, dev.device, stream);
 #endif
       break;
 #endif

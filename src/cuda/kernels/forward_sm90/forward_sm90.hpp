@@ -14,6 +14,7 @@
 
 #include "core/plan.hpp"
 #include "core/problem.hpp"
+#include "cuda/kernels/forward/forward_params.hpp"
 #include "cuda/ops.hpp"
 
 namespace flashattn::cuda::forward_sm90 {
@@ -33,5 +34,8 @@ bool buffersAligned(const AttnBuffers &buf);
 
 cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
                        cudaStream_t stream);
+
+// The kernel parameters of a problem (what launchSm90 passes; benchmark drivers reuse it).
+forward::ForwardParams sm90Params(const AttnProblem &p, const AttnBuffers &buf);
 
 }  // namespace flashattn::cuda::forward_sm90

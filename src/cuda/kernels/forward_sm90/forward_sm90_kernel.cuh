@@ -80,6 +80,31 @@ __device__ __forceinline__ void issueQK(float (&s)[BlockN / 2], uint64_t qDescri
   }
 }
 
+// The same with Q as A fragments in registers (loaded once per tile by loadQFragments).
+template <typename Element, int D, int BlockN>
+__device__ __forceinline__ void issueQKFromRegisters(float (&s)[BlockN / 2], const uint32_t (&q)[D / 16][4],
+                                                     uint64_t kDescriptor) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const uint32_t kOffset = uint32_t(ks / 4) * BlockN * 128 + uint32_t(ks % 4) * 32;
+    prim::WgmmaOp<Element, BlockN>::rs(s, q[ks], prim::wgmmaDescriptorAdvance(kDescriptor, kOffset),
+                                       ks > 0 ? 1u : 0u);
+  }
+}
+
+// A fragments of a warp's 16 Q rows (rows 16 * warp + 0..15 of the warpgroup's 64 at sQRows) for every k-step: lane l
+// addresses row l % 16, k-chunk l / 16 of the step; the row's XOR is l % 8 since the rows start on multiples of 8.
+template <int D, int BlockM>
+__device__ __forceinline__ void loadQFragments(uint32_t (&q)[D / 16][4], uint32_t sQRows, int warp, int lane) {
+  const uint32_t row = uint32_t(16 * warp + (lane % 16));
+  const uint32_t rowAddress = sQRows + row * 128;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const uint32_t chunk = uint32_t(2 * (ks % 4) + lane / 16) ^ uint32_t(lane % 8);
+    prim::ldmatrixX4(q[ks], rowAddress + uint32_t(ks / 4) * BlockM * 128 + (chunk << 4));
+  }
+}
+
 // O += P V: BlockN / 16 k-steps of 16 keys; step kk starts 16 rows (2048 bytes) further into every V slab.
 template <typename Element, int D, int BlockN>
 __device__ __forceinline__ void issuePV(float (&o)[D / 2], const uint32_t (&p)[BlockN / 16][4],
@@ -170,18 +195,18 @@ __device__ __forceinline__ void releaseSlot(uint32_t emptyBarrier, int lane) {
   if (lane == 0) prim::mbarrierArrive(emptyBarrier);
 }
 
-// No visible key for any row of the block: O = 0, LSE = -inf (16-byte stores: the launcher checked alignment).
+// No visible key for any of these rows: O = 0, LSE = -inf (16-byte stores: the launcher checked alignment).
 template <typename Element, int D>
 __device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *oRows, float *lseRows, int rows,
-                                               int threads) {
+                                               int thread, int threads) {
   constexpr int kChunks = D / 8;
-  for (int idx = int(threadIdx.x); idx < rows * kChunks; idx += threads) {
+  for (int idx = thread; idx < rows * kChunks; idx += threads) {
     const int r = idx / kChunks;
     const int c = idx - r * kChunks;
     *reinterpret_cast<uint4 *>(oRows + int64_t(r) * p.oRow + c * 8) = make_uint4(0u, 0u, 0u, 0u);
   }
   if (lseRows != nullptr)
-    for (int r = int(threadIdx.x); r < rows; r += threads) lseRows[int64_t(r) * p.lseRow] = negativeInfinity();
+    for (int r = thread; r < rows; r += threads) lseRows[int64_t(r) * p.lseRow] = negativeInfinity();
 }
 
 // The register split of setmaxnreg: the producer only computes addresses; the consumers hold S, P and O.
@@ -200,11 +225,68 @@ struct RegisterSplit<3> {  // 512 threads x 128 at entry = 3 x 128 x 160 + 128 x
 
 constexpr uint32_t kSchedulerBarrierBase = 1;  // named barriers 1..ConsumerGroups (0 is __syncthreads)
 
-template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong>
-__global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kernel(const ForwardParams p) {
+// One (sequence, head, query block) tile and everything both roles derive from it the same way.
+struct Tile {
+  forward::WorkItem work;
+  forward::SequenceExtent seq;
+  int m0;
+  int rowsHere;
+  forward::RowKeys firstRow;  // visible keys of the tile's first and last rows: they bound every row between
+  forward::RowKeys lastRow;
+  int firstKeyBlock;
+  int lastKeyBlock;
+  bool active;  // the sequence has rows here (ragged batches: the grid covers the longest sequence)
+  bool empty;   // no row of the tile sees any key
+};
+
+// Tiles run section by section (pairsPerSection (sequence, head) pairs each, so the CTAs running together share K/V
+// in L2); inside a section the longest query blocks (causal: the last) come first, so the short ones fill the tail.
+template <int BlockM, int BlockN>
+__device__ __forceinline__ Tile decodeTile(const KernelParams &kp, int64_t index) {
+  const ForwardParams &p = kp.f;
+  const int64_t pairs = int64_t(p.batch) * p.heads;
+  const int64_t sectionTiles = kp.pairsPerSection * p.queryBlocks;
+  const int64_t section = index / sectionTiles;
+  const int64_t firstPair = section * kp.pairsPerSection;
+  const int64_t pairsHere = pairs - firstPair < kp.pairsPerSection ? pairs - firstPair : kp.pairsPerSection;
+  const int64_t rest = index - section * sectionTiles;
+  const int64_t rank = rest / pairsHere;
+  const int64_t pair = firstPair + (rest - rank * pairsHere);
+  Tile t;
+  t.work.batch = int32_t(pair / p.heads);
+  t.work.head = int32_t(pair - int64_t(t.work.batch) * p.heads);
+  t.work.queryBlock = p.queryBlocks - 1 - int32_t(rank);
+  t.seq = forward::sequenceExtent(p, t.work.batch);
+  t.m0 = t.work.queryBlock * BlockM;
+  t.active = t.m0 < t.seq.seqQ;
+  t.rowsHere = t.active ? min(BlockM, t.seq.seqQ - t.m0) : 0;
+  t.firstRow = forward::rowKeys(p, t.m0, t.seq.seqQ, t.seq.seqK);
+  t.lastRow = forward::rowKeys(p, t.m0 + max(t.rowsHere, 1) - 1, t.seq.seqQ, t.seq.seqK);
+  t.empty = t.firstRow.lo > t.lastRow.hi;
+  t.firstKeyBlock = t.empty ? 0 : t.firstRow.lo / BlockN;
+  t.lastKeyBlock = t.empty ? -1 : t.lastRow.hi / BlockN;
+  return t;
+}
+
+// The tiles of one CTA: waves of gridDim.x consecutive indices, walked forward in even waves and backward in odd ones,
+// so a persistent CTA that drew a long tile of one wave draws a short one of the next (tiles are sorted longest
+// first). With one CTA per tile (gridDim.x == tiles) this is just blockIdx.x.
+template <typename Body>
+__device__ __forceinline__ void forEachTile(int64_t totalTiles, Body &&body) {
+#pragma unroll 1
+  for (int64_t first = 0; first < totalTiles; first += gridDim.x) {
+    const bool backward = ((first / gridDim.x) & 1) != 0;
+    const int64_t index = first + (backward ? int64_t(gridDim.x) - 1 - blockIdx.x : int64_t(blockIdx.x));
+    if (index < totalTiles) body(index);
+  }
+}
+
+template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
+          bool QInRegisters>
+__global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kernel(const KernelParams kp) {
   using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages>;
   constexpr int kBlockM = Layout::kBlockM;
-  constexpr int kThreads = (ConsumerGroups + 1) * 128;
+  const ForwardParams &p = kp.f;
   extern __shared__ unsigned char sm90Shared[];
   const uint32_t base = (prim::smemAddress(sm90Shared) + 1023u) & ~1023u;
   const uint32_t sQ = base + Layout::kQ;
@@ -212,36 +294,15 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
   auto sK = [&](int slot) { return base + Layout::kK + uint32_t(slot) * Layout::kTileBytes; };
   auto sV = [&](int slot) { return base + Layout::kV + uint32_t(slot) * Layout::kTileBytes; };
   const uint32_t qFull = barriers;
-  auto kFull = [&](int slot) { return barriers + 8u * uint32_t(1 + slot); };
-  auto kEmpty = [&](int slot) { return barriers + 8u * uint32_t(1 + Stages + slot); };
-  auto vFull = [&](int slot) { return barriers + 8u * uint32_t(1 + 2 * Stages + slot); };
-  auto vEmpty = [&](int slot) { return barriers + 8u * uint32_t(1 + 3 * Stages + slot); };
-
-  const forward::WorkItem work = forward::decodeWorkItem(p);
-  const forward::SequenceExtent seq = forward::sequenceExtent(p, work.batch);
-  const int m0 = work.queryBlock * kBlockM;
-  if (m0 >= seq.seqQ) return;  // ragged: this sequence is shorter than the grid's bound (uniform over the CTA)
-  const int rowsHere = min(kBlockM, seq.seqQ - m0);
-
-  Element *oRows = static_cast<Element *>(p.o) + int64_t(work.batch) * p.oBatch + int64_t(work.head) * p.oHead +
-                   (seq.qStart + m0) * p.oRow;
-  float *lseRows = p.lse == nullptr ? nullptr
-                                    : p.lse + int64_t(work.batch) * p.lseBatch + int64_t(work.head) * p.lseHead +
-                                          (seq.qStart + m0) * p.lseRow;
-
-  // Visible-key bounds are monotone in the row, so the first and last rows bound the whole block.
-  const forward::RowKeys firstRow = forward::rowKeys(p, m0, seq.seqQ, seq.seqK);
-  const forward::RowKeys lastRow = forward::rowKeys(p, m0 + rowsHere - 1, seq.seqQ, seq.seqK);
-  if (firstRow.lo > lastRow.hi) {
-    writeEmptyRows<Element, D>(p, oRows, lseRows, rowsHere, kThreads);
-    return;
-  }
-  const int firstKeyBlock = firstRow.lo / BlockN;
-  const int lastKeyBlock = lastRow.hi / BlockN;
-  const int numBlocks = lastKeyBlock - firstKeyBlock + 1;
+  const uint32_t qEmpty = barriers + 8u;
+  auto kFull = [&](int slot) { return barriers + 8u * uint32_t(2 + slot); };
+  auto kEmpty = [&](int slot) { return barriers + 8u * uint32_t(2 + Stages + slot); };
+  auto vFull = [&](int slot) { return barriers + 8u * uint32_t(2 + 2 * Stages + slot); };
+  auto vEmpty = [&](int slot) { return barriers + 8u * uint32_t(2 + 3 * Stages + slot); };
 
   if (threadIdx.x == 0) {
     prim::mbarrierInit(qFull, 128);
+    prim::mbarrierInit(qEmpty, 4 * ConsumerGroups);
     for (int slot = 0; slot < Stages; ++slot) {
       prim::mbarrierInit(kFull(slot), 128);
       prim::mbarrierInit(vFull(slot), 128);
@@ -252,62 +313,76 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
   }
   __syncthreads();
 
-  const int kvHead = work.head / p.headsPerKvHead;
   const int warpGroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
 
   if (warpGroup == 0) {
     // ------------------------------------------------------------------------------------------------ producer
     prim::setMaxRegistersDecrease<RegisterSplit<ConsumerGroups>::kProducer>();
     const int thread = int(threadIdx.x);
-    const Element *qRows = static_cast<const Element *>(p.q) + int64_t(work.batch) * p.qBatch +
-                           int64_t(work.head) * p.qHead + (seq.qStart + m0) * p.qRow;
-    const Element *kRows = static_cast<const Element *>(p.k) + int64_t(work.batch) * p.kBatch +
-                           int64_t(kvHead) * p.kHead + seq.kStart * p.kRow;
-    const Element *vRows = static_cast<const Element *>(p.v) + int64_t(work.batch) * p.vBatch +
-                           int64_t(kvHead) * p.vHead + seq.kStart * p.vRow;
-
-    // Each copy group is handed over only once this thread's copies of it have completed (wait_group) and been
-    // fenced into the async proxy that wgmma reads through; the barrier's release/acquire then covers the consumer.
-    // Signalling one group late keeps the next group's copies in flight meanwhile.
-    uint32_t pending = qFull;
-    auto handOverPrevious = [&](uint32_t next) {
-      prim::cpAsyncWait<1>();
-      prim::fenceProxyAsyncShared();
-      prim::mbarrierArrive(pending);
-      pending = next;
-    };
-
-    loadTileAsync<Element, D, kBlockM>(sQ, qRows, p.qRow, rowsHere, thread, p.q);
-    prim::cpAsyncCommit();
     int kSlot = 0, vSlot = 0;
-    uint32_t kPhase = 0, vPhase = 0;
-    // Order of use by the consumers: K(n), then K(n - 1) together with V(n), ...
-    for (int it = 0; it < numBlocks; ++it) {
-      const int n = lastKeyBlock - it;
-      prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
-      loadTileAsync<Element, D, BlockN>(sK(kSlot), kRows + int64_t(n) * BlockN * p.kRow, p.kRow,
-                                        seq.seqK - n * BlockN, thread, p.k);
-      prim::cpAsyncCommit();
-      handOverPrevious(kFull(kSlot));
-      if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
-      if (it > 0) {
-        const int nv = n + 1;
-        prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
-        loadTileAsync<Element, D, BlockN>(sV(vSlot), vRows + int64_t(nv) * BlockN * p.vRow, p.vRow,
-                                          seq.seqK - nv * BlockN, thread, p.v);
+    uint32_t kPhase = 0, vPhase = 0, qPhase = 0;
+    // In-order hand-over (AsyncArrive off): a copy group is signalled once this thread's copies of it completed
+    // (wait_group) and were fenced into the async proxy; one group late, so the next group's copies are in flight.
+    uint32_t pending = 0;
+    auto handOver = [&](uint32_t full) {
+      if constexpr (AsyncArrive) {
+        prim::cpAsyncMbarrierArrive(full);
+      } else {
         prim::cpAsyncCommit();
-        handOverPrevious(vFull(vSlot));
+        if (pending != 0) {
+          prim::cpAsyncWait<1>();
+          prim::fenceProxyAsyncShared();
+          prim::mbarrierArrive(pending);
+        }
+        pending = full;
+      }
+    };
+    forEachTile(kp.totalTiles, [&](int64_t index) {
+      const Tile t = decodeTile<kBlockM, BlockN>(kp, index);
+      if (!t.active || t.empty) return;  // the consumers write empty tiles themselves
+      const int kvHead = t.work.head / p.headsPerKvHead;
+      const Element *qRows = static_cast<const Element *>(p.q) + int64_t(t.work.batch) * p.qBatch +
+                             int64_t(t.work.head) * p.qHead + (t.seq.qStart + t.m0) * p.qRow;
+      const Element *kRows = static_cast<const Element *>(p.k) + int64_t(t.work.batch) * p.kBatch +
+                             int64_t(kvHead) * p.kHead + t.seq.kStart * p.kRow;
+      const Element *vRows = static_cast<const Element *>(p.v) + int64_t(t.work.batch) * p.vBatch +
+                             int64_t(kvHead) * p.vHead + t.seq.kStart * p.vRow;
+      auto loadK = [&](int n) {
+        prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
+        loadTileAsync<Element, D, BlockN>(sK(kSlot), kRows + int64_t(n) * BlockN * p.kRow, p.kRow,
+                                          t.seq.seqK - n * BlockN, thread, p.k);
+        handOver(kFull(kSlot));
+        if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
+      };
+      auto loadV = [&](int n) {
+        prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
+        loadTileAsync<Element, D, BlockN>(sV(vSlot), vRows + int64_t(n) * BlockN * p.vRow, p.vRow,
+                                          t.seq.seqK - n * BlockN, thread, p.v);
+        handOver(vFull(vSlot));
         if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
+      };
+      // The first K block can land while the consumers still read the previous tile's Q.
+      loadK(t.lastKeyBlock);
+      prim::mbarrierWait(qEmpty, qPhase ^ 1u);
+      loadTileAsync<Element, D, kBlockM>(sQ, qRows, p.qRow, t.rowsHere, thread, p.q);
+      handOver(qFull);
+      qPhase ^= 1u;
+      // Order of use by the consumers: K(n), then K(n - 1) together with V(n), ...
+#pragma unroll 1
+      for (int n = t.lastKeyBlock - 1; n >= t.firstKeyBlock; --n) {
+        loadK(n);
+        loadV(n + 1);
+      }
+      loadV(t.firstKeyBlock);
+    });
+    if constexpr (!AsyncArrive) {
+      if (pending != 0) {
+        prim::cpAsyncWait<0>();
+        prim::fenceProxyAsyncShared();
+        prim::mbarrierArrive(pending);
       }
     }
-    prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
-    loadTileAsync<Element, D, BlockN>(sV(vSlot), vRows + int64_t(firstKeyBlock) * BlockN * p.vRow, p.vRow,
-                                      seq.seqK - firstKeyBlock * BlockN, thread, p.v);
-    prim::cpAsyncCommit();
-    handOverPrevious(vFull(vSlot));
-    prim::cpAsyncWait<0>();
-    prim::fenceProxyAsyncShared();
-    prim::mbarrierArrive(pending);
+    prim::cpAsyncWaitAll();  // no copy outlives its issuing thread
   } else {
     // ------------------------------------------------------------------------------------------------ consumers
     prim::setMaxRegistersIncrease<RegisterSplit<ConsumerGroups>::kConsumer>();
@@ -317,107 +392,150 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
     const int lane = thread % 32;
     const int quad = lane % 4;
     const int rowInBlock = group * 64 + warp * 16 + lane / 4;  // this thread's rows: rowInBlock and rowInBlock + 8
-    const int row0 = m0 + rowInBlock;
-
     const float scaleLog2 = p.scale * prim::kLog2e;
-    const forward::Diagonals diagonals = forward::visibleDiagonals(p, seq.seqQ, seq.seqK);
-    // Keys every row of the CTA sees: a block inside [allLo, allHi] needs no per-element mask.
-    const int allLo = lastRow.lo;
-    const int allHi = firstRow.hi;
 
     const uint64_t qDescriptor = prim::wgmmaDescriptorSw128(sQ + uint32_t(group) * 64 * 128, 16, 1024);
     auto kDescriptor = [&](int slot) { return prim::wgmmaDescriptorSw128(sK(slot), 16, 1024); };
     auto vDescriptor = [&](int slot) { return prim::wgmmaDescriptorSw128(sV(slot), BlockN * 128, 1024); };
-
-    float o[D / 2];
-    float s[BlockN / 2];
-    uint32_t pFragments[BlockN / 16][4];
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-    float rowMax[2] = {negativeInfinity(), negativeInfinity()};
-    float rowSum[2] = {0.f, 0.f};
-    float correction[2];
+    // cp.async lands through the generic proxy; wgmma reads through the async proxy.
+    auto waitFull = [&](uint32_t full, uint32_t phase) {
+      prim::mbarrierWait(full, phase);
+      if constexpr (AsyncArrive) prim::fenceProxyAsyncShared();
+    };
 
     if constexpr (PingPong) {
       // The first consumer warpgroup gets the first turn.
       if (group == 0) prim::namedBarrierArrive(kSchedulerBarrierBase, 256);
     }
-
     int kSlot = 0, vSlot = 0;
-    uint32_t kPhase = 0, vPhase = 0;
-    prim::mbarrierWait(qFull, 0);
+    uint32_t kPhase = 0, vPhase = 0, qPhase = 0;
 
-    {  // the last visible block: S only
-      const int n0 = lastKeyBlock * BlockN;
-      prim::mbarrierWait(kFull(kSlot), kPhase);
-      prim::wgmmaFence();
-      issueQK<Element, D, BlockN, kBlockM>(s, qDescriptor, kDescriptor(kSlot));
-      prim::wgmmaCommitGroup();
-      prim::wgmmaWaitGroup<0>();
-      prim::wgmmaFenceOperands(s);
-      releaseSlot(kEmpty(kSlot), lane);
-      if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
-      if (n0 < allLo || n0 + BlockN - 1 > allHi) maskBlock<BlockN>(s, n0, row0, quad, diagonals, seq.seqK);
-      softmaxBlock<BlockN>(s, rowMax, rowSum, correction, scaleLog2);
-      convertP<Element, BlockN>(s, pFragments);
-    }
+    forEachTile(kp.totalTiles, [&](int64_t index) {
+      const Tile t = decodeTile<kBlockM, BlockN>(kp, index);
+      if (!t.active) return;
+      Element *oRows = static_cast<Element *>(p.o) + int64_t(t.work.batch) * p.oBatch +
+                       int64_t(t.work.head) * p.oHead + (t.seq.qStart + t.m0) * p.oRow;
+      float *lseRows = p.lse == nullptr ? nullptr
+                                        : p.lse + int64_t(t.work.batch) * p.lseBatch +
+                                              int64_t(t.work.head) * p.lseHead + (t.seq.qStart + t.m0) * p.lseRow;
+      if (t.empty) {
+        const int first = group * 64;
+        if (first < t.rowsHere)
+          writeEmptyRows<Element, D>(p, oRows + int64_t(first) * p.oRow,
+                                     lseRows == nullptr ? nullptr : lseRows + int64_t(first) * p.lseRow,
+                                     min(64, t.rowsHere - first), thread, 128);
+        return;
+      }
+      const int numBlocks = t.lastKeyBlock - t.firstKeyBlock + 1;
+      const int row0 = t.m0 + rowInBlock;
+      const forward::Diagonals diagonals = forward::visibleDiagonals(p, t.seq.seqQ, t.seq.seqK);
+      // Keys every row of the tile sees: a block inside [allLo, allHi] needs no per-element mask.
+      const int allLo = t.lastRow.lo;
+      const int allHi = t.firstRow.hi;
+
+      float o[D / 2];
+      float s[BlockN / 2];
+      uint32_t pFragments[BlockN / 16][4];
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+      float rowMax[2] = {negativeInfinity(), negativeInfinity()};
+      float rowSum[2] = {0.f, 0.f};
+      float correction[2];
+
+      // Q as register fragments: read once, after which the producer may refill the Q tile.
+      uint32_t qFragments[QInRegisters ? D / 16 : 1][4];
+      auto issueS = [&](int slot) {
+        if constexpr (QInRegisters)
+          issueQKFromRegisters<Element, D, BlockN>(s, qFragments, kDescriptor(slot));
+        else
+          issueQK<Element, D, BlockN, kBlockM>(s, qDescriptor, kDescriptor(slot));
+      };
+      waitFull(qFull, qPhase);
+      qPhase ^= 1u;
+      if constexpr (QInRegisters) {
+        loadQFragments<D, kBlockM>(qFragments, sQ + uint32_t(group) * 64 * 128, warp, lane);
+        releaseSlot(qEmpty, lane);
+      }
+      {  // the last visible block: S only
+        const int n0 = t.lastKeyBlock * BlockN;
+        waitFull(kFull(kSlot), kPhase);
+        prim::wgmmaFence();
+        issueS(kSlot);
+        prim::wgmmaCommitGroup();
+        prim::wgmmaWaitGroup<0>();
+        prim::wgmmaFenceOperands(s);
+        releaseSlot(kEmpty(kSlot), lane);
+        if (!QInRegisters && numBlocks == 1) releaseSlot(qEmpty, lane);
+        if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
+        if (n0 < allLo || n0 + BlockN - 1 > allHi) maskBlock<BlockN>(s, n0, row0, quad, diagonals, t.seq.seqK);
+        softmaxBlock<BlockN>(s, rowMax, rowSum, correction, scaleLog2);
+        convertP<Element, BlockN>(s, pFragments);
+      }
 
 #pragma unroll 1
-    for (int it = 1; it < numBlocks; ++it) {
-      const int n0 = (lastKeyBlock - it) * BlockN;
-      prim::mbarrierWait(kFull(kSlot), kPhase);
-      if constexpr (PingPong) prim::namedBarrierSync(kSchedulerBarrierBase + group, 256);
-      prim::wgmmaFence();
-      issueQK<Element, D, BlockN, kBlockM>(s, qDescriptor, kDescriptor(kSlot));
-      prim::wgmmaCommitGroup();
-      prim::mbarrierWait(vFull(vSlot), vPhase);
-      prim::wgmmaFence();  // the wait loop sits between: keep O and P ordered before the P V reads
-      issuePV<Element, D, BlockN>(o, pFragments, vDescriptor(vSlot));
-      prim::wgmmaCommitGroup();
-      // The last group's final turn goes unclaimed: skipping it leaves every named barrier balanced at exit.
-      if constexpr (PingPong)
-        if (group != ConsumerGroups - 1 || it != numBlocks - 1)
+      for (int it = 1; it < numBlocks; ++it) {
+        const int n0 = (t.lastKeyBlock - it) * BlockN;
+        waitFull(kFull(kSlot), kPhase);
+        if constexpr (PingPong) prim::namedBarrierSync(kSchedulerBarrierBase + group, 256);
+        prim::wgmmaFence();
+        issueS(kSlot);
+        prim::wgmmaCommitGroup();
+        waitFull(vFull(vSlot), vPhase);
+        prim::wgmmaFence();  // the wait loop sits between: keep O and P ordered before the P V reads
+        issuePV<Element, D, BlockN>(o, pFragments, vDescriptor(vSlot));
+        prim::wgmmaCommitGroup();
+        if constexpr (PingPong)
           prim::namedBarrierArrive(kSchedulerBarrierBase + (group + 1) % ConsumerGroups, 256);
 
-      prim::wgmmaWaitGroup<1>();  // S of this block is complete; P V of the previous one may still run
-      prim::wgmmaFenceOperands(s);
-      releaseSlot(kEmpty(kSlot), lane);
-      if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
-      if (n0 < allLo || n0 + BlockN - 1 > allHi) maskBlock<BlockN>(s, n0, row0, quad, diagonals, seq.seqK);
-      const bool moved = softmaxBlock<BlockN>(s, rowMax, rowSum, correction, scaleLog2);
+        prim::wgmmaWaitGroup<1>();  // S of this block is complete; P V of the previous one may still run
+        prim::wgmmaFenceOperands(s);
+        releaseSlot(kEmpty(kSlot), lane);
+        if (!QInRegisters && it == numBlocks - 1) releaseSlot(qEmpty, lane);
+        if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
+        if (n0 < allLo || n0 + BlockN - 1 > allHi) maskBlock<BlockN>(s, n0, row0, quad, diagonals, t.seq.seqK);
+        const bool moved = softmaxBlock<BlockN>(s, rowMax, rowSum, correction, scaleLog2);
 
-      prim::wgmmaWaitGroup<0>();  // P V done: O and the P registers are free
+        prim::wgmmaWaitGroup<0>();  // P V done: O and the P registers are free
+        prim::wgmmaFenceOperands(o);
+        prim::wgmmaFenceOperands(pFragments);
+        releaseSlot(vEmpty(vSlot), lane);
+        if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
+        if (__any_sync(0xffffffffu, moved)) rescaleO<D>(o, correction);
+        convertP<Element, BlockN>(s, pFragments);
+      }
+
+      waitFull(vFull(vSlot), vPhase);
+      prim::wgmmaFence();
+      issuePV<Element, D, BlockN>(o, pFragments, vDescriptor(vSlot));
+      prim::wgmmaCommitGroup();
+      prim::wgmmaWaitGroup<0>();
       prim::wgmmaFenceOperands(o);
-      prim::wgmmaFenceOperands(pFragments);
       releaseSlot(vEmpty(vSlot), lane);
       if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
-      if (__any_sync(0xffffffffu, moved)) rescaleO<D>(o, correction);
-      convertP<Element, BlockN>(s, pFragments);
-    }
 
-    prim::mbarrierWait(vFull(vSlot), vPhase);
-    prim::wgmmaFence();
-    issuePV<Element, D, BlockN>(o, pFragments, vDescriptor(vSlot));
-    prim::wgmmaCommitGroup();
-    prim::wgmmaWaitGroup<0>();
-    prim::wgmmaFenceOperands(o);
-
-    // Epilogue: normalize and store from the accumulators (a quad writes 16 contiguous bytes of a row).
+      // Epilogue: normalize and store from the accumulators (a quad writes 16 contiguous bytes of a row) while the
+      // producer already loads the next tile.
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float total = prim::quadSum(rowSum[h]);
-      const bool empty = !(total > 0.f);  // no visible key: O = 0, LSE = -inf
-      const float inverse = empty ? 0.f : 1.f / total;
-      const int localRow = rowInBlock + 8 * h;
-      if (localRow >= rowsHere) continue;
-      Element *oRow = oRows + int64_t(localRow) * p.oRow + 2 * quad;
+      for (int h = 0; h < 2; ++h) {
+        const float total = prim::quadSum(rowSum[h]);
+        const bool empty = !(total > 0.f);  // no visible key: O = 0, LSE = -inf
+        const float inverse = empty ? 0.f : 1.f / total;
+        const int localRow = rowInBlock + 8 * h;
+        if (localRow >= t.rowsHere) continue;
+        Element *oRow = oRows + int64_t(localRow) * p.oRow + 2 * quad;
 #pragma unroll
-      for (int dt = 0; dt < D / 8; ++dt)
-        *reinterpret_cast<uint32_t *>(oRow + dt * 8) =
-            prim::packFloat2<Element>(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);
-      if (lseRows != nullptr && quad == 0)
-        lseRows[int64_t(localRow) * p.lseRow] =
-            empty ? negativeInfinity() : (rowMax[h] * scaleLog2 + __log2f(total)) * prim::kLn2;
+        for (int dt = 0; dt < D / 8; ++dt)
+          *reinterpret_cast<uint32_t *>(oRow + dt * 8) =
+              prim::packFloat2<Element>(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);
+        if (lseRows != nullptr && quad == 0)
+          lseRows[int64_t(localRow) * p.lseRow] =
+              empty ? negativeInfinity() : (rowMax[h] * scaleLog2 + __log2f(total)) * prim::kLn2;
+      }
+    });
+    if constexpr (PingPong) {
+      // The last group's final turn handed to the first group was never claimed (nor, with no turns at all, the
+      // opening one): claim it so every named barrier ends balanced.
+      if (group == 0) prim::namedBarrierSync(kSchedulerBarrierBase, 256);
     }
   }
 }

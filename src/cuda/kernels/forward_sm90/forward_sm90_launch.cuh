@@ -1,9 +1,10 @@
-// Launch of one forward_sm90 kernel configuration, and the tile each (storage type, head dim) instance uses.
+// Launch of one forward_sm90 kernel configuration, and of the tile each (storage type, head dim) instance uses.
 // Included by the generated instance files (forward_sm90_instance.cu.in) and by benchmark drivers that compare tiles.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -23,24 +24,46 @@ cudaError_t ensureSharedLimit(Kernel kernel, std::size_t bytes, int device, std:
   return err;
 }
 
-template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong>
-cudaError_t launchConfiguration(ForwardParams params, int device, cudaStream_t stream) {
+// (sequence, head) pairs per scheduling section: as many as keep their K and V within half the L2 (query heads of
+// one GQA group share theirs), at least one.
+inline int64_t pairsPerSectionFor(const ForwardParams &params, std::size_t l2Bytes) {
+  const int64_t pairs = int64_t(params.batch) * params.heads;
+  const int64_t bytesPerPair =
+      std::max<int64_t>(1, int64_t(params.seqK) * params.headDim * 2 * 2 / std::max(1, params.headsPerKvHead));
+  const int64_t fit = int64_t(l2Bytes / 2) / bytesPerPair;
+  return std::max<int64_t>(1, std::min(pairs, fit));
+}
+
+template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
+          bool QInRegisters>
+cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions &options, int device,
+                                cudaStream_t stream) {
   using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages>;
   static std::atomic<uint64_t> configured{0};
-  params.queryBlocks = int32_t((int64_t(params.seqQ) + Layout::kBlockM - 1) / Layout::kBlockM);
-  const int64_t ctas = int64_t(params.queryBlocks) * params.heads * params.batch;
-  if (ctas <= 0) return cudaSuccess;
-  const auto kernel = forwardSm90Kernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong>;
+  KernelParams kp;
+  kp.f = params;
+  kp.f.queryBlocks = int32_t((int64_t(params.seqQ) + Layout::kBlockM - 1) / Layout::kBlockM);
+  kp.totalTiles = int64_t(kp.f.queryBlocks) * params.heads * params.batch;
+  if (kp.totalTiles <= 0) return cudaSuccess;
+  kp.pairsPerSection = options.pairsPerSection > 0 ? std::min<int64_t>(options.pairsPerSection,
+                                                                        int64_t(params.batch) * params.heads)
+                                                   : pairsPerSectionFor(params, options.l2Bytes);
+  const int64_t ctas =
+      options.persistent && options.numSMs > 0 ? std::min<int64_t>(kp.totalTiles, options.numSMs) : kp.totalTiles;
+  const auto kernel =
+      forwardSm90Kernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters>;
   const cudaError_t err = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured);
   if (err != cudaSuccess) return err;
-  kernel<<<dim3(unsigned(ctas)), dim3((ConsumerGroups + 1) * 128), Layout::kDynamicBytes, stream>>>(params);
+  kernel<<<dim3(unsigned(ctas)), dim3((ConsumerGroups + 1) * 128), Layout::kDynamicBytes, stream>>>(kp);
   return cudaGetLastError();
 }
 
 template <typename Element, int D>
-cudaError_t launchSm90Instance(const ForwardParams &params, int device, cudaStream_t stream) {
+cudaError_t launchSm90Instance(const ForwardParams &params, const LaunchOptions &options, int device,
+                               cudaStream_t stream) {
   constexpr TileConfig t = tileFor(D);
-  return launchConfiguration<Element, D, t.blockN, t.consumerGroups, t.stages, t.pingPong>(params, device, stream);
+  return launchConfiguration<Element, D, t.blockN, t.consumerGroups, t.stages, t.pingPong, t.asyncArrive,
+                             t.qInRegisters>(params, options, device, stream);
 }
 
 }  // namespace flashattn::cuda::forward_sm90

@@ -14,20 +14,40 @@ namespace flashattn::cuda::forward_sm90 {
 
 using forward::ForwardParams;
 
+// What a kernel receives: the portable family's parameters (queryBlocks counted in this kernel's BlockM) plus the
+// order in which the CTAs walk the (sequence, head, query block) tiles.
+struct KernelParams {
+  ForwardParams f;
+  int64_t totalTiles = 0;       // batch * heads * queryBlocks
+  int64_t pairsPerSection = 1;  // tiles run section by section: this many (sequence, head) pairs, longest first
+};
+
 // BlockM = 64 * consumerGroups query rows per CTA, BlockN keys per step, stages K and V slots each,
 // threads = 128 * (consumerGroups + 1) (one producer warpgroup).
 struct TileConfig {
   int blockN;
   int consumerGroups;
   int stages;
-  bool pingPong;  // consumer warpgroups take turns issuing their matrix products
+  bool pingPong;     // consumer warpgroups take turns issuing their matrix products
+  bool asyncArrive;   // copies signal their barrier as they land (cp.async.mbarrier.arrive) instead of in order
+  bool qInRegisters;  // S = Q K^T takes Q as register fragments (fewer shared-memory reads, more registers)
+};
+
+// How one launch walks its tiles. persistent: one CTA per SM loops over tiles (the next tile's loads overlap the
+// current tile's last products and stores); otherwise one CTA per tile. pairsPerSection 0: as many (sequence, head)
+// pairs as keep their K and V within half the L2, so the CTAs running together share K/V in the cache.
+struct LaunchOptions {
+  bool persistent = true;
+  int64_t pairsPerSection = 0;
+  int numSMs = 0;
+  std::size_t l2Bytes = 0;
 };
 
 // The tile of each instance head dim (measurements behind them: NOTES.md beside this file).
 constexpr TileConfig tileFor(int headDim) {
-  return headDim <= 64    ? TileConfig{128, 2, 2, true}    // TILE_D64
-         : headDim <= 128 ? TileConfig{128, 2, 2, true}    // TILE_D128
-                          : TileConfig{80, 2, 2, false};   // TILE_D256
+  return headDim <= 64    ? TileConfig{128, 2, 2, true, true, false}    // TILE_D64
+         : headDim <= 128 ? TileConfig{128, 2, 2, true, true, false}    // TILE_D128
+                          : TileConfig{80, 2, 2, false, true, false};   // TILE_D256
 }
 
 // Shared memory: the Q tile, Stages K slots, Stages V slots (each a [D / 64][rows][64] stack of 128-byte-swizzled
@@ -41,8 +61,8 @@ struct SharedLayout {
   static constexpr uint32_t kK = kQ + kQBytes;
   static constexpr uint32_t kV = kK + Stages * kTileBytes;
   static constexpr uint32_t kBarriers = kV + Stages * kTileBytes;
-  // qFull, kFull[Stages], kEmpty[Stages], vFull[Stages], vEmpty[Stages]
-  static constexpr uint32_t kBarrierCount = 1 + 4 * Stages;
+  // qFull, qEmpty, kFull[Stages], kEmpty[Stages], vFull[Stages], vEmpty[Stages]
+  static constexpr uint32_t kBarrierCount = 2 + 4 * Stages;
   static constexpr uint32_t kBytes = kBarriers + kBarrierCount * 8;
   // The dynamic shared window is only guaranteed 16-byte aligned; the kernel rounds its base up to 1024.
   static constexpr std::size_t kDynamicBytes = std::size_t(kBytes) + 1024;
@@ -60,6 +80,7 @@ constexpr std::size_t instanceSharedBytes() {
 // Defined once per (Element, D) by the generated instance files; Element is __half or __nv_bfloat16.
 // params.queryBlocks is recomputed for the instance's BlockM.
 template <typename Element, int D>
-cudaError_t launchSm90Instance(const ForwardParams &params, int device, cudaStream_t stream);
+cudaError_t launchSm90Instance(const ForwardParams &params, const LaunchOptions &options, int device,
+                               cudaStream_t stream);
 
 }  // namespace flashattn::cuda::forward_sm90

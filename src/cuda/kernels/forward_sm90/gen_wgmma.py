@@ -79,8 +79,8 @@ __device__ __forceinline__ uint64_t wgmmaDescriptorAdvance(uint64_t descriptor, 
 }
 
 // WgmmaOp<Element, N>::ss(d, descA, descB, accumulate): D (+)= A * B, A and B K-major in shared memory;
-// accumulate == 0 overwrites D. WgmmaOp<Element, N>::rsTransB(d, a, descB): D += A * B, A from registers, B
-// MN-major in shared memory.
+// accumulate == 0 overwrites D. WgmmaOp<Element, N>::rs(d, a, descB, accumulate): the same with A from registers.
+// WgmmaOp<Element, N>::rsTransB(d, a, descB): D += A * B, A from registers, B MN-major in shared memory.
 template <typename Element, int N>
 struct WgmmaOp;
 '''
@@ -130,6 +130,24 @@ def rs(ctype, ptx, n):
   }}'''
 
 
+def rs_kmajor(ctype, ptx, n):
+    regs = n // 2
+    outs = ",\n          ".join(", ".join('"+f"(d[%d])' % (i + j) for j in range(min(8, regs - i))) for i in range(0, regs, 8))
+    return f'''
+  static __device__ __forceinline__ void rs(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {{
+    asm volatile(
+        "{{\\n"
+        ".reg .pred scaleD;\\n"
+        "setp.ne.b32 scaleD, %{regs + 5}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
+        "{{{operand_list(0, regs)}}}, "
+        "{{%{regs}, %{regs + 1}, %{regs + 2}, %{regs + 3}}}, %{regs + 4}, scaleD, 1, 1, 0;\\n"
+        "}}\\n"
+        : {outs}
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(accumulate));
+  }}'''
+
+
 def main():
     out = [HEADER]
     for ctype, ptx in TYPES:
@@ -137,6 +155,7 @@ def main():
             out.append(f"\ntemplate <>\nstruct WgmmaOp<{ctype}, {n}> {{")
             if n in SS_WIDTHS:
                 out.append(ss(ctype, ptx, n))
+                out.append(rs_kmajor(ctype, ptx, n))
             if n in RS_WIDTHS:
                 out.append(rs(ctype, ptx, n))
             out.append("\n};\n")
