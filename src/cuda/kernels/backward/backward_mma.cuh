@@ -191,6 +191,39 @@ __device__ __forceinline__ void warpGemm(float (&acc)[MT][NT][4], LoadAFn &&load
   }
 }
 
+// Two independent GEMMs of one shape with their k-steps interleaved: the fragments of one GEMM's next step load while
+// the other GEMM's multiplies of this step run, so every ldmatrix has a whole step of tensor work to land behind
+// (with two fragment sets live, as a single pipelined GEMM would have).
+template <class Element, int MT, int NT, int KSteps, class LoadA1, class LoadB1, class LoadA2, class LoadB2>
+__device__ __forceinline__ void warpGemmPair(float (&acc1)[MT][NT][4], LoadA1 &&loadA1, LoadB1 &&loadB1,
+                                             float (&acc2)[MT][NT][4], LoadA2 &&loadA2, LoadB2 &&loadB2) {
+  uint32_t a1[MT][4], a2[MT][4];
+  uint32_t b1[NT][2], b2[NT][2];
+  loadA1(0, a1);
+  loadB1(0, b1);
+  loadA2(0, a2);
+  loadB2(0, b2);
+#pragma unroll
+  for (int ks = 0; ks < KSteps; ++ks) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) prim::mmaM16N8K16<Element>(acc1[mt][nt], a1[mt], b1[nt]);
+    if (ks + 1 < KSteps) {
+      loadA1(ks + 1, a1);
+      loadB1(ks + 1, b1);
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) prim::mmaM16N8K16<Element>(acc2[mt][nt], a2[mt], b2[nt]);
+    if (ks + 1 < KSteps) {
+      loadA2(ks + 1, a2);
+      loadB2(ks + 1, b2);
+    }
+  }
+}
+
 template <int MT, int NT>
 __device__ __forceinline__ void zero(float (&acc)[MT][NT][4]) {
 #pragma unroll
@@ -261,6 +294,12 @@ struct MmaBackward {
   static constexpr bool kPipelineSdp = kDkvRegisters + kSdpRegisters + 2 * kSdpFragments <= kRegisterBudget;
   static constexpr bool kPipelineDkv = kDkvRegisters + 2 * kDkvFragments <= kRegisterBudget;
   static constexpr bool kPipelineDq = kDkvRegisters + kDqRegisters + 2 * kDqFragments <= kRegisterBudget;
+  // S^T with dP^T and dV with dK run as interleaved pairs (warpGemmPair) unless the second fragment set does not fit.
+  // The estimate above is conservative (ptxas shares address registers between the phases): with this allowance every
+  // tile of mmaTilesFor still compiles with at most 8 bytes of spills (ptxas -v, CUDA 13.0, sm_90).
+  static constexpr int kPairAllowance = 30;
+  static constexpr bool kPairSdp = kDkvRegisters + kSdpRegisters + 2 * kSdpFragments <= kRegisterBudget + kPairAllowance;
+  static constexpr bool kPairDkv = kDkvRegisters + 2 * kDkvFragments <= kRegisterBudget + kPairAllowance;
 
   static constexpr std::size_t kSharedBytes =
       (2 * std::size_t(TileKV::kElements) + 2 * kStages * std::size_t(TileQ::kElements) +
@@ -435,7 +474,7 @@ struct MmaBackward {
       loadRows<TileKV, BlockN>(sm.k, kBase, p.kRow, n0, seq.seqK, p.headDim);
       loadRows<TileKV, BlockN>(sm.v, vBase, p.vRow, n0, seq.seqK, p.headDim);
       prim::cpAsyncCommit();
-      loadQueryBlock(p, sm, seq, w, qb.last, numQBlocks, firstHead, 0, 0);
+      loadQueryBlock(p, sm, seq, w, firstHead, qb.last, 0);
       prim::cpAsyncCommit();
     }
 
@@ -457,16 +496,19 @@ struct MmaBackward {
     ctx.slopeLog2 = 0.f;
     ctx.diagonal = 0;
 
+    // Iteration order: query heads of the group in turn, each walking its query blocks from the last to the first.
+    int32_t h = firstHead, mBlock = qb.last;
     for (int32_t it = 0; it < iterations; ++it) {
       const int stage = DoubleBuffer ? (it & 1) : 0;
-      const int32_t h = firstHead + it / numQBlocks;
-      const int32_t mBlock = qb.last - it % numQBlocks;
       const int32_t m0 = mBlock * BlockM;
+      const bool lastOfHead = mBlock == qb.first;
+      const int32_t nextH = lastOfHead ? h + 1 : h;
+      const int32_t nextMBlock = lastOfHead ? qb.last : mBlock - 1;
 
       prim::cpAsyncWait<0>();
       __syncthreads();  // this stage's tiles are visible; every warp is done with the previous iteration
       if (DoubleBuffer && it + 1 < iterations) {
-        loadQueryBlock(p, sm, seq, w, qb.last, numQBlocks, firstHead, it + 1, stage ^ 1);
+        loadQueryBlock(p, sm, seq, w, nextH, nextMBlock, stage ^ 1);
         prim::cpAsyncCommit();
       }
 
@@ -482,11 +524,18 @@ struct MmaBackward {
       zero(accdP);
       {
         const uint32_t qAddress = prim::smemAddress(sQ), dOAddress = prim::smemAddress(sdO);
-        warpGemm<Element, kSdpMTiles, kSdpNTiles, D / 16, kPipelineSdp>(
-            accS, LoadA<TileKV, kSdpMTiles>(kAddress, sdpRow0, lane), LoadB<TileQ, kSdpNTiles>(qAddress, sdpCol0, lane));
-        warpGemm<Element, kSdpMTiles, kSdpNTiles, D / 16, kPipelineSdp>(
-            accdP, LoadA<TileKV, kSdpMTiles>(vAddress, sdpRow0, lane),
-            LoadB<TileQ, kSdpNTiles>(dOAddress, sdpCol0, lane));
+        if constexpr (kPairSdp) {
+          warpGemmPair<Element, kSdpMTiles, kSdpNTiles, D / 16>(
+              accS, LoadA<TileKV, kSdpMTiles>(kAddress, sdpRow0, lane), LoadB<TileQ, kSdpNTiles>(qAddress, sdpCol0, lane),
+              accdP, LoadA<TileKV, kSdpMTiles>(vAddress, sdpRow0, lane),
+              LoadB<TileQ, kSdpNTiles>(dOAddress, sdpCol0, lane));
+        } else {
+          warpGemm<Element, kSdpMTiles, kSdpNTiles, D / 16, kPipelineSdp>(
+              accS, LoadA<TileKV, kSdpMTiles>(kAddress, sdpRow0, lane), LoadB<TileQ, kSdpNTiles>(qAddress, sdpCol0, lane));
+          warpGemm<Element, kSdpMTiles, kSdpNTiles, D / 16, kPipelineSdp>(
+              accdP, LoadA<TileKV, kSdpMTiles>(vAddress, sdpRow0, lane),
+              LoadB<TileQ, kSdpNTiles>(dOAddress, sdpCol0, lane));
+        }
       }
 
       // ---- P^T and dS^T, rounded to the storage type into shared memory ----------------------------------------
@@ -535,12 +584,20 @@ struct MmaBackward {
       {
         const int row0 = (warp / kDkvWarpsD) * kDkvTileN;
         const int col0 = (warp % kDkvWarpsD) * kDkvTileD;
-        warpGemm<Element, kDkvMTiles, kDkvNTiles, BlockM / 16, kPipelineDkv>(
-            accdV, LoadA<TileP, kDkvMTiles>(pTAddress, row0, lane),
-            LoadBTransposed<TileQ, kDkvNTiles>(prim::smemAddress(sdO), col0, lane));
-        warpGemm<Element, kDkvMTiles, kDkvNTiles, BlockM / 16, kPipelineDkv>(
-            accdK, LoadA<TileP, kDkvMTiles>(dsTAddress, row0, lane),
-            LoadBTransposed<TileQ, kDkvNTiles>(prim::smemAddress(sQ), col0, lane));
+        if constexpr (kPairDkv) {
+          warpGemmPair<Element, kDkvMTiles, kDkvNTiles, BlockM / 16>(
+              accdV, LoadA<TileP, kDkvMTiles>(pTAddress, row0, lane),
+              LoadBTransposed<TileQ, kDkvNTiles>(prim::smemAddress(sdO), col0, lane), accdK,
+              LoadA<TileP, kDkvMTiles>(dsTAddress, row0, lane),
+              LoadBTransposed<TileQ, kDkvNTiles>(prim::smemAddress(sQ), col0, lane));
+        } else {
+          warpGemm<Element, kDkvMTiles, kDkvNTiles, BlockM / 16, kPipelineDkv>(
+              accdV, LoadA<TileP, kDkvMTiles>(pTAddress, row0, lane),
+              LoadBTransposed<TileQ, kDkvNTiles>(prim::smemAddress(sdO), col0, lane));
+          warpGemm<Element, kDkvMTiles, kDkvNTiles, BlockM / 16, kPipelineDkv>(
+              accdK, LoadA<TileP, kDkvMTiles>(dsTAddress, row0, lane),
+              LoadBTransposed<TileQ, kDkvNTiles>(prim::smemAddress(sQ), col0, lane));
+        }
       }
 
       // ---- dQ = dS K, added into the FP32 workspace -----------------------------------------------------------
@@ -593,9 +650,11 @@ struct MmaBackward {
 
       if (!DoubleBuffer && it + 1 < iterations) {
         __syncthreads();  // every warp is done reading Q and dO of this block
-        loadQueryBlock(p, sm, seq, w, qb.last, numQBlocks, firstHead, it + 1, 0);
+        loadQueryBlock(p, sm, seq, w, nextH, nextMBlock, 0);
         prim::cpAsyncCommit();
       }
+      h = nextH;
+      mBlock = nextMBlock;
     }
 
     // ---- dK, dV: FP32 accumulators -> storage type ------------------------------------------------------------
@@ -625,14 +684,12 @@ struct MmaBackward {
       }
   }
 
-  // Issues the cp.async copies of iteration `it` (query head, query block) into `stage`: Q and dO rows, LSE * log2 e
-  // and D of the rows. Rows past the sequence arrive as zeros (their keys are masked, so they contribute nothing).
+  // Issues the cp.async copies of query block mBlock of query head h into `stage`: Q and dO rows, LSE * log2 e and
+  // D of the rows. Rows past the sequence arrive as zeros (their keys are masked, so they contribute nothing).
   __device__ static __forceinline__ void loadQueryBlock(const BackwardParams &p, const Shared &sm,
-                                                        const SequenceExtent &seq, const WorkItem &w,
-                                                        int32_t lastQBlock, int32_t numQBlocks, int32_t firstHead,
-                                                        int32_t it, int stage) {
-    const int32_t h = firstHead + it / numQBlocks;
-    const int32_t m0 = (lastQBlock - it % numQBlocks) * BlockM;
+                                                        const SequenceExtent &seq, const WorkItem &w, int32_t h,
+                                                        int32_t mBlock, int stage) {
+    const int32_t m0 = mBlock * BlockM;
     const Element *qBase = static_cast<const Element *>(p.q) + int64_t(w.batch) * p.qBatch + int64_t(h) * p.qHead +
                            seq.qStart * p.qRow;
     const Element *dOBase = static_cast<const Element *>(p.dO) + int64_t(w.batch) * p.dOBatch +

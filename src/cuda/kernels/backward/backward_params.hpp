@@ -113,8 +113,7 @@ constexpr MmaTileSet mmaTilesFor(int headDim) {
   if (headDim <= 96)
     return MmaTileSet{2, {MmaTile{64, 128, 4, 4, 4, true}, MmaTile{64, 64, 4, 4, 4, true}, MmaTile{}}};
   if (headDim <= 128)
-    return MmaTileSet{3, {MmaTile{64, 64, 2, 2, 2, true, 2, 4}, MmaTile{64, 128, 2, 2, 2, true},
-                          MmaTile{64, 64, 4, 4, 4, false}}};
+    return MmaTileSet{2, {MmaTile{64, 128, 4, 2, 2, true}, MmaTile{64, 64, 4, 4, 4, false}, MmaTile{}}};
   if (headDim <= 192)
     return MmaTileSet{2, {MmaTile{64, 64, 4, 2, 2, false}, MmaTile{32, 64, 4, 2, 2, false}, MmaTile{}}};
   return MmaTileSet{3, {MmaTile{64, 64, 4, 2, 2, true}, MmaTile{64, 64, 4, 2, 2, false}, MmaTile{32, 32, 2, 2, 2, false}}};
