@@ -8,8 +8,10 @@
 //   storage type into shared memory,
 //   dV += P^T dO, dK += dS^T Q, and dQ = dS K added in FP32 to the workspace (red; ordered in deterministic mode).
 // The scale (and the softcap derivative) is folded into dS, so dK and dQ need no later rescaling.
-// Each of the five products is one warp GEMM whose fragments for step k+1 are loaded from shared memory while the
-// tensor cores work on step k; the GEMMs run one after another so only one GEMM's fragments are live at a time.
+// The five products are warp GEMMs fed by ldmatrix; S^T with dP^T and dV with dK run as interleaved pairs (the
+// fragments of one GEMM's next k-step load while the other's multiplies run), dQ alone, pipelined where registers
+// allow. Per element of P^T/dS^T only the case the block needs is compiled in the executed path (see ScorePath):
+// carrying softcap, ALiBi and masking inline for every element made the loop body overflow the instruction cache.
 // Query blocks are walked from the last to the first: under causal masks every key block then reaches a query block
 // at about the same time, which keeps the ordered additions of deterministic mode from serialising the CTAs.
 #pragma once
