@@ -20,6 +20,7 @@
 #include "core/error.hpp"
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/instance_set.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/primitives/math.cuh"
 
@@ -27,62 +28,7 @@ namespace flashattn::cuda {
 namespace backward {
 namespace {
 
-constexpr int kInstanceHeadDims[] = {64, 96, 128, 192, 256};
 constexpr int kRowsPerSmallBlock = 64;  // preprocess and convert: query rows per CTA (8 warps)
-
-bool dtypeCompiled(DType t) {
-  switch (t) {
-    case DType::FP16:
-#if defined(FLASHATTN_HAS_DTYPE_FP16)
-      return true;
-#else
-      return false;
-#endif
-    case DType::BF16:
-#if defined(FLASHATTN_HAS_DTYPE_BF16)
-      return true;
-#else
-      return false;
-#endif
-    case DType::FP32:
-#if defined(FLASHATTN_HAS_DTYPE_FP32)
-      return true;
-#else
-      return false;
-#endif
-  }
-  return false;
-}
-
-bool headDimCompiled(int d) {
-  switch (d) {
-#if defined(FLASHATTN_HAS_HEADDIM_64)
-    case 64:
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_96)
-    case 96:
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_128)
-    case 128:
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_192)
-    case 192:
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_256)
-    case 256:
-#endif
-      return true;
-    default:
-      return false;
-  }
-}
-
-std::string compiledHeadDims() {
-  std::string list;
-  for (int d : kInstanceHeadDims)
-    if (headDimCompiled(d)) list += (list.empty() ? "" : ", ") + std::to_string(d);
-  return list.empty() ? "none" : list;
-}
 
 // Plan.config packs the instance head dim and the tile index.
 constexpr int32_t packConfig(int instanceHeadDim, int tileIndex) { return instanceHeadDim * 8 + tileIndex; }
@@ -368,7 +314,7 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
   if (!dtypeCompiled(p.dtype))
     return refuse(concat("data type ", dtypeName(p.dtype), " has no backward kernel in this build (FLASHATTN_DTYPES)"));
   int instance = 0;
-  for (int d : kInstanceHeadDims)
+  for (int d : kNativeHeadDims)
     if (d >= p.headDim) {
       instance = d;
       break;

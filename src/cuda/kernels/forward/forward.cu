@@ -13,6 +13,7 @@
 #include <string>
 
 #include "cuda/kernels/forward/forward_params.hpp"
+#include "cuda/instance_set.hpp"
 #include "cuda/ops.hpp"
 #if defined(FLASHATTN_HAS_SM90A)
 #include "cuda/kernels/forward_sm90/forward_sm90.hpp"
@@ -25,63 +26,7 @@ using forward::ForwardParams;
 using forward::launchInstance;
 using forward::TileShape;
 
-constexpr int kInstanceHeadDims[] = {64, 96, 128, 192, 256};
-
 constexpr int32_t instanceKey(DType t, int headDim) { return headDim * 4 + int32_t(t); }
-
-bool dtypeCompiled(DType t) {
-  switch (t) {
-    case DType::FP16:
-#if defined(FLASHATTN_HAS_DTYPE_FP16)
-      return true;
-#else
-      return false;
-#endif
-    case DType::BF16:
-#if defined(FLASHATTN_HAS_DTYPE_BF16)
-      return true;
-#else
-      return false;
-#endif
-    case DType::FP32:
-#if defined(FLASHATTN_HAS_DTYPE_FP32)
-      return true;
-#else
-      return false;
-#endif
-  }
-  return false;
-}
-
-bool headDimCompiled(int d) {
-  switch (d) {
-#if defined(FLASHATTN_HAS_HEADDIM_64)
-    case 64:
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_96)
-    case 96:
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_128)
-    case 128:
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_192)
-    case 192:
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_256)
-    case 256:
-#endif
-      return true;
-    default:
-      return false;
-  }
-}
-
-std::string compiledHeadDims() {
-  std::string list;
-  for (int d : kInstanceHeadDims)
-    if (headDimCompiled(d)) list += (list.empty() ? "" : ", ") + std::to_string(d);
-  return list.empty() ? "none" : list;
-}
 
 TileShape tileFor(DType t, int instanceHeadDim) {
   return t == DType::FP32 ? forward::fp32TileFor(instanceHeadDim) : forward::mmaTileFor(instanceHeadDim);
@@ -119,7 +64,7 @@ bool planForward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
     return refuse(std::string("data type ") + dtypeName(p.dtype) +
                   " has no forward kernel in this build (FLASHATTN_DTYPES)");
   int instance = 0;
-  for (int d : kInstanceHeadDims)
+  for (int d : kNativeHeadDims)
     if (d >= p.headDim) {
       instance = d;
       break;
