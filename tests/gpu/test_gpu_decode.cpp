@@ -2,7 +2,8 @@
 // each sequence's used KV length) under both gates of TESTING.md: the decode grid ((seqQ, seqK) x chunk counts), dense
 // and paged caches (page sizes 1..256, block tables from a random permutation), NaN written into every unused cache
 // slot and unreferenced page, odd per-sequence lengths including 0, FP16/BF16/FP32 and head dims 64..256 (padded ones
-// included), GQA/MQA and stride-0 KV broadcast, masks, windows, softcap, ALiBi; outputs poisoned with NaN first.
+// included), GQA/MQA and stride-0 KV broadcast, masks, windows, softcap, ALiBi, the edges of the sm90 tensor-map loader
+// (padded columns, partial last tiles over NaN slots, caches shorter than a copy box); outputs poisoned with NaN first.
 // Plus: out-of-range block ids are masked (never dereferenced), determinism, graph replay with lengths and block
 // tables changed in device memory between replays equal to eager runs, exact workspace sizes.
 //
@@ -403,6 +404,19 @@ std::vector<DecodeCase> gridCases() {
     DecodeCase p = c;
     p.name = "broadcast_kv_stride0_paged", p.paged = true, p.lens = {200, 257}, p.seed = seed++;
     cases.push_back(p);
+  }
+  {
+    // Edges of the sm90 tensor-map loader (dense FP16/BF16): head dim 40 on the 64-wide kernel with BSHD strides
+    // (columns 40..63 of each copied box lie past the row and must arrive as zeros), NaN in the unused slots of the last
+    // partial tile; and a cache shorter than one 64-key copy box.
+    DecodeCase c;
+    c.name = "tail_d40_bshd_fp16", c.dtype = FLASHATTN_DATA_FP16, c.headDim = 40, c.batch = 3, c.heads = 8;
+    c.kvHeads = 2, c.cap = 300, c.order = Order::BSHD, c.lens = {300, 0, 77}, c.chunks = {0, 1, 3}, c.seed = seed++;
+    cases.push_back(c);
+    DecodeCase d;
+    d.name = "cache_shorter_than_tile", d.batch = 2, d.heads = 8, d.kvHeads = 2, d.sq = 2, d.cap = 40;
+    d.lens = {33, 40}, d.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, d.chunks = {0, 1, 2}, d.seed = seed++;
+    cases.push_back(d);
   }
   {
     DecodeCase c;

@@ -1,20 +1,24 @@
 // Split-KV decode: the chooser (planDecode) and the launcher (launchDecode) of src/cuda/ops.hpp.
 //
 // planDecode picks the instance (the narrowest compiled head dim >= the problem's, zero-filled columns in between),
-// the row tiling of the GQA group times query tokens, and the chunk count from host values only (the lengths and the
-// block table stay on the device): each CTA finds its own key range from the real length when it runs.
+// the loader (tensor-map copies for dense FP16/BF16 caches on sm90, cp.async otherwise), the row tiling of the GQA group times query tokens, and
+// the chunk count from host values only (the lengths and the block table stay on the device): each CTA finds its own
+// key range from the real length when it runs. Split KV ranges are merged by a second kernel launched as a programmatic
+// dependent of the decode kernel (on sm90 it is resident before the decode grid ends); the fused merge (the last CTA
+// of each unit merges, counters in the workspace) is the planner's other mode, measured no faster (NOTES.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 
 #include "core/error.hpp"
 #include "cuda/kernels/decode/decode_params.hpp"
-#include "cuda/kernels/merge/merge_launch.hpp"
 #include "cuda/ops.hpp"
 
 namespace flashattn::cuda {
@@ -22,107 +26,113 @@ namespace flashattn::cuda {
 namespace decode {
 namespace {
 
-using LaunchFn = cudaError_t (*)(const DecodeParams &, cudaStream_t);
+using InstanceLaunchFn = cudaError_t (*)(const DecodeParams &, int, cudaStream_t);
+using InstanceOccupancyFn = int (*)(const DeviceInfo &, int, int);
 
 struct Instance {
   DType dtype;
   int headDim;
-  LaunchFn launch;
+  InstanceLaunchFn launch;
+  InstanceOccupancyFn occupancy;
 };
+
+#define INSTANCE(T, D) &launchDecodeInstance<T, D>, &occupancyDecodeInstance<T, D>
 
 // The instances this build compiled (sources.cmake generates one file per dtype and head dim of the build's sets
 // that is a multiple of 16 from 32 to 256; these are the candidates listed here).
 const Instance kInstances[] = {
 #if defined(FLASHATTN_HAS_DTYPE_FP16)
 #if defined(FLASHATTN_HAS_HEADDIM_32)
-    {DType::FP16, 32, &launchDecodeInstance<__half, 32>},
+    {DType::FP16, 32, INSTANCE(__half, 32)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_64)
-    {DType::FP16, 64, &launchDecodeInstance<__half, 64>},
+    {DType::FP16, 64, INSTANCE(__half, 64)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_80)
-    {DType::FP16, 80, &launchDecodeInstance<__half, 80>},
+    {DType::FP16, 80, INSTANCE(__half, 80)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_96)
-    {DType::FP16, 96, &launchDecodeInstance<__half, 96>},
+    {DType::FP16, 96, INSTANCE(__half, 96)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_128)
-    {DType::FP16, 128, &launchDecodeInstance<__half, 128>},
+    {DType::FP16, 128, INSTANCE(__half, 128)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_160)
-    {DType::FP16, 160, &launchDecodeInstance<__half, 160>},
+    {DType::FP16, 160, INSTANCE(__half, 160)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_192)
-    {DType::FP16, 192, &launchDecodeInstance<__half, 192>},
+    {DType::FP16, 192, INSTANCE(__half, 192)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_224)
-    {DType::FP16, 224, &launchDecodeInstance<__half, 224>},
+    {DType::FP16, 224, INSTANCE(__half, 224)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_256)
-    {DType::FP16, 256, &launchDecodeInstance<__half, 256>},
+    {DType::FP16, 256, INSTANCE(__half, 256)},
 #endif
 #endif
 #if defined(FLASHATTN_HAS_DTYPE_BF16)
 #if defined(FLASHATTN_HAS_HEADDIM_32)
-    {DType::BF16, 32, &launchDecodeInstance<__nv_bfloat16, 32>},
+    {DType::BF16, 32, INSTANCE(__nv_bfloat16, 32)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_64)
-    {DType::BF16, 64, &launchDecodeInstance<__nv_bfloat16, 64>},
+    {DType::BF16, 64, INSTANCE(__nv_bfloat16, 64)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_80)
-    {DType::BF16, 80, &launchDecodeInstance<__nv_bfloat16, 80>},
+    {DType::BF16, 80, INSTANCE(__nv_bfloat16, 80)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_96)
-    {DType::BF16, 96, &launchDecodeInstance<__nv_bfloat16, 96>},
+    {DType::BF16, 96, INSTANCE(__nv_bfloat16, 96)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_128)
-    {DType::BF16, 128, &launchDecodeInstance<__nv_bfloat16, 128>},
+    {DType::BF16, 128, INSTANCE(__nv_bfloat16, 128)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_160)
-    {DType::BF16, 160, &launchDecodeInstance<__nv_bfloat16, 160>},
+    {DType::BF16, 160, INSTANCE(__nv_bfloat16, 160)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_192)
-    {DType::BF16, 192, &launchDecodeInstance<__nv_bfloat16, 192>},
+    {DType::BF16, 192, INSTANCE(__nv_bfloat16, 192)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_224)
-    {DType::BF16, 224, &launchDecodeInstance<__nv_bfloat16, 224>},
+    {DType::BF16, 224, INSTANCE(__nv_bfloat16, 224)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_256)
-    {DType::BF16, 256, &launchDecodeInstance<__nv_bfloat16, 256>},
+    {DType::BF16, 256, INSTANCE(__nv_bfloat16, 256)},
 #endif
 #endif
 #if defined(FLASHATTN_HAS_DTYPE_FP32)
 #if defined(FLASHATTN_HAS_HEADDIM_32)
-    {DType::FP32, 32, &launchDecodeInstance<float, 32>},
+    {DType::FP32, 32, INSTANCE(float, 32)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_64)
-    {DType::FP32, 64, &launchDecodeInstance<float, 64>},
+    {DType::FP32, 64, INSTANCE(float, 64)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_80)
-    {DType::FP32, 80, &launchDecodeInstance<float, 80>},
+    {DType::FP32, 80, INSTANCE(float, 80)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_96)
-    {DType::FP32, 96, &launchDecodeInstance<float, 96>},
+    {DType::FP32, 96, INSTANCE(float, 96)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_128)
-    {DType::FP32, 128, &launchDecodeInstance<float, 128>},
+    {DType::FP32, 128, INSTANCE(float, 128)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_160)
-    {DType::FP32, 160, &launchDecodeInstance<float, 160>},
+    {DType::FP32, 160, INSTANCE(float, 160)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_192)
-    {DType::FP32, 192, &launchDecodeInstance<float, 192>},
+    {DType::FP32, 192, INSTANCE(float, 192)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_224)
-    {DType::FP32, 224, &launchDecodeInstance<float, 224>},
+    {DType::FP32, 224, INSTANCE(float, 224)},
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_256)
-    {DType::FP32, 256, &launchDecodeInstance<float, 256>},
+    {DType::FP32, 256, INSTANCE(float, 256)},
 #endif
 #endif
-    {DType::FP32, 0, nullptr},  // end marker (keeps the array non-empty in a build without instances)
+    {DType::FP32, 0, nullptr, nullptr},  // end marker (keeps the array non-empty in a build without instances)
 };
+#undef INSTANCE
 constexpr int kInstanceCount = int(sizeof(kInstances) / sizeof(kInstances[0])) - 1;
+constexpr int kExternalInstance = 63;  // planDecodeWith: the caller brings the kernel
 
 std::string compiledHeadDims(DType dtype) {
   std::string list;
@@ -142,7 +152,36 @@ int findInstance(DType dtype, int64_t headDim) {
   return best;
 }
 
-// The CTA tiling of one problem on one instance.
+// What a plan's `config` carries: the kernel (instance or external, its head dim and variant) and the merge mode.
+struct PlannedKernel {
+  int instance = kExternalInstance;
+  int libraryVariant = 0;  // index into libraryVariant() when instance is a library instance
+  int headDim = 0;         // of the kernel (>= the problem's)
+  Variant variant;         // tileKeys resolved
+  int merge = kMergeFused;
+};
+
+int32_t packConfig(const PlannedKernel &k) {
+  return int32_t(uint32_t(k.instance) | uint32_t(k.libraryVariant) << 6 | uint32_t(k.headDim / 16 - 1) << 7 |
+                 uint32_t(k.variant.warps / 4 - 1) << 11 | uint32_t(k.variant.tileKeys / 16 - 1) << 12 |
+                 uint32_t(k.variant.stages - 2) << 14 | uint32_t(k.variant.loader) << 17 | uint32_t(k.merge) << 18);
+}
+
+PlannedKernel unpackConfig(int32_t config) {
+  const uint32_t c = uint32_t(config);
+  PlannedKernel k;
+  k.instance = int(c & 63u);
+  k.libraryVariant = int((c >> 6) & 1u);
+  k.headDim = int(((c >> 7) & 15u) + 1) * 16;
+  k.variant.warps = int(((c >> 11) & 1u) + 1) * 4;
+  k.variant.tileKeys = int(((c >> 12) & 3u) + 1) * 16;
+  k.variant.stages = int((c >> 14) & 7u) + 2;
+  k.variant.loader = int((c >> 17) & 1u);
+  k.merge = int((c >> 18) & 1u);
+  return k;
+}
+
+// The CTA tiling of one problem on one kernel.
 struct Shape {
   int64_t kvHeads = 0;    // effective: 1 when both K and V broadcast one head through a zero head stride
   int64_t groupSize = 0;  // query heads per effective KV head
@@ -150,12 +189,10 @@ struct Shape {
   int rowTilesPerCta = 1;
   int keyGroups = 4;
   int64_t rowBlocks = 1;
-  int tileKeys = 0;
-  int stages = 0;
   SmemLayout smem;
 };
 
-Shape shapeOf(const AttnProblem &p, const Instance &inst) {
+Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v) {
   Shape s;
   const int elementBytes = int(dtypeSize(p.dtype));
   const bool broadcast = p.kvHeads > 1 && p.k.head == 0 && p.v.head == 0;
@@ -164,30 +201,156 @@ Shape shapeOf(const AttnProblem &p, const Instance &inst) {
   s.rows = s.groupSize * p.seqQ;
   const int64_t rowTiles = (s.rows + kRowsPerTile - 1) / kRowsPerTile;
   s.rowTilesPerCta = int(std::min<int64_t>(rowTiles, kMaxRowTilesPerCta));
-  s.keyGroups = kWarps / s.rowTilesPerCta;
+  s.keyGroups = v.warps / s.rowTilesPerCta;
   s.rowBlocks = (rowTiles + s.rowTilesPerCta - 1) / s.rowTilesPerCta;
-  s.tileKeys = tileKeys(elementBytes, inst.headDim);
-  s.stages = defaultStages(elementBytes, inst.headDim);
-  s.smem = smemLayout(elementBytes, inst.headDim, s.stages, s.rowTilesPerCta);
+  s.smem = smemLayout(elementBytes, kernelHeadDim, v.warps, v.tileKeys, v.stages, v.loader, s.rowTilesPerCta);
   return s;
 }
 
-// KERNELS.md: when (batch x KV heads x row blocks) already fills ~80% of the SMs, one chunk; otherwise the smallest
-// count whose wave efficiency (CTAs over resident slots, last wave counted whole) is within 85% of the best count's.
-int64_t chooseChunks(const DeviceInfo &dev, int64_t units, int64_t maxChunks, int ctasPerSM) {
-  if (maxChunks <= 1 || double(units) >= 0.8 * double(dev.numSMs)) return 1;
-  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * std::max(ctasPerSM, 1);
-  const int64_t limit = std::min<int64_t>(maxChunks, 1024);
-  auto efficiency = [&](int64_t chunks) {
-    const int64_t ctas = units * chunks;
-    const int64_t waves = (ctas + slots - 1) / slots;
-    return double(ctas) / double(waves * slots);
+// Chunk count: as many chunks as fit beside the problem's units in one wave of resident CTAs, at least two key tiles
+// each (H200 sweep in NOTES.md: every count that spills into a second, partial wave was 10-30% slower, and counts below
+// one full wave lost up to 10%). A count just over 32 is trimmed to 32, which the merge reads in one pass.
+int64_t chooseChunks(int64_t units, int64_t tiles, int64_t slots) {
+  int64_t chunks = std::max<int64_t>(1, slots / std::max<int64_t>(units, 1));
+  chunks = std::min(chunks, std::max<int64_t>(1, tiles / 2));
+  if (chunks > 32 && chunks <= 36) chunks = 32;
+  return std::min<int64_t>(chunks, 1024);
+}
+
+// ---- Tensor maps of dense caches for the tensor loader.
+
+// cuTensorMapEncodeTiled through the runtime's driver entry point, so the library links no driver library; null when
+// the driver lacks it.
+PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &status) !=
+            cudaSuccess ||
+        status != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return PFN_cuTensorMapEncodeTiled_v12000(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+  }();
+  return encoder;
+}
+
+// Everything a cache's tensor map depends on (a map is a pure function of it).
+struct CacheMapKey {
+  const void *base = nullptr;
+  int64_t dtype = 0, tileKeys = 0, headDim = 0, seqK = 0, kvHeads = 0, batch = 0;
+  int64_t rowStride = 0, headStride = 0, batchStride = 0;  // elements
+  bool operator==(const CacheMapKey &o) const {
+    return base == o.base && dtype == o.dtype && tileKeys == o.tileKeys && headDim == o.headDim && seqK == o.seqK &&
+           kvHeads == o.kvHeads && batch == o.batch && rowStride == o.rowStride && headStride == o.headStride &&
+           batchStride == o.batchStride;
+  }
+};
+
+// The map of one dense K or V cache: dimension 0 the head dim (64-column boxes, 128-byte swizzle), then keys, KV heads
+// and batches by increasing stride (dimensions of size 1 last), boxes of tileKeys keys. Encoded maps are kept in a small
+// per-thread cache, since a decode step usually reuses the previous step's caches and encoding costs host time.
+bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *slots) {
+  struct Entry {
+    CUtensorMap map;
+    CacheMapKey key;
+    TensorMapSlots slots;
+    bool ok = false;
+    bool used = false;
   };
-  double best = 0;
-  for (int64_t c = 1; c <= limit; ++c) best = std::max(best, efficiency(c));
-  for (int64_t c = 1; c <= limit; ++c)
-    if (efficiency(c) >= 0.85 * best) return c;
-  return 1;
+  constexpr int kEntries = 64;
+  thread_local Entry cache[kEntries];
+  uint64_t hash = 1469598103934665603ull;
+  for (int64_t v : {int64_t(reinterpret_cast<uintptr_t>(key.base)), key.dtype, key.tileKeys, key.headDim, key.seqK,
+                    key.kvHeads, key.batch, key.rowStride, key.headStride, key.batchStride})
+    hash = (hash ^ uint64_t(v)) * 1099511628211ull;
+  Entry &e = cache[(hash ^ (hash >> 29)) % kEntries];
+  if (e.used && e.key == key) {
+    *map = e.map;
+    *slots = e.slots;
+    return e.ok;
+  }
+  e.used = true;
+  e.key = key;
+  e.ok = false;
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
+  const uint64_t elementBytes = key.dtype == int64_t(DType::FP32) ? 4 : 2;
+  if (encode == nullptr || elementBytes != 2 || key.seqK < 1) return false;
+  struct Dim {
+    uint64_t size, stride;
+    int which;  // 0 key, 1 KV head, 2 batch
+  };
+  Dim dims[3] = {{uint64_t(key.seqK), uint64_t(key.rowStride) * elementBytes, 0},
+                 {uint64_t(std::max<int64_t>(key.kvHeads, 1)), uint64_t(key.headStride) * elementBytes, 1},
+                 {uint64_t(std::max<int64_t>(key.batch, 1)), uint64_t(key.batchStride) * elementBytes, 2}};
+  if (key.rowStride <= 0) return false;
+  uint64_t extent = dims[0].size * dims[0].stride;
+  for (const Dim &d : dims)
+    if (d.size > 1) extent = std::max(extent, d.size * d.stride);
+  for (int i = 1; i < 3; ++i)
+    if (dims[i].size == 1) dims[i].stride = extent;  // never stepped; placed after the others
+  std::stable_sort(dims, dims + 3, [](const Dim &a, const Dim &b) {
+    if ((a.size == 1) != (b.size == 1)) return b.size == 1;
+    return a.stride < b.stride;
+  });
+  cuuint64_t globalDim[4] = {cuuint64_t(key.headDim), dims[0].size, dims[1].size, dims[2].size};
+  cuuint64_t globalStrides[3] = {dims[0].stride, dims[1].stride, dims[2].stride};
+  cuuint32_t box[4] = {64, 1, 1, 1};
+  cuuint32_t elementStrides[4] = {1, 1, 1, 1};
+  TensorMapSlots s;
+  for (int i = 0; i < 3; ++i) {
+    if (dims[i].which == 0) s.key = int8_t(i + 1), box[i + 1] = cuuint32_t(key.tileKeys);
+    if (dims[i].which == 1) s.head = int8_t(i + 1);
+    if (dims[i].which == 2) s.batch = int8_t(i + 1);
+  }
+  const CUresult r = encode(&e.map, key.dtype == int64_t(DType::FP16) ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                                        : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                            4, const_cast<void *>(key.base), globalDim, globalStrides, box, elementStrides,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  e.slots = s;
+  e.ok = r == CUDA_SUCCESS;
+  *map = e.map;
+  *slots = s;
+  return e.ok;
+}
+
+CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys) {
+  CacheMapKey k;
+  k.base = base;
+  k.dtype = int64_t(p.dtype);
+  k.tileKeys = tileKeys;
+  k.headDim = p.headDim;
+  k.seqK = p.seqK;
+  k.kvHeads = kvHeads;
+  k.batch = p.batch;
+  k.rowStride = layout.row;
+  k.headStride = layout.head;
+  k.batchStride = layout.batch;
+  return k;
+}
+
+// Whether the tensor loader serves this problem on this kernel: sm90, a dense 16-bit cache, a kernel head dim of whole
+// boxes, and strides the encoder accepts (tried on an aligned stand-in address, the real one is only known at launch).
+bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelHeadDim, int64_t kvHeads, int tileKeys,
+                        std::string *whyNot) {
+  if (dev.arch() < 90 || p.paged || !tensorLoadable(int(dtypeSize(p.dtype)), kernelHeadDim)) {
+    *whyNot = concat("the tensor-map loader needs sm_90+ (device sm_", dev.arch(), "), a dense cache (",
+                     p.paged ? "paged" : "dense", ") and FP16/BF16 with a kernel head dim that is a multiple of 64 (",
+                     dtypeName(p.dtype), ", ", kernelHeadDim, ")");
+    return false;
+  }
+  const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
+  CUtensorMap map;
+  TensorMapSlots slots;
+  if (!encodeCacheMap(cacheMapKey(p, standIn, p.k, kvHeads, tileKeys), &map, &slots) ||
+      !encodeCacheMap(cacheMapKey(p, standIn, p.v, kvHeads, tileKeys), &map, &slots)) {
+    *whyNot = concat("the K/V strides (", p.k.batch, ", ", p.k.head, ", ", p.k.row, ") / (", p.v.batch, ", ", p.v.head,
+                     ", ", p.v.row, ") have no tensor map");
+    return false;
+  }
+  return true;
 }
 
 bool multiplyFits(std::size_t a, std::size_t b, std::size_t *out) {
@@ -196,34 +359,20 @@ bool multiplyFits(std::size_t a, std::size_t b, std::size_t *out) {
   return true;
 }
 
-}  // namespace
-}  // namespace decode
-
-bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
-  using namespace decode;
+// Everything of planning that does not depend on where the kernel comes from. occupancy(rowTilesPerCta) gives the
+// kernel's resident CTAs per SM.
+template <typename Occupancy>
+bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kernel, Occupancy &&occupancy, Plan *plan,
+                std::string *whyNot) {
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-  if (p.ragged) {
-    *whyNot = "ragged Q: the CUDA decode takes a dense Q [batch, heads, seqQ, headDim]";
+  const int elementBytes = int(dtypeSize(p.dtype));
+  kernel.variant.tileKeys = resolvedTileKeys(kernel.variant, elementBytes, kernel.headDim);
+  const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
+  if (kernel.variant.loader == kLoaderTensor &&
+      !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, kernel.variant.tileKeys, whyNot))
     return false;
-  }
-  if (p.headDimV != p.headDim) {
-    *whyNot = concat("headDimV ", p.headDimV, " differs from headDim ", p.headDim,
-                     ": the CUDA decode needs V and K of the same head dim");
-    return false;
-  }
-  if (p.headDim % 8 != 0) {
-    *whyNot = concat("headDim ", p.headDim, " is not a multiple of 8: the CUDA decode moves rows in 16-byte vectors");
-    return false;
-  }
-  const int index = findInstance(p.dtype, p.headDim);
-  if (index < 0) {
-    *whyNot = concat("headDim ", p.headDim, " with ", dtypeName(p.dtype), ": this build's CUDA decode has head dims ",
-                     compiledHeadDims(p.dtype), " for ", dtypeName(p.dtype));
-    return false;
-  }
-  const Instance &inst = kInstances[index];
-  const Shape shape = shapeOf(p, inst);
-  if (p.seqK > kInt32Max - 2 * shape.tileKeys) {
+  const int tileKeys = kernel.variant.tileKeys;
+  if (p.seqK > kInt32Max - 2 * tileKeys) {
     *whyNot = concat("seqK ", p.seqK, " (cache capacity): the CUDA decode indexes keys in 32 bits");
     return false;
   }
@@ -237,25 +386,24 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
     return false;
   }
   if (shape.smem.total > dev.smemPerBlockOptin) {
-    *whyNot = concat("the decode instance for headDim ", inst.headDim, " needs ", shape.smem.total,
+    *whyNot = concat("the decode kernel for headDim ", kernel.headDim, " needs ", shape.smem.total,
                      " bytes of shared memory per block, the device allows ", dev.smemPerBlockOptin);
     return false;
   }
 
-  const int64_t maxChunks = std::max<int64_t>(1, (p.seqK + shape.tileKeys - 1) / shape.tileKeys);
+  const int64_t maxChunks = std::max<int64_t>(1, (p.seqK + tileKeys - 1) / tileKeys);
   const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
-  const int ctasPerSM = int(std::max<std::size_t>(
-      1, std::min<std::size_t>((dev.smemPerBlockOptin + 1024) / (shape.smem.total + 1024),
-                               std::size_t(std::max(dev.maxThreadsPerSM, kThreads)) / kThreads)));
+  const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
+  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * ctasPerSM;
   const int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks)
-                                         : chooseChunks(dev, units, maxChunks, ctasPerSM);
+                                         : chooseChunks(units, maxChunks, slots);
   if (units > kInt32Max / chunks) {
     *whyNot = concat("the decode grid would have ", units, " x ", chunks, " CTAs, more than one launch addresses");
     return false;
   }
 
   *plan = Plan{};
-  plan->config = index;
+  plan->config = packConfig(kernel);
   plan->numChunks = int32_t(chunks);
   plan->deterministic = true;
   if (chunks > 1) {
@@ -272,22 +420,112 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
     }
     plan->workspaceOffset[0] = 0;
     plan->workspaceOffset[1] = alignWorkspace(partialO);
-    plan->workspaceBytes = plan->workspaceOffset[1] + alignWorkspace(partialLse);
+    plan->workspaceOffset[2] = plan->workspaceOffset[1] + alignWorkspace(partialLse);
+    const std::size_t counters = kernel.merge == kMergeFused ? std::size_t(units) * 4 : 0;
+    plan->workspaceBytes = plan->workspaceOffset[2] + alignWorkspace(counters);
   }
   const bool tensorCores = p.dtype != DType::FP32;
+  const char *merge = chunks == 1 ? "" : kernel.merge == kMergeFused ? " merged by the last CTA" : " + merge kernel";
   plan->description =
-      concat("cuda.decode.", tensorCores ? "mma_sync" : "simt_fp32", " ", dtypeName(p.dtype), " d", inst.headDim,
-             " (headDim ", p.headDim, "): ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
-             " key groups per CTA, ", shape.tileKeys, "-key tiles, ", shape.stages, " stages, ", chunks,
-             " KV chunks", chunks > 1 ? " + merge" : "", ", ", ctasPerSM, " CTAs/SM; fp32 accumulate; deterministic");
+      concat("cuda.decode.", tensorCores ? "mma_sync" : "simt_fp32", " ", dtypeName(p.dtype), " d", kernel.headDim,
+             " (headDim ", p.headDim, "): ", kernel.variant.loader == kLoaderTensor ? "tensor-map copies" : "cp.async", ", ",
+             kernel.variant.warps, " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
+             " key groups per CTA, ", tileKeys, "-key tiles, ", kernel.variant.stages, " stages, ", chunks,
+             " KV chunks", merge, ", ", ctasPerSM, " CTAs/SM; fp32 accumulate; deterministic");
   return true;
+}
+
+bool checkProblem(const AttnProblem &p, std::string *whyNot) {
+  if (p.ragged) {
+    *whyNot = "ragged Q: the CUDA decode takes a dense Q [batch, heads, seqQ, headDim]";
+    return false;
+  }
+  if (p.headDimV != p.headDim) {
+    *whyNot = concat("headDimV ", p.headDimV, " differs from headDim ", p.headDim,
+                     ": the CUDA decode needs V and K of the same head dim");
+    return false;
+  }
+  if (p.headDim % 8 != 0) {
+    *whyNot = concat("headDim ", p.headDim, " is not a multiple of 8: the CUDA decode moves rows in 16-byte vectors");
+    return false;
+  }
+  return true;
+}
+
+// Counter reset, the decode kernel, and for a separate merge its kernel. launchKernel(params, stream) runs the kernel.
+template <typename LaunchKernel>
+cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
+                          void *workspace, LaunchKernel &&launchKernel, cudaStream_t stream) {
+  DecodeParams d;
+  cudaError_t err = buildDecodeParams(p, plan, buf, workspace, &d);
+  if (err != cudaSuccess) return err;
+  if (d.counters) {
+    const std::size_t units = std::size_t(d.batch) * std::size_t(d.kvHeads) * std::size_t(d.rowBlocks);
+    err = cudaMemsetAsync(d.counters, 0, units * sizeof(uint32_t), stream);
+    if (err != cudaSuccess) return err;
+  }
+  err = launchKernel(d, stream);
+  if (err != cudaSuccess || plan.numChunks == 1 || d.counters) return err;
+  return launchDecodeMergeKernel(p.dtype, d, dev.arch() >= 90, stream);
+}
+
+}  // namespace
+}  // namespace decode
+
+bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
+  using namespace decode;
+  if (!checkProblem(p, whyNot)) return false;
+  const int index = findInstance(p.dtype, p.headDim);
+  if (index < 0) {
+    *whyNot = concat("headDim ", p.headDim, " with ", dtypeName(p.dtype), ": this build's CUDA decode has head dims ",
+                     compiledHeadDims(p.dtype), " for ", dtypeName(p.dtype));
+    return false;
+  }
+  PlannedKernel kernel;
+  kernel.instance = index;
+  kernel.headDim = kInstances[index].headDim;
+  // The tensor loader where it serves, else cp.async.
+  kernel.libraryVariant = 1;
+  kernel.variant = libraryVariant(1);
+  {
+    const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
+    std::string ignored;
+    const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
+    if (!tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, &ignored)) {
+      kernel.libraryVariant = 0;
+      kernel.variant = libraryVariant(0);
+    }
+  }
+  kernel.merge = kMergeSeparate;
+  const Instance &inst = kInstances[index];
+  auto occupancy = [&](int rowTiles) { return inst.occupancy(dev, kernel.libraryVariant, rowTiles); };
+  return planKernel(dev, p, kernel, occupancy, plan, whyNot);
 }
 
 namespace decode {
 
-DecodeParams buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) {
-  const Shape shape = shapeOf(p, kInstances[plan.config]);
-  DecodeParams d;
+bool planDecodeWith(const DeviceInfo &dev, const AttnProblem &p, int instanceHeadDim, const Variant &variant,
+                    int mergeMode, KernelOccupancyFn occupancy, Plan *plan, std::string *whyNot) {
+  if (!checkProblem(p, whyNot)) return false;
+  if (instanceHeadDim < p.headDim || instanceHeadDim % 16 != 0 || instanceHeadDim > 256) {
+    *whyNot = concat("kernel head dim ", instanceHeadDim, " cannot serve headDim ", p.headDim);
+    return false;
+  }
+  PlannedKernel kernel;
+  kernel.instance = kExternalInstance;
+  kernel.headDim = instanceHeadDim;
+  kernel.variant = variant;
+  kernel.merge = mergeMode;
+  auto occ = [&](int rowTiles) { return occupancy(dev, rowTiles); };
+  return planKernel(dev, p, kernel, occ, plan, whyNot);
+}
+
+cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
+                              DecodeParams *params) {
+  const PlannedKernel kernel = unpackConfig(plan.config);
+  const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
+  DecodeParams &d = *params;
+  d = DecodeParams{};
   d.q = buf.q;
   d.k = buf.k;
   d.v = buf.v;
@@ -297,6 +535,7 @@ DecodeParams buildDecodeParams(const AttnProblem &p, const Plan &plan, const Att
     auto *base = static_cast<unsigned char *>(workspace);
     d.partialO = reinterpret_cast<float *>(base + plan.workspaceOffset[0]);
     d.partialLse = reinterpret_cast<float *>(base + plan.workspaceOffset[1]);
+    if (kernel.merge == kMergeFused) d.counters = reinterpret_cast<uint32_t *>(base + plan.workspaceOffset[2]);
   }
   d.qBatch = p.q.batch, d.qHead = p.q.head, d.qRow = p.q.row;
   d.kBatch = p.k.batch, d.kHead = p.k.head, d.kRow = p.k.row;
@@ -328,33 +567,19 @@ DecodeParams buildDecodeParams(const AttnProblem &p, const Plan &plan, const Att
   d.windowRight = p.windowRight;
   d.alibiSlopes = p.alibiSlopes;
   d.alibiBatchStride = p.alibiBatchStride;
-  return d;
+  if (kernel.variant.loader == kLoaderTensor) {
+    const int tileKeys = kernel.variant.tileKeys;
+    if (!encodeCacheMap(cacheMapKey(p, buf.k, p.k, shape.kvHeads, tileKeys), &d.kMap, &d.kSlots) ||
+        !encodeCacheMap(cacheMapKey(p, buf.v, p.v, shape.kvHeads, tileKeys), &d.vMap, &d.vSlots))
+      return cudaErrorInvalidValue;  // the plan tried these strides; only a misaligned address gets here
+  }
+  return cudaSuccess;
 }
 
-cudaError_t launchDecodeMerge(const AttnProblem &p, const DecodeParams &d, bool dependentLaunch,
-                              cudaStream_t stream) {
-  merge::MergeParams m;
-  m.partialO = d.partialO;
-  m.partialLse = d.partialLse;
-  m.o = d.o;
-  m.lse = d.lse;
-  const int64_t rowsPerState = p.batch * p.heads * p.seqQ;
-  m.partialOStride[0] = rowsPerState * p.headDimV;
-  m.partialOStride[1] = p.heads * p.seqQ * p.headDimV;
-  m.partialOStride[2] = p.seqQ * p.headDimV;
-  m.partialOStride[3] = p.headDimV;
-  m.partialLseStride[0] = rowsPerState;
-  m.partialLseStride[1] = p.heads * p.seqQ;
-  m.partialLseStride[2] = p.seqQ;
-  m.partialLseStride[3] = 1;
-  m.oBatch = p.o.batch, m.oHead = p.o.head, m.oRow = p.o.row;
-  m.lseBatch = p.lse.batch, m.lseHead = p.lse.head, m.lseRow = p.lse.row;
-  m.rows = rowsPerState;
-  m.heads = p.heads;
-  m.seqQ = p.seqQ;
-  m.states = d.numChunks;
-  m.headDimV = int32_t(p.headDimV);
-  return merge::launchMergeKernel(m, p.dtype, dependentLaunch, stream);
+cudaError_t launchDecodeWith(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
+                             void *workspace, KernelLaunchFn kernel, cudaStream_t stream) {
+  if (plan.numChunks < 1 || kernel == nullptr) return cudaErrorInvalidValue;
+  return launchPlanned(dev, p, plan, buf, workspace, kernel, stream);
 }
 
 }  // namespace decode
@@ -362,11 +587,11 @@ cudaError_t launchDecodeMerge(const AttnProblem &p, const DecodeParams &d, bool 
 cudaError_t launchDecode(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
                          void *workspace, cudaStream_t stream) {
   using namespace decode;
-  if (plan.config < 0 || plan.config >= kInstanceCount || plan.numChunks < 1) return cudaErrorInvalidValue;
-  const DecodeParams d = buildDecodeParams(p, plan, buf, workspace);
-  const cudaError_t err = kInstances[plan.config].launch(d, stream);
-  if (err != cudaSuccess || plan.numChunks == 1) return err;
-  return launchDecodeMerge(p, d, dev.arch() >= 90, stream);
+  const PlannedKernel kernel = unpackConfig(plan.config);
+  if (kernel.instance >= kInstanceCount || plan.numChunks < 1) return cudaErrorInvalidValue;
+  const Instance &inst = kInstances[kernel.instance];
+  auto launchKernel = [&](const DecodeParams &d, cudaStream_t s) { return inst.launch(d, kernel.libraryVariant, s); };
+  return launchPlanned(dev, p, plan, buf, workspace, launchKernel, stream);
 }
 
 }  // namespace flashattn::cuda

@@ -1,16 +1,23 @@
-// Split-KV decode kernel: one CTA per (batch, KV head, KV chunk, row block), four warps.
+// Split-KV decode kernel: one CTA per (batch, KV head, KV chunk, row block).
 //
-// Memory is the bound: every K/V byte of a chunk is read once, by 16-byte cp.async copies into a ring of `Stages`
-// shared-memory tiles (Stages - 1 tiles in flight while one is consumed). The row addresses of each tile (dense or
-// through the block table) are computed one tile ahead by one thread per key into a small table, so the copy loop is
-// pure address arithmetic; keys outside the sequence or in a page whose id is out of range are zero-filled and marked
-// absent in a per-tile bit mask, so neither NaN in unused cache slots nor a bad block id can reach the output.
+// Memory is the bound: every K/V byte of a chunk is read once into a ring of `Stages` shared-memory tiles, Stages - 1
+// tiles in flight while one is consumed. Two loaders fill the ring (decode_params.hpp, Loader):
+//   CpAsync: the row addresses of each tile (dense or through the block table) are computed one tile ahead by one
+//     thread per key into a small table, then every thread issues 16-byte cp.async copies into padded rows.
+//   Tensor (sm90, dense FP16/BF16 caches): thread 0 issues one cp.async.bulk.tensor copy per 64-column box of K and V
+//     through tensor maps (kernel parameters), 128-byte swizzled; each stage has an mbarrier that completes with the
+//     bytes, so no warp waits on per-thread copies and one CTA barrier per tile remains.
+// Keys outside the chunk or in a page whose id is out of range are marked absent in a per-tile bit mask (their scores
+// become -inf) and their V rows are zero in shared memory (cp.async zero-fills them; the tensor loader's last partial
+// tile is zeroed after it lands), so neither NaN in unused cache slots nor a bad block id can reach the output.
 //
 // Compute engines: FP16/BF16 use mma.sync m16n8k16 (Q K^T with K through ldmatrix, P from registers times V through
 // ldmatrix.trans); FP32 storage uses CUDA-core FMAs in the same fragment layout so that the softmax, masking and the
 // epilogue are shared. Each warp keeps an online-softmax state (row max m, row sum l, FP32 O) for 16 rows over the
 // keys it saw; at the end the warps of one row tile combine through shared memory, and the CTA writes either O (one
-// chunk) or the chunk's partial O and LSE (merged later by the merge kernel).
+// chunk) or the chunk's partial O and LSE. Partial states are merged in chunk order, either by the last CTA of the
+// (batch, KV head, row block) to finish (fused) or by decodeMergeKernel; the order never depends on timing, so the
+// result is bitwise deterministic.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,6 +29,7 @@
 
 #include "core/problem.hpp"
 #include "cuda/kernels/decode/decode_params.hpp"
+#include "cuda/ops.hpp"
 #include "cuda/primitives/primitives.cuh"
 
 namespace flashattn::cuda::decode {
@@ -55,7 +63,11 @@ __device__ __forceinline__ void storeOut4<__nv_bfloat16>(__nv_bfloat16 *dst, flo
 }
 
 // Tensor-core engine (FP16/BF16). Fragment layouts are those of prim::mmaM16N8K16; see mma.cuh.
-template <typename Element, int HeadDim>
+// BoxKeys 0: K/V tiles in padded rows. Otherwise the tensor loader's layout: boxes of 64 columns, BoxKeys keys of 128
+// bytes each, whose 16-byte chunk c of key k sits at chunk c ^ (k % 8) (the copy engine's 128-byte swizzle). The lane's
+// key % 8 is lane % 8 in both ldmatrix patterns, and its chunk within a row is 2 * (step % 4) plus one lane bit, so the
+// swizzled chunk is (2 * (step % 4)) ^ (lane bit ^ lane % 8).
+template <typename Element, int HeadDim, int BoxKeys = 0>
 struct MmaEngine {
   static constexpr int kRow = smemRowElements(int(sizeof(Element)), HeadDim);
   static constexpr int kKSteps = HeadDim / 16;
@@ -78,11 +90,23 @@ struct MmaEngine {
     }
   }
 
+  // Shared address of 16-byte chunk `chunkPair * 2 + laneBit` (row-relative) of this lane's key row.
+  static __device__ __forceinline__ uint32_t chunkAddress(uint32_t rowAddress, int chunkPair, uint32_t laneXor) {
+    if constexpr (BoxKeys == 0) {
+      return rowAddress + uint32_t(chunkPair) * 32u;
+    } else {
+      return rowAddress + uint32_t(chunkPair / 4) * uint32_t(BoxKeys * 128) +
+             (((2u * uint32_t(chunkPair % 4)) ^ laneXor) << 4);
+    }
+  }
+
   // s[n][.] = Q K^T for the 16 keys starting at kTile (two n8 tiles).
   __device__ __forceinline__ void scores(const Element *kTile, int lane, float (&s)[2][4]) const {
     const int key = ((lane >> 4) << 3) + (lane & 7);
-    const int col = ((lane >> 3) & 1) << 3;
-    const uint32_t kAddress = prim::smemAddress(kTile + key * kRow + col);
+    const int laneBit = (lane >> 3) & 1;
+    const uint32_t kAddress = BoxKeys == 0 ? prim::smemAddress(kTile + key * kRow + laneBit * 8)
+                                           : prim::smemAddress(kTile + key * 64);
+    const uint32_t laneXor = uint32_t(laneBit ^ (lane & 7));
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
       uint32_t a[4];
@@ -93,7 +117,7 @@ struct MmaEngine {
         prim::ldmatrixX4(a, qAddress + kk * 32);
       }
       uint32_t b[4];
-      prim::ldmatrixX4(b, kAddress + kk * 32);
+      prim::ldmatrixX4(b, chunkAddress(kAddress, kk, laneXor));
       const uint32_t b0[2] = {b[0], b[1]};
       const uint32_t b1[2] = {b[2], b[3]};
       prim::mmaM16N8K16<Element>(s[0], a, b0);
@@ -110,12 +134,14 @@ struct MmaEngine {
     a[2] = prim::packFloat2<Element>(p[1][0], p[1][1]);
     a[3] = prim::packFloat2<Element>(p[1][2], p[1][3]);
     const int key = (((lane >> 3) & 1) << 3) + (lane & 7);
-    const int col = (lane >> 4) << 3;
-    const uint32_t vAddress = prim::smemAddress(vTile + key * kRow + col);
+    const int laneBit = lane >> 4;
+    const uint32_t vAddress = BoxKeys == 0 ? prim::smemAddress(vTile + key * kRow + laneBit * 8)
+                                           : prim::smemAddress(vTile + key * 64);
+    const uint32_t laneXor = uint32_t(laneBit ^ (lane & 7));
 #pragma unroll
     for (int dp = 0; dp < HeadDim / 16; ++dp) {
       uint32_t b[4];
-      prim::ldmatrixX4Trans(b, vAddress + dp * 32);
+      prim::ldmatrixX4Trans(b, chunkAddress(vAddress, dp, laneXor));
       const uint32_t b0[2] = {b[0], b[1]};
       const uint32_t b1[2] = {b[2], b[3]};
       prim::mmaM16N8K16<Element>(o[2 * dp], a, b0);
@@ -199,42 +225,182 @@ struct SimtEngine {
   }
 };
 
-template <typename Element, int HeadDim>
-using Engine = std::conditional_t<std::is_same_v<Element, float>, SimtEngine<HeadDim>, MmaEngine<Element, HeadDim>>;
+template <typename Element, int HeadDim, int BoxKeys>
+using Engine =
+    std::conditional_t<std::is_same_v<Element, float>, SimtEngine<HeadDim>, MmaEngine<Element, HeadDim, BoxKeys>>;
 
 struct KeyOffsets {
   int64_t k;
   int64_t v;
 };
 
+// Hopper bulk copies and mbarriers (sm90). Older targets trap: the planner picks the bulk loader only on sm90+, and
+// every instance still compiles for each architecture of the build.
+__device__ __forceinline__ void mbarrierInit(uint32_t barrier, uint32_t arrivals) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Makes the initialized barriers visible to the copy engine (the async proxy) before the first copy names them.
+__device__ __forceinline__ void fenceBarrierInit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// Orders this thread's earlier ordinary shared-memory stores before later copy-engine writes to the same bytes.
+__device__ __forceinline__ void fenceProxyAsyncShared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// One arrival that also announces the bytes the phase's copies will deliver.
+__device__ __forceinline__ void mbarrierArriveExpectTx(uint32_t barrier, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+#else
+  __trap();
+#endif
+}
+
+__device__ __forceinline__ bool mbarrierTryWait(uint32_t barrier, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint32_t done = 0;
+  asm volatile(
+      "{\n"
+      ".reg .pred complete;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, complete;\n"
+      "}\n"
+      : "=r"(done)
+      : "r"(barrier), "r"(parity)
+      : "memory");
+  return done != 0;
+#else
+  __trap();
+  return true;
+#endif
+}
+
+__device__ __forceinline__ void prefetchTensorMap(const CUtensorMap *tensorMap) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tensorMap)) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// One box of a rank-4 tensor map at coordinates (c0 innermost .. c3) into shared memory (1024-byte aligned for the
+// 128-byte swizzle); completes its bytes on the mbarrier. tensorMap is the generic address of a __grid_constant__
+// kernel parameter.
+__device__ __forceinline__ void tensorCopy4d(uint32_t destination, const CUtensorMap *tensorMap, int c0, int c1, int c2,
+                                             int c3, uint32_t barrier) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(destination),
+      "l"(reinterpret_cast<uint64_t>(tensorMap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(barrier)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// O row (4 columns from d) and LSE of one query row from the chunks' partial states, in chunk order: an online merge
+// (running max, rescaled sum and accumulator) in one pass, Batch chunks' loads in flight at a time. A chunk whose LSE
+// is -inf saw no visible key and weighs nothing; a row no chunk saw gets O = 0 and LSE = -inf. The partial states were
+// written by other CTAs of this or an earlier grid, so the loads bypass L1.
+template <typename Element, int Batch>
+__device__ __forceinline__ void mergeChunksOfRow(const DecodeParams &p, int batch, int64_t head, int token, int d) {
+  const int64_t stateRows = int64_t(p.batch) * p.heads * p.seqQ;
+  const int64_t stateRow0 = (int64_t(batch) * p.heads + head) * p.seqQ + token;
+  float maxLse = negInf();
+  float sum = 0.f;
+  float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
+  for (int c0 = 0; c0 < p.numChunks; c0 += Batch) {
+    float l[Batch];
+    float4 v[Batch];
+#pragma unroll
+    for (int u = 0; u < Batch; ++u) {
+      l[u] = negInf();
+      v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (c0 + u < p.numChunks) {
+        const int64_t stateRow = int64_t(c0 + u) * stateRows + stateRow0;
+        l[u] = __ldcg(p.partialLse + stateRow);
+        v[u] = __ldcg(reinterpret_cast<const float4 *>(p.partialO + stateRow * p.headDim + d));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < Batch; ++u) {
+      if (l[u] == negInf()) continue;
+      if (l[u] > maxLse) {
+        const float rescale = expf(maxLse - l[u]);  // 0 for the first chunk seen (maxLse = -inf)
+        a0 *= rescale, a1 *= rescale, a2 *= rescale, a3 *= rescale;
+        sum *= rescale;
+        maxLse = l[u];
+      }
+      const float w = expf(l[u] - maxLse);
+      sum += w;
+      a0 += w * v[u].x, a1 += w * v[u].y, a2 += w * v[u].z, a3 += w * v[u].w;
+    }
+  }
+  float lse = negInf();
+  if (maxLse != negInf()) {
+    const float inv = 1.f / sum;
+    a0 *= inv, a1 *= inv, a2 *= inv, a3 *= inv;
+    lse = maxLse + logf(sum);
+  }
+  Element *out = static_cast<Element *>(p.o) + int64_t(batch) * p.oBatch + head * p.oHead + int64_t(token) * p.oRow + d;
+  storeOut4<Element>(out, a0, a1, a2, a3);
+  if (p.lse && d == 0) p.lse[int64_t(batch) * p.lseBatch + head * p.lseHead + int64_t(token) * p.lseRow] = lse;
+}
+
 }  // namespace detail
 
-template <typename Element, int HeadDim, int Stages>
-__global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeParams p) {
+template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, int LoaderKind>
+__global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(const __grid_constant__ DecodeParams p) {
   using namespace detail;
+  constexpr int kThreads = Warps * 32;
+  constexpr bool kTensor = LoaderKind == kLoaderTensor;
   constexpr int kElementBytes = int(sizeof(Element));
-  constexpr int kVec = 16 / kElementBytes;           // elements per 16-byte copy
+  constexpr int kVec = 16 / kElementBytes;  // elements per 16-byte copy
   constexpr int kChunksPerRow = HeadDim / kVec;
   constexpr int kRow = smemRowElements(kElementBytes, HeadDim);
-  constexpr int kTileKeys = tileKeys(kElementBytes, HeadDim);
-  constexpr int kSubTiles = kTileKeys / 16;
-  constexpr int kMaskSlots = Stages + 1;
-  static_assert(HeadDim % 16 == 0 && kTileKeys % 16 == 0 && kTileKeys <= 64, "tile shape");
+  constexpr int kSubTiles = TileKeys / 16;
+  constexpr int kMaskSlots = maskSlots(Stages, LoaderKind);
+  // Elements from one key's row to the next in a K/V tile, and from K to V in a stage.
+  constexpr int kKeyStride = kTensor ? 64 : kRow;
+  constexpr int kBoxes = HeadDim / 64;  // tensor loader: 64-column boxes per row
+  constexpr int kStageHalf = kTensor ? kBoxes * TileKeys * 64 : TileKeys * kRow;
+  static_assert(HeadDim % 16 == 0 && TileKeys % 16 == 0 && TileKeys <= 64 && Stages >= 2, "tile shape");
+  static_assert(!kTensor || tensorLoadable(kElementBytes, HeadDim), "tensor loader: 16-bit elements, head dim % 64");
+  static_assert(Warps >= 2 && Warps <= 8, "the cp.async offset table takes the first two warps");
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Let the merge kernel (launched with programmatic stream serialization) get scheduled early; it still waits for
-  // this grid's completion and memory flush before reading the partial states.
+  // Let a separate merge kernel (launched with programmatic stream serialization) get scheduled early; it still waits
+  // for this grid's completion and memory flush before reading the partial states.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 
   extern __shared__ __align__(128) unsigned char smem[];
   // Every CTA has the same layout for a given launch; rowTilesPerCta only sizes the Q region.
-  const SmemLayout layout = smemLayout(kElementBytes, HeadDim, Stages, p.rowTilesPerCta);
+  const SmemLayout layout = smemLayout(kElementBytes, HeadDim, Warps, TileKeys, Stages, LoaderKind, p.rowTilesPerCta);
   Element *qSmem = reinterpret_cast<Element *>(smem + layout.q);
-  Element *kvSmem = reinterpret_cast<Element *>(smem + layout.kv);
+  // The tensor loader's stages start at a 1024-byte boundary of the shared window (the swizzle repeats every 1024 B).
+  const uint32_t kvShift = kTensor ? ((1024u - (prim::smemAddress(smem + layout.kv) & 1023u)) & 1023u) : 0u;
+  Element *kvSmem = reinterpret_cast<Element *>(smem + layout.kv + kvShift);
   KeyOffsets *offsetTable = reinterpret_cast<KeyOffsets *>(smem + layout.offsets);
   uint32_t *validMask = reinterpret_cast<uint32_t *>(smem + layout.validMask);
   float *pScratchAll = reinterpret_cast<float *>(smem + layout.pScratch);
+  const uint32_t barrierBase = prim::smemAddress(smem + layout.barriers);
 
   const int tid = int(threadIdx.x);
   const int warp = tid >> 5;
@@ -261,12 +427,12 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeParams p) {
   const int64_t unionLo = firstRange.lo > 0 ? firstRange.lo : 0;
   const int64_t unionHi = lastRange.hi < int64_t(seqLen) - 1 ? lastRange.hi : int64_t(seqLen) - 1;
   const int64_t unionKeys = unionHi >= unionLo ? unionHi - unionLo + 1 : 0;
-  const int64_t tilesTotal = (unionKeys + kTileKeys - 1) / kTileKeys;
+  const int64_t tilesTotal = (unionKeys + TileKeys - 1) / TileKeys;
   const int64_t tileBegin = chunkTileBegin(chunk, tilesTotal, p.numChunks);
   const int64_t tileEnd = chunkTileBegin(chunk + 1, tilesTotal, p.numChunks);
   const int numTiles = int(tileEnd - tileBegin);
-  const int keyBegin = int(unionLo + tileBegin * kTileKeys);
-  const int keyEnd = int(min(unionLo + tileEnd * kTileKeys, unionHi + 1));
+  const int keyBegin = int(unionLo + tileBegin * TileKeys);
+  const int keyEnd = int(min(unionLo + tileEnd * TileKeys, unionHi + 1));
 
   const Element *qBase = static_cast<const Element *>(p.q);
   const Element *kBase = static_cast<const Element *>(p.k);
@@ -274,7 +440,97 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeParams p) {
   const int rowsPerCta = p.rowTilesPerCta * kRowsPerTile;
   const int firstRow = rowBlock * rowsPerCta;
 
-  // Q rows of this CTA (zero rows past the last, zero columns past the head dim): part of tile 0's copy group.
+  // Element offsets of a key's K and V rows; false when it has none (a page id out of range). pageId: the block-table
+  // entry of the key's page, for paged caches.
+  auto rowOffsets = [&](int key, int32_t pageId, KeyOffsets &off) -> bool {
+    if (p.paged) {
+      if (pageId < 0 || int64_t(pageId) >= p.numPages) return false;
+      const uint32_t page = uint32_t(key) / uint32_t(p.pageSize);
+      const int64_t inPage = int64_t(uint32_t(key) - page * uint32_t(p.pageSize));
+      off.k = int64_t(pageId) * p.kBatch + inPage * p.kRow + int64_t(kvHead) * p.kHead;
+      off.v = int64_t(pageId) * p.vBatch + inPage * p.vRow + int64_t(kvHead) * p.vHead;
+    } else {
+      off.k = int64_t(batch) * p.kBatch + int64_t(kvHead) * p.kHead + int64_t(key) * p.kRow;
+      off.v = int64_t(batch) * p.vBatch + int64_t(kvHead) * p.vHead + int64_t(key) * p.vRow;
+    }
+    return true;
+  };
+  // The block-table entry of a key's page, -1 past the sequence's table row (the entry there is never read).
+  auto pageIdOf = [&](int key) -> int32_t {
+    const uint32_t page = uint32_t(key) / uint32_t(p.pageSize);
+    return int64_t(page) < p.maxPagesPerSeq ? __ldg(p.blockTable + int64_t(batch) * p.maxPagesPerSeq + page) : -1;
+  };
+
+  // ---- cp.async loader: tile x's key addresses, one thread per key (the first TileKeys threads), plus the presence
+  // mask; then every thread copies 16-byte pieces.
+  auto computeOffsets = [&](int x) {
+    if (tid < ((TileKeys + 31) & ~31)) {
+      const int key = keyBegin + x * TileKeys + tid;
+      KeyOffsets off{0, 0};
+      bool present = tid < TileKeys && key < keyEnd;
+      if (present) present = rowOffsets(key, p.paged ? pageIdOf(key) : 0, off);
+      if (tid < TileKeys) offsetTable[(x & 1) * TileKeys + tid] = off;
+      const uint32_t bits = __ballot_sync(0xffffffffu, present);
+      if (lane == 0) validMask[(x % kMaskSlots) * 2 + warp] = bits;
+      if (TileKeys <= 32 && tid == 0) validMask[(x % kMaskSlots) * 2 + 1] = 0u;
+    }
+  };
+  auto issueTile = [&](int x) {
+    const KeyOffsets *offsets = offsetTable + (x & 1) * TileKeys;
+    const uint32_t *bits = validMask + (x % kMaskSlots) * 2;
+    Element *kTile = kvSmem + (x % Stages) * 2 * TileKeys * kRow;
+    Element *vTile = kTile + TileKeys * kRow;
+#pragma unroll 4
+    for (int idx = tid; idx < TileKeys * kChunksPerRow; idx += kThreads) {
+      const int key = idx / kChunksPerRow;
+      const int c = idx - key * kChunksPerRow;
+      const bool valid = ((bits[key >> 5] >> (key & 31)) & 1u) && c * kVec < p.headDim;
+      const KeyOffsets off = offsets[key];
+      const Element *kSrc = valid ? kBase + off.k + c * kVec : kBase;
+      const Element *vSrc = valid ? vBase + off.v + c * kVec : vBase;
+      prim::cpAsync16(prim::smemAddress(kTile + key * kRow + c * kVec), kSrc, valid);
+      prim::cpAsync16(prim::smemAddress(vTile + key * kRow + c * kVec), vSrc, valid);
+    }
+  };
+
+  // ---- tensor loader (thread 0): tile x's presence mask, then its K and V boxes on the stage's barrier. Dense
+  // caches only: keys exist up to the chunk's end; boxes reaching past the capacity are zero-filled by the copy engine.
+  auto issueTensor = [&](int x) {
+    const int slot = x % Stages;
+    const uint32_t barrier = barrierBase + 8u * uint32_t(slot);
+    const int key0 = keyBegin + x * TileKeys;
+    const int present = min(TileKeys, keyEnd - key0);
+    validMask[slot * 2] = present >= 32 ? 0xffffffffu : (1u << present) - 1u;
+    validMask[slot * 2 + 1] = present >= 64 ? 0xffffffffu : present > 32 ? (1u << (present - 32)) - 1u : 0u;
+    mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
+    const uint32_t kTile = prim::smemAddress(kvSmem + slot * 2 * kStageHalf);
+    const uint32_t vTile = kTile + uint32_t(kStageHalf * kElementBytes);
+    auto coordinate = [&](const TensorMapSlots &slots, int dim) {
+      return slots.key == dim ? key0 : slots.head == dim ? kvHead : batch;
+    };
+    const int k1 = coordinate(p.kSlots, 1), k2 = coordinate(p.kSlots, 2), k3 = coordinate(p.kSlots, 3);
+    const int v1 = coordinate(p.vSlots, 1), v2 = coordinate(p.vSlots, 2), v3 = coordinate(p.vSlots, 3);
+    // K's boxes back to back, then V's: the two halves of a 256-byte row go out together, so the second finds the
+    // first's (256-byte promoted) L2 fill under way.
+#pragma unroll
+    for (int box = 0; box < kBoxes; ++box)
+      tensorCopy4d(kTile + uint32_t(box * TileKeys * 128), &p.kMap, box * 64, k1, k2, k3, barrier);
+#pragma unroll
+    for (int box = 0; box < kBoxes; ++box)
+      tensorCopy4d(vTile + uint32_t(box * TileKeys * 128), &p.vMap, box * 64, v1, v2, v3, barrier);
+  };
+
+  if constexpr (kTensor) {
+    if (tid == 0) {
+      prefetchTensorMap(&p.kMap);  // the descriptors' first fetch overlaps the barrier setup
+      prefetchTensorMap(&p.vMap);
+      for (int st = 0; st < Stages; ++st) mbarrierInit(barrierBase + 8u * uint32_t(st), 1u);
+      fenceBarrierInit();
+      for (int x = 0; x < Stages - 1 && x < numTiles; ++x) issueTensor(x);
+    }
+  }
+
+  // Q rows of this CTA (zero rows past the last, zero columns past the head dim); cp.async: part of tile 0's group.
   for (int idx = tid; idx < rowsPerCta * kChunksPerRow; idx += kThreads) {
     const int localRow = idx / kChunksPerRow;
     const int c = idx - localRow * kChunksPerRow;
@@ -289,53 +545,6 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeParams p) {
     }
     prim::cpAsync16(prim::smemAddress(qSmem + localRow * kRow + c * kVec), src, valid);
   }
-
-  // Tile x's key addresses: one thread per key (threads of the first kTileKeys lanes), plus the presence mask.
-  auto computeOffsets = [&](int x) {
-    if (tid < ((kTileKeys + 31) & ~31)) {
-      const int key = keyBegin + x * kTileKeys + tid;
-      bool present = tid < kTileKeys && key < keyEnd;
-      KeyOffsets off{0, 0};
-      if (present) {
-        if (p.paged) {
-          const uint32_t page = uint32_t(key) / uint32_t(p.pageSize);
-          const int64_t inPage = int64_t(uint32_t(key) - page * uint32_t(p.pageSize));
-          present = int64_t(page) < p.maxPagesPerSeq;
-          const int64_t id = present ? int64_t(__ldg(p.blockTable + int64_t(batch) * p.maxPagesPerSeq + page)) : -1;
-          present = id >= 0 && id < p.numPages;
-          if (present) {
-            off.k = id * p.kBatch + inPage * p.kRow + int64_t(kvHead) * p.kHead;
-            off.v = id * p.vBatch + inPage * p.vRow + int64_t(kvHead) * p.vHead;
-          }
-        } else {
-          off.k = int64_t(batch) * p.kBatch + int64_t(kvHead) * p.kHead + int64_t(key) * p.kRow;
-          off.v = int64_t(batch) * p.vBatch + int64_t(kvHead) * p.vHead + int64_t(key) * p.vRow;
-        }
-      }
-      if (tid < kTileKeys) offsetTable[(x & 1) * kTileKeys + tid] = off;
-      const uint32_t bits = __ballot_sync(0xffffffffu, present);
-      if (lane == 0) validMask[(x % kMaskSlots) * 2 + warp] = bits;
-      if (kTileKeys <= 32 && tid == 0) validMask[(x % kMaskSlots) * 2 + 1] = 0u;
-    }
-  };
-
-  auto issueTile = [&](int x) {
-    const KeyOffsets *offsets = offsetTable + (x & 1) * kTileKeys;
-    const uint32_t *bits = validMask + (x % kMaskSlots) * 2;
-    Element *kTile = kvSmem + (x % Stages) * 2 * kTileKeys * kRow;
-    Element *vTile = kTile + kTileKeys * kRow;
-#pragma unroll 4
-    for (int idx = tid; idx < kTileKeys * kChunksPerRow; idx += kThreads) {
-      const int key = idx / kChunksPerRow;
-      const int c = idx - key * kChunksPerRow;
-      const bool valid = ((bits[key >> 5] >> (key & 31)) & 1u) && c * kVec < p.headDim;
-      const KeyOffsets off = offsets[key];
-      const Element *kSrc = valid ? kBase + off.k + c * kVec : kBase;
-      const Element *vSrc = valid ? vBase + off.v + c * kVec : vBase;
-      prim::cpAsync16(prim::smemAddress(kTile + key * kRow + c * kVec), kSrc, valid);
-      prim::cpAsync16(prim::smemAddress(vTile + key * kRow + c * kVec), vSrc, valid);
-    }
-  };
 
   // This warp's rows and key share.
   const int rowTiles = p.rowTilesPerCta;
@@ -373,7 +582,7 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeParams p) {
     }
   }
 
-  Engine<Element, HeadDim> engine;
+  Engine<Element, HeadDim, kTensor ? TileKeys : 0> engine;
   engine.init(qSmem + rowTile * kRowsPerTile * kRow, lane);
   float *pScratch = pScratchAll + warp * kRowsPerTile * 20;
 
@@ -387,33 +596,19 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeParams p) {
   const bool softcap = p.softcap > 0.f;
   const bool alibi = p.alibiSlopes != nullptr;
 
-  // Iterations before 0 only fill the pipeline. Iteration it issues tile it + Stages - 1 (copy group it + Stages - 1;
-  // Q joins group 0) and consumes tile it. Hazards: the data slot a tile is copied into was consumed two barriers
-  // earlier; offset tables alternate by tile parity; the presence masks have Stages + 1 slots so that the one written
-  // before the first barrier never belongs to a tile a slow warp may still be reading.
-  for (int it = -(Stages - 1); it < numTiles; ++it) {
-    const int x = it + Stages - 1;
-    if (x < numTiles) computeOffsets(x);
-    __syncthreads();
-    if (x < numTiles) issueTile(x);
-    prim::cpAsyncCommit();
-    if (it < 0) continue;
-    prim::cpAsyncWait<Stages - 1>();
-    __syncthreads();
-    if (it == 0) engine.loadQ();
-    if (!computes) continue;
-
-    const Element *kTile = kvSmem + (it % Stages) * 2 * kTileKeys * kRow;
-    const Element *vTile = kTile + kTileKeys * kRow;
-    const uint32_t *bits = validMask + (it % kMaskSlots) * 2;
+  // Online softmax over this warp's sub-tiles of tile `it`, held in stage `slot`.
+  auto consume = [&](int it, int slot, int maskSlot) {
+    const Element *kTile = kvSmem + slot * 2 * kStageHalf;
+    const Element *vTile = kTile + kStageHalf;
+    const uint32_t *bits = validMask + maskSlot * 2;
     const uint64_t present = uint64_t(bits[0]) | (uint64_t(bits[1]) << 32);
-    const int tileKey0 = keyBegin + it * kTileKeys;
+    const int tileKey0 = keyBegin + it * TileKeys;
 
     for (int sub = keyGroup; sub < kSubTiles; sub += p.keyGroups) {
       float s[2][4];
 #pragma unroll
       for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
-      engine.scores(kTile + sub * 16 * kRow, lane, s);
+      engine.scores(kTile + sub * 16 * kKeyStride, lane, s);
 
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -460,7 +655,56 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeParams p) {
           acc[n][2 * half + 1] *= rescale;
         }
       }
-      engine.accumulate(s, vTile + sub * 16 * kRow, lane, acc, pScratch);
+      engine.accumulate(s, vTile + sub * 16 * kKeyStride, lane, acc, pScratch);
+    }
+  };
+
+  if constexpr (kTensor) {
+    prim::cpAsyncCommit();
+    // One barrier per tile: it frees the stage consumed in the previous iteration for tile it + Stages - 1 and orders
+    // the presence mask of tile it (written by thread 0 at least one iteration earlier) before its reads.
+    for (int it = 0; it < numTiles; ++it) {
+      if (it == 0) prim::cpAsyncWaitAll();
+      __syncthreads();
+      const int x = it + Stages - 1;
+      if (tid == 0 && x < numTiles) issueTensor(x);
+      if (it == 0) engine.loadQ();
+      const int slot = it % Stages;
+      const uint32_t parity = uint32_t(it / Stages) & 1u;
+      while (!mbarrierTryWait(barrierBase + 8u * uint32_t(slot), parity)) {
+      }
+      const int tileKey0 = keyBegin + it * TileKeys;
+      if (tileKey0 + TileKeys > keyEnd) {
+        // The chunk ends inside this tile (only the last tile of a sequence's key range): the rows past it are cache
+        // slots no sequence uses, which may hold NaN, and P * V would spread it. Zero those V rows (K is masked).
+        const int firstAbsent = keyEnd - tileKey0;
+        uint4 *vTile = reinterpret_cast<uint4 *>(kvSmem + slot * 2 * kStageHalf + kStageHalf);
+        const int pieces = (TileKeys - firstAbsent) * 8;  // 16-byte pieces of one box's absent rows
+        for (int idx = tid; idx < kBoxes * pieces; idx += kThreads) {
+          const int box = idx / pieces;
+          const int piece = idx - box * pieces;
+          vTile[(box * TileKeys + firstAbsent) * 8 + piece] = make_uint4(0u, 0u, 0u, 0u);
+        }
+        __syncthreads();
+      }
+      if (computes) consume(it, slot, slot);
+    }
+  } else {
+    // Iterations before 0 only fill the pipeline. Iteration it issues tile it + Stages - 1 (copy group
+    // it + Stages - 1; Q joins group 0) and consumes tile it. Hazards: the data slot a tile is copied into was consumed
+    // two barriers earlier; offset tables alternate by tile parity; the presence masks have Stages + 1 slots so that
+    // the one written before the first barrier never belongs to a tile a slow warp may still be reading.
+    for (int it = -(Stages - 1); it < numTiles; ++it) {
+      const int x = it + Stages - 1;
+      if (x < numTiles) computeOffsets(x);
+      __syncthreads();
+      if (x < numTiles) issueTile(x);
+      prim::cpAsyncCommit();
+      if (it < 0) continue;
+      prim::cpAsyncWait<Stages - 1>();
+      __syncthreads();
+      if (it == 0) engine.loadQ();
+      if (computes) consume(it, it % Stages, it % kMaskSlots);
     }
   }
 
@@ -469,7 +713,7 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeParams p) {
   __syncthreads();
   constexpr int kScratchRow = HeadDim + 4;
   float *scratchO = reinterpret_cast<float *>(smem + layout.kv);
-  float *scratchStats = scratchO + kWarps * kRowsPerTile * kScratchRow;
+  float *scratchStats = scratchO + Warps * kRowsPerTile * kScratchRow;
   if (computes) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -532,36 +776,138 @@ __global__ void __launch_bounds__(kThreads) decodeKernel(const DecodeParams p) {
       if (d == 0) p.partialLse[stateRow] = lse;
     }
   }
+  if (direct || p.counters == nullptr) return;
+
+  // Fused merge: the partial state is published (stores, then a device-scope fence) before this CTA counts itself in;
+  // the CTA that sees every other chunk counted is the last, and after a fence reads them all.
+  __threadfence();
+  __syncthreads();
+  const int unit = (batch * p.kvHeads + kvHead) * p.rowBlocks + rowBlock;
+  volatile int *lastArrival = reinterpret_cast<volatile int *>(validMask);  // the masks are no longer read
+  if (tid == 0) *lastArrival = atomicAdd(p.counters + unit, 1u) == uint32_t(p.numChunks - 1);
+  __syncthreads();
+  if (!*lastArrival) return;
+  __threadfence();
+  for (int item = tid; item < rowsPerCta * kQuads; item += kThreads) {
+    const int localRow = item / kQuads;
+    const int d = (item - localRow * kQuads) * 4;
+    const int row = firstRow + localRow;
+    if (row >= p.rows || d >= p.headDim) continue;
+    const int groupHead = row / p.seqQ;
+    const int token = row - groupHead * p.seqQ;
+    mergeChunksOfRow<Element, 16>(p, batch, int64_t(kvHead) * p.groupSize + groupHead, token, d);
+  }
+  // Leave the counter zero for a following launch on the same workspace (the launch zeroes it first anyway).
+  if (tid == 0) p.counters[unit] = 0u;
 }
 
-// Launches one instance configuration. The dynamic shared-memory limit is raised once per device.
-template <typename Element, int HeadDim, int Stages>
-cudaError_t launchDecodeVariant(const DecodeParams &params, cudaStream_t stream) {
-  const SmemLayout layout = smemLayout(int(sizeof(Element)), HeadDim, Stages, params.rowTilesPerCta);
-  auto kernel = decodeKernel<Element, HeadDim, Stages>;
-  int device = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err != cudaSuccess) return err;
-  // Raised once per device to the most any launch of this instance can use (capped by the device; planDecode rejects
-  // what does not fit). Every thread would store the same value, so racing first calls need no lock.
-  static bool raised[64] = {};
-  if (device < 0 || device >= 64 || !raised[device]) {
+// The separate merge: one thread per (query row, 4 columns); with programmatic dependent launch it waits on the device
+// for the decode grid's completion and memory flush.
+template <typename Element>
+__global__ void __launch_bounds__(128) decodeMergeKernel(const __grid_constant__ DecodeParams p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+  const int quads = p.headDim / 4;
+  const int64_t item = int64_t(blockIdx.x) * 128 + threadIdx.x;
+  if (item >= int64_t(p.batch) * p.heads * p.seqQ * quads) return;
+  int64_t rest = item / quads;
+  const int d = int(item - rest * quads) * 4;
+  const int token = int(rest % p.seqQ);
+  rest /= p.seqQ;
+  const int64_t head = rest % p.heads;
+  const int batch = int(rest / p.heads);
+  detail::mergeChunksOfRow<Element, 32>(p, batch, head, token, d);
+}
+
+// One kernel configuration: launch, shared-memory limit, and resident CTAs per SM.
+template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, int LoaderKind>
+struct DecodeKernel {
+  static constexpr int kThreads = Warps * 32;
+
+  static std::size_t smemBytes(int rowTilesPerCta) {
+    return smemLayout(int(sizeof(Element)), HeadDim, Warps, TileKeys, Stages, LoaderKind, rowTilesPerCta).total;
+  }
+
+  // Raises the dynamic shared-memory limit once per device to what the largest launch of this kernel needs (capped by
+  // the device; the planner rejects what does not fit). Racing first calls store the same value, so need no lock.
+  static cudaError_t prepare(int device) {
+    static bool raised[64] = {};
+    if (device >= 0 && device < 64 && raised[device]) return cudaSuccess;
     int optin = 0;
-    err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    cudaError_t err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     if (err != cudaSuccess) return err;
-    const int largest = int(smemLayout(int(sizeof(Element)), HeadDim, Stages, kMaxRowTilesPerCta).total);
-    err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, largest < optin ? largest : optin);
+    const int largest = int(smemBytes(kMaxRowTilesPerCta));
+    err = cudaFuncSetAttribute(decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, largest < optin ? largest : optin);
     if (err != cudaSuccess) return err;
     if (device >= 0 && device < 64) raised[device] = true;
+    return cudaSuccess;
   }
-  const int64_t blocks = int64_t(params.rowBlocks) * params.numChunks * params.kvHeads * params.batch;
-  kernel<<<dim3(uint32_t(blocks)), dim3(kThreads), layout.total, stream>>>(params);
-  return cudaGetLastError();
+
+  static cudaError_t launch(const DecodeParams &params, cudaStream_t stream) {
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err != cudaSuccess) return err;
+    err = prepare(device);
+    if (err != cudaSuccess) return err;
+    const int64_t blocks = int64_t(params.rowBlocks) * params.numChunks * params.kvHeads * params.batch;
+    decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>
+        <<<dim3(uint32_t(blocks)), dim3(kThreads), smemBytes(params.rowTilesPerCta), stream>>>(params);
+    return cudaGetLastError();
+  }
+
+  // CTAs of rowTilesPerCta row tiles one SM holds at once (registers, threads and shared memory), asked once per device
+  // and row tiling; 1 when the runtime cannot tell (the chunk choice then assumes one CTA per SM).
+  static int occupancy(const DeviceInfo &dev, int rowTilesPerCta) {
+    static int cache[64][kMaxRowTilesPerCta + 1] = {};
+    const bool cacheable = dev.device >= 0 && dev.device < 64 && rowTilesPerCta >= 1 &&
+                           rowTilesPerCta <= kMaxRowTilesPerCta;
+    if (cacheable && cache[dev.device][rowTilesPerCta] > 0) return cache[dev.device][rowTilesPerCta];
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    if (previous != dev.device && cudaSetDevice(dev.device) != cudaSuccess) return 1;
+    int blocks = 0;
+    cudaError_t err = prepare(dev.device);
+    if (err == cudaSuccess)
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &blocks, decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>, kThreads,
+          smemBytes(rowTilesPerCta));
+    if (previous >= 0 && previous != dev.device) cudaSetDevice(previous);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return 1;
+    }
+    blocks = blocks > 0 ? blocks : 1;
+    if (cacheable) cache[dev.device][rowTilesPerCta] = blocks;
+    return blocks;
+  }
+};
+
+// The library's variant `Index` of an instance; where the tensor loader cannot serve the instance (FP32, head dims
+// that are not whole 64-column boxes) the planner never asks for it, and it stands for the portable variant.
+template <typename Element, int HeadDim, int Index>
+constexpr Variant instanceVariant() {
+  return Index == 1 && !tensorLoadable(int(sizeof(Element)), HeadDim) ? libraryVariant(0) : libraryVariant(Index);
+}
+
+template <typename Element, int HeadDim, int Index>
+using LibraryKernel =
+    DecodeKernel<Element, HeadDim, instanceVariant<Element, HeadDim, Index>().warps,
+                 resolvedTileKeys(instanceVariant<Element, HeadDim, Index>(), int(sizeof(Element)), HeadDim),
+                 instanceVariant<Element, HeadDim, Index>().stages, instanceVariant<Element, HeadDim, Index>().loader>;
+
+template <typename Element, int HeadDim>
+cudaError_t launchDecodeInstance(const DecodeParams &params, int libraryVariantIndex, cudaStream_t stream) {
+  static_assert(kLibraryVariantCount == 2, "one branch per library variant");
+  return libraryVariantIndex == 0 ? LibraryKernel<Element, HeadDim, 0>::launch(params, stream)
+                                  : LibraryKernel<Element, HeadDim, 1>::launch(params, stream);
 }
 
 template <typename Element, int HeadDim>
-cudaError_t launchDecodeInstance(const DecodeParams &params, cudaStream_t stream) {
-  return launchDecodeVariant<Element, HeadDim, defaultStages(int(sizeof(Element)), HeadDim)>(params, stream);
+int occupancyDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int rowTilesPerCta) {
+  return libraryVariantIndex == 0 ? LibraryKernel<Element, HeadDim, 0>::occupancy(dev, rowTilesPerCta)
+                                  : LibraryKernel<Element, HeadDim, 1>::occupancy(dev, rowTilesPerCta);
 }
 
 }  // namespace flashattn::cuda::decode

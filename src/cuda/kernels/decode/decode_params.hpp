@@ -1,54 +1,86 @@
 // What a split-KV decode kernel instance receives (by value, its only parameter), and the shape rules that the plan
-// (host) and the kernel (device) must agree on: tile sizes, shared-memory layout and the chunk split.
+// (host) and the kernel (device) must agree on: kernel variants, tile sizes, shared-memory layout and the chunk split.
 //
 // A CTA serves one (batch, KV head, chunk, row block). Its rows are the query rows of every head of the KV head's GQA
 // group and every query token: row r is (group head r / seqQ, token r % seqQ). Rows are cut into 16-row tiles (one
-// mma.sync M), up to four per CTA; when one tile suffices, the four warps split each KV tile's keys instead.
+// mma.sync M), up to four per CTA; the warps left over split each KV tile's 16-key sub-tiles between them.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (a plain 128-byte value; the driver is reached through cudaGetDriverEntryPoint)
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "core/plan.hpp"
 #include "core/problem.hpp"
 
+namespace flashattn::cuda {
+struct DeviceInfo;
+}
+
 namespace flashattn::cuda::decode {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
 constexpr int kMaxRowTilesPerCta = 4;
 constexpr int kRowsPerTile = 16;
 
+// How K/V tiles reach shared memory.
+//   CpAsync: every thread issues 16-byte cp.async copies into padded rows (sm80+; any cache: dense or paged, any
+//     element type).
+//   Tensor: one thread issues cp.async.bulk.tensor copies of 64-column boxes (128 bytes of a row, 128-byte swizzled)
+//     through a tensor map of the dense cache, completing on an mbarrier per stage (sm90+, FP16/BF16, kernel head dim
+//     a multiple of 64). Four requests move a 64-key tile of K and V at head dim 128, where per-row or per-thread copies
+//     need hundreds; columns past the head dim and keys past the capacity arrive as zeros.
+enum Loader : int { kLoaderCpAsync = 0, kLoaderTensor = 1 };
+
+// How the partial states of a split KV range are combined.
+//   Fused: the last CTA of a (batch, KV head, row block) to finish (an atomic counter in the workspace, zeroed by the
+//     launch) merges the chunks in chunk order inside the decode kernel.
+//   Separate: a merge kernel launched after the decode kernel (as a programmatic dependent on sm90).
+enum MergeMode : int { kMergeFused = 0, kMergeSeparate = 1 };
+
+// One compiled kernel configuration. tileKeys 0 means defaultTileKeys of the instance.
+struct Variant {
+  int warps = 4;
+  int tileKeys = 0;
+  int stages = 3;
+  int loader = kLoaderCpAsync;
+};
+
 // Keys per pipeline stage: about 16 KB of K (and as much of V) per stage, a multiple of the 16-key sub-tile.
-constexpr int tileKeys(int elementBytes, int headDim) {
+constexpr int defaultTileKeys(int elementBytes, int headDim) {
   const int rowBytes = elementBytes * headDim;
-  return rowBytes <= 128 ? 64 : rowBytes <= 256 ? 64 : rowBytes <= 512 ? 32 : 16;
+  return rowBytes <= 256 ? 64 : rowBytes <= 512 ? 32 : 16;
 }
 
-// Three stages keep up to three tiles in flight (the next one is issued before the current one is waited for) and
-// stay under half of an SM's shared memory for the common head dims, so two CTAs share an SM and one's prologue or
-// epilogue overlaps the other's streaming. FLASHATTN_DECODE_STAGES overrides it for experiments.
-#ifndef FLASHATTN_DECODE_STAGES
-#define FLASHATTN_DECODE_STAGES 3
-#endif
-constexpr int defaultStages(int elementBytes, int headDim) {
-  (void)elementBytes;
-  (void)headDim;
-  return FLASHATTN_DECODE_STAGES;
+constexpr int resolvedTileKeys(const Variant &v, int elementBytes, int headDim) {
+  return v.tileKeys > 0 ? v.tileKeys : defaultTileKeys(elementBytes, headDim);
+}
+
+// The variants the library instances compile, by index: the portable one first (any sm80+ GPU), then the Hopper one.
+constexpr int kLibraryVariantCount = 2;
+constexpr Variant libraryVariant(int index) {
+  return index == 0 ? Variant{4, 0, 3, kLoaderCpAsync} : Variant{4, 0, 3, kLoaderTensor};
 }
 
 // Shared-memory row of a K, V or Q tile: the instance head dim plus 16 bytes, so the 8 rows one ldmatrix (or one
 // 16-byte cp.async wavefront) touches start in 8 distinct 16-byte bank groups.
 constexpr int smemRowElements(int elementBytes, int headDim) { return headDim + 16 / elementBytes; }
 
+// Whether a kernel of this head dim and element size can use the tensor loader.
+constexpr bool tensorLoadable(int elementBytes, int headDim) { return elementBytes == 2 && headDim % 64 == 0; }
+
 // Byte layout of the dynamic shared memory. The epilogue's per-warp partial states reuse the K/V stages.
+//   cp.async: a stage is [2 (K, V)][tileKeys][rowElements] (padded rows).
+//   tensor: a stage is [2 (K, V)][headDim / 64 boxes][tileKeys][64 elements], 128-byte swizzled; the region starts at
+//     the next 1024-byte boundary of the shared window at run time (the swizzle pattern is 1024 bytes), hence the slack.
 struct SmemLayout {
   std::size_t q = 0;          // [rowsPerCta][rowElements]
-  std::size_t kv = 0;         // [stages][2 (K, V)][tileKeys][rowElements]
-  std::size_t offsets = 0;    // [2][tileKeys] pairs of int64 (K, V element offsets), double-buffered by tile parity
-  std::size_t validMask = 0;  // [stages + 1][2] uint32: which keys of a tile exist (in range, valid page)
+  std::size_t kv = 0;         // K/V stages (tensor: before the run-time 1024-byte alignment)
+  std::size_t offsets = 0;    // cp.async: [2][tileKeys] pairs of int64 (K, V element offsets), by tile parity
+  std::size_t validMask = 0;  // [maskSlots][2] uint32: which keys of a tile exist (in range, valid page)
+  std::size_t barriers = 0;   // tensor: [stages] mbarriers
   std::size_t pScratch = 0;   // FP32 engine: [warps][16][16 + 4] floats of P
   std::size_t total = 0;
   std::size_t kvBytes = 0;
@@ -56,27 +88,44 @@ struct SmemLayout {
 
 constexpr std::size_t alignUp(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
 
-constexpr SmemLayout smemLayout(int elementBytes, int headDim, int stages, int rowTilesPerCta) {
+constexpr int maskSlots(int stages, int loader) { return loader == kLoaderTensor ? stages : stages + 1; }
+
+constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int tileKeys, int stages, int loader,
+                                int rowTilesPerCta) {
   SmemLayout s;
   const std::size_t row = std::size_t(smemRowElements(elementBytes, headDim)) * std::size_t(elementBytes);
-  const std::size_t keys = std::size_t(tileKeys(elementBytes, headDim));
+  const std::size_t keys = std::size_t(tileKeys);
   const std::size_t qBytes = std::size_t(rowTilesPerCta) * kRowsPerTile * row;
-  const std::size_t stageBytes = std::size_t(stages) * 2 * keys * row;
-  // Epilogue: per active warp 16 rows of (headDim + 4) floats plus (m, l) per row.
-  const std::size_t epilogueBytes = std::size_t(kWarps) * kRowsPerTile * (std::size_t(headDim) + 4) * 4 +
-                                    std::size_t(kWarps) * kRowsPerTile * 2 * 4;
+  const bool tensor = loader == kLoaderTensor;
+  const std::size_t stageBytes = tensor ? std::size_t(stages) * 2 * keys * std::size_t(headDim) * elementBytes + 1024
+                                        : std::size_t(stages) * 2 * keys * row;
+  // Epilogue: per warp 16 rows of (headDim + 4) floats plus (m, l) per row.
+  const std::size_t epilogueBytes = std::size_t(warps) * kRowsPerTile * (std::size_t(headDim) + 4) * 4 +
+                                    std::size_t(warps) * kRowsPerTile * 2 * 4;
   s.q = 0;
   s.kv = alignUp(qBytes, 128);
   s.kvBytes = stageBytes > epilogueBytes ? stageBytes : epilogueBytes;
   s.offsets = alignUp(s.kv + s.kvBytes, 16);
-  s.validMask = s.offsets + 2 * keys * 16;
-  s.pScratch = alignUp(s.validMask + std::size_t(stages + 1) * 2 * 4, 16);
-  const std::size_t pBytes = elementBytes == 4 ? std::size_t(kWarps) * kRowsPerTile * (16 + 4) * 4 : 0;
+  s.validMask = s.offsets + (tensor ? 0 : 2 * keys * 16);
+  s.barriers = alignUp(s.validMask + std::size_t(maskSlots(stages, loader)) * 2 * 4, 16);
+  s.pScratch = alignUp(s.barriers + (tensor ? std::size_t(stages) * 8 : 0), 16);
+  const std::size_t pBytes = elementBytes == 4 ? std::size_t(warps) * kRowsPerTile * (16 + 4) * 4 : 0;
   s.total = alignUp(s.pScratch + pBytes, 128);
   return s;
 }
 
+// Which tensor-map dimension (1..3; 0 is the head dim) holds the key, KV head and batch coordinate: the map lists them
+// by increasing stride, as the tensor-map encoder wants.
+struct TensorMapSlots {
+  int8_t key = 1;
+  int8_t head = 2;
+  int8_t batch = 3;
+};
+
 struct DecodeParams {
+  CUtensorMap kMap = {};  // tensor loader only (otherwise not read)
+  CUtensorMap vMap = {};
+  TensorMapSlots kSlots, vSlots;
   const void *q = nullptr;
   const void *k = nullptr;
   const void *v = nullptr;
@@ -84,6 +133,7 @@ struct DecodeParams {
   float *lse = nullptr;         // nullptr: no LSE output
   float *partialO = nullptr;    // numChunks > 1: [chunk][batch][heads][seqQ][headDim] FP32
   float *partialLse = nullptr;  // numChunks > 1: [chunk][batch][heads][seqQ]
+  uint32_t *counters = nullptr;  // fused merge: [batch][kvHeads][rowBlocks] arrivals, zero at launch
 
   int64_t qBatch = 0, qHead = 0, qRow = 0;
   int64_t kBatch = 0, kHead = 0, kRow = 0;  // paged: kBatch is the page stride, kRow the row stride in a page
@@ -125,14 +175,31 @@ __host__ __device__ inline int64_t chunkTileBegin(int64_t chunk, int64_t tiles, 
   return chunk * tiles / numChunks;
 }
 
-// The kernel parameters of a planned problem (plan from planDecode), and the merge of its partial states when
-// plan.numChunks > 1; launchDecode is these two plus the planned instance. Exposed for benchmarks of other variants.
-DecodeParams buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace);
-cudaError_t launchDecodeMerge(const AttnProblem &p, const DecodeParams &params, bool dependentLaunch,
-                              cudaStream_t stream);
+// A kernel of one element type, instance head dim and variant, launched as planned; and its resident CTAs per SM.
+using KernelLaunchFn = cudaError_t (*)(const DecodeParams &, cudaStream_t);
+using KernelOccupancyFn = int (*)(const DeviceInfo &, int rowTilesPerCta);
 
-// Instances exist per (element type, head dim); each runs kernels of one element type and one instance head dim.
+// Plans a problem for one given kernel (instance head dim, variant, merge mode; numChunks as the problem says, 0 =
+// automatic). planDecode calls it with the library's choice; benchmarks call it with other variants.
+bool planDecodeWith(const DeviceInfo &dev, const AttnProblem &p, int instanceHeadDim, const Variant &variant,
+                    int mergeMode, KernelOccupancyFn occupancy, Plan *plan, std::string *whyNot);
+
+// The kernel parameters of a planned problem (tensor maps encoded for the tensor loader), and the enqueue of everything
+// a planned call runs (counter reset, decode kernel, separate merge) with a given kernel; launchDecode is this with the
+// planned library instance.
+cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
+                              DecodeParams *params);
+cudaError_t launchDecodeWith(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
+                             void *workspace, KernelLaunchFn kernel, cudaStream_t stream);
+
+// The separate merge (kMergeSeparate) of a launch's partial states; a programmatic dependent launch on sm90.
+cudaError_t launchDecodeMergeKernel(DType dtype, const DecodeParams &params, bool dependentLaunch,
+                                    cudaStream_t stream);
+
+// Library instances exist per (element type, head dim); each compiles the libraryVariant()s.
 template <typename Element, int HeadDim>
-cudaError_t launchDecodeInstance(const DecodeParams &params, cudaStream_t stream);
+cudaError_t launchDecodeInstance(const DecodeParams &params, int libraryVariantIndex, cudaStream_t stream);
+template <typename Element, int HeadDim>
+int occupancyDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int rowTilesPerCta);
 
 }  // namespace flashattn::cuda::decode

@@ -8,7 +8,7 @@ foreach(_d IN LISTS FLASHATTN_HEAD_DIMS)
     list(APPEND _fa_decode_dims ${_d})
   endif()
 endforeach()
-list(APPEND FLASHATTN_CUDA_SOURCES "${CMAKE_CURRENT_LIST_DIR}/decode.cu")
+list(APPEND FLASHATTN_CUDA_SOURCES "${CMAKE_CURRENT_LIST_DIR}/decode.cu" "${CMAKE_CURRENT_LIST_DIR}/decode_merge.cu")
 if(_fa_decode_dims AND FLASHATTN_DTYPES)
   set(_fa_decode_instances "")
   flashattn_generate_instances(_fa_decode_instances

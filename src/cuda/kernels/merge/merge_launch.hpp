@@ -1,5 +1,5 @@
-// The GPU merge of partial attention states, as flashAttnMergeStates runs it and as split-KV decode runs it on its own
-// partial states (one kernel, so both give bitwise the same result for the same partials).
+// The GPU merge of partial attention states, as flashAttnMergeStates runs it. (Split-KV decode merges its own partial
+// states, whose layout it fixes, with decodeMergeKernel in cuda/kernels/decode/.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,7 +34,7 @@ constexpr int64_t kMaxMergeRows = int64_t(0x7fffffff) * kMergeWarps;
 
 // Enqueues the merge. With dependentLaunch (sm90+) it is launched as a programmatic dependent of the kernel queued
 // just before it on the stream: its CTAs may be scheduled while that kernel drains and wait on the device for its
-// completion, which hides one launch latency behind the decode kernel's tail.
+// completion.
 cudaError_t launchMergeKernel(const MergeParams &params, DType outType, bool dependentLaunch, cudaStream_t stream);
 
 }  // namespace flashattn::cuda::merge
