@@ -45,9 +45,9 @@ struct LaunchOptions {
 
 // The tile of each instance head dim (measurements behind them: NOTES.md beside this file).
 constexpr TileConfig tileFor(int headDim) {
-  return headDim <= 64    ? TileConfig{128, 2, 2, true, true, false}    // TILE_D64
-         : headDim <= 128 ? TileConfig{128, 2, 2, true, true, false}    // TILE_D128
-                          : TileConfig{80, 2, 2, false, true, false};   // TILE_D256
+  return headDim <= 64    ? TileConfig{128, 3, 2, true, true, false}     // TILE_D64: 192 x 128
+         : headDim <= 128 ? TileConfig{128, 2, 2, true, true, false}     // TILE_D128: 128 x 128
+                          : TileConfig{80, 2, 2, false, false, false};   // TILE_D256: 128 x 80
 }
 
 // Shared memory: the Q tile, Stages K slots, Stages V slots (each a [D / 64][rows][64] stack of 128-byte-swizzled
