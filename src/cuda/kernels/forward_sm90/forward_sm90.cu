@@ -11,41 +11,10 @@
 
 #include "cuda/kernels/forward_sm90/forward_sm90.hpp"
 #include "cuda/kernels/forward_sm90/forward_sm90_params.hpp"
+#include "cuda/instance_set.hpp"
 
 namespace flashattn::cuda::forward_sm90 {
 namespace {
-
-bool dtypeCompiled(DType t) {
-  switch (t) {
-#if defined(FLASHATTN_HAS_DTYPE_FP16)
-    case DType::FP16:
-      return true;
-#endif
-#if defined(FLASHATTN_HAS_DTYPE_BF16)
-    case DType::BF16:
-      return true;
-#endif
-    default:
-      return false;
-  }
-}
-
-bool headDimCompiled(int64_t d) {
-  switch (d) {
-#if defined(FLASHATTN_HAS_HEADDIM_64)
-    case 64:
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_128)
-    case 128:
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_256)
-    case 256:
-#endif
-      return true;
-    default:
-      return false;
-  }
-}
 
 std::size_t sharedBytesFor(int64_t headDim) {
   return headDim <= 64 ? instanceSharedBytes<64>() : headDim <= 128 ? instanceSharedBytes<128>()
@@ -87,7 +56,7 @@ bool sm90Supports(const DeviceInfo &dev, const AttnProblem &p, std::string *whyN
     return refuse("headDimV " + std::to_string(p.headDimV) + " differs from headDim " + std::to_string(p.headDim));
   if (p.headDim != 64 && p.headDim != 128 && p.headDim != 256)
     return refuse("headDim " + std::to_string(p.headDim) + " has no sm90 forward kernel (64, 128, 256)");
-  if (!headDimCompiled(p.headDim))
+  if (!headDimCompiled(int(p.headDim)))
     return refuse("headDim " + std::to_string(p.headDim) + " has no sm90 forward instance in this build");
   if (p.paged) return refuse("paged K/V caches are not served by the sm90 forward kernels");
   if (p.softcap > 0.f) return refuse("softcap runs on the portable forward kernels");
