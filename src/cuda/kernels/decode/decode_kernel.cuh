@@ -234,7 +234,7 @@ struct KeyOffsets {
   int64_t v;
 };
 
-// Hopper bulk copies and mbarriers (sm90). Older targets trap: the planner picks the bulk loader only on sm90+, and
+// Hopper tensor copies and mbarriers (sm90). Older targets trap: the planner picks the tensor loader only on sm90+, and
 // every instance still compiles for each architecture of the build.
 __device__ __forceinline__ void mbarrierInit(uint32_t barrier, uint32_t arrivals) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
