@@ -1,9 +1,11 @@
 // The Hopper (sm_90a) forward kernel: warp-specialized FlashAttention with wgmma, for FP16/BF16 storage.
 //
-// One CTA serves BlockM = 64 * ConsumerGroups query rows of one (sequence, head). Warpgroup 0 is the producer: its
-// 128 threads copy Q once and then K and V tiles of BlockN keys with cp.async into 128-byte-swizzled shared memory
-// (the layout wgmma reads), in a ring of Stages slots per tensor guarded by mbarriers (full: data landed; empty: every
-// consumer warp is done reading). Each consumer warpgroup owns 64 query rows:
+// A tile is BlockM = 64 * ConsumerGroups query rows of one (sequence, head); a CTA serves one tile or, persistent,
+// a sequence of them (forEachTile), with the slot and phase counters running on across tiles. Warpgroup 0 is the
+// producer: its 128 threads copy the tile's Q and then K and V blocks of BlockN keys with cp.async into
+// 128-byte-swizzled shared memory (the layout wgmma reads), in a ring of Stages slots per tensor guarded by mbarriers
+// (full: data landed; empty: every consumer warp is done reading; Q has its own pair). Each consumer warpgroup owns
+// 64 query rows:
 //   S = Q K^T      wgmma m64nBlockNk16, Q and K from shared memory (K-major)
 //   P = softmax    online, in registers (exp2 with the scale folded in); the S accumulator layout is the A-register
 //                  layout of the next product, so P never touches shared memory
@@ -12,7 +14,7 @@
 // block runs while P V is still on the tensor cores. With PingPong the consumer warpgroups take turns issuing their
 // products (named barriers), so one warpgroup's softmax overlaps the other's matrix work.
 //
-// Key blocks are visited from the last visible one down to the first; blocks outside the CTA's visible key range are
+// Key blocks are visited from the last visible one down to the first; blocks outside the tile's visible key range are
 // never loaded, and only blocks that straddle a mask edge (or the end of the keys) are masked element by element.
 // Rows past the sequence and keys past seqK arrive as zeros (cp.async zero-fill), so unused memory is never read into
 // the products. Semantics (masks, windows, empty rows, ragged sequences, seqlensK) are those of forward_common.cuh.
