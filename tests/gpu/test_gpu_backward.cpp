@@ -23,25 +23,11 @@
 #include "gpu_harness.hpp"
 #include "reference.hpp"
 #include "tensors.hpp"
+#include "test_support.hpp"
 
 using namespace fa_test;
 
 namespace {
-
-bool edgeSlice() {
-  const char *s = std::getenv("FLASHATTN_TEST_SLICE");
-  return s != nullptr && std::strcmp(s, "edge") == 0;
-}
-
-fa_ref::Rounding roundingOf(flashAttnDataType_t t) {
-  return t == FLASHATTN_DATA_FP32 ? fa_ref::Rounding::FP32
-         : t == FLASHATTN_DATA_FP16 ? fa_ref::Rounding::FP16
-                                    : fa_ref::Rounding::BF16;
-}
-
-const char *typeName(flashAttnDataType_t t) {
-  return t == FLASHATTN_DATA_FP32 ? "fp32" : t == FLASHATTN_DATA_FP16 ? "fp16" : "bf16";
-}
 
 struct BwdCase {
   std::string name;
@@ -339,7 +325,7 @@ std::vector<BwdCase> gridCases() {
   };
   const flashAttnDataType_t types[] = {FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16, FLASHATTN_DATA_FP32};
 
-  if (edgeSlice()) {
+  if (edgeSliceOnly()) {
     BwdCase c;
     c.headDim = 64;
     c.heads = 2;
@@ -651,7 +637,7 @@ std::vector<BwdCase> determinismCases() {
   r.raggedK = {129, 400, 511};
   r.sq = 300;
   r.sk = 511;
-  if (edgeSlice()) {
+  if (edgeSliceOnly()) {
     a.sq = 70;
     a.sk = 90;
     a.name += "_edge";
@@ -672,7 +658,7 @@ TEST_P(BackwardDeterminism, TwentyRunsBitwiseEqualAndGraphReplayEqualsEager) {
   ASSERT_EQ(enqueueBackward(h, *s), FLASHATTN_STATUS_SUCCESS) << lastError();
   FA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
   const std::vector<uint8_t> first = gradientBytes(*s);
-  const int runs = edgeSlice() ? 3 : 20;
+  const int runs = edgeSliceOnly() ? 3 : 20;
   for (int run = 1; run < runs; ++run) {
     poisonGradients(*s);
     ASSERT_EQ(enqueueBackward(h, *s), FLASHATTN_STATUS_SUCCESS) << lastError();

@@ -27,25 +27,11 @@
 #include "gpu_harness.hpp"
 #include "reference.hpp"
 #include "tensors.hpp"
+#include "test_support.hpp"
 
 using namespace fa_test;
 
 namespace {
-
-bool edgeSlice() {
-  const char *s = std::getenv("FLASHATTN_TEST_SLICE");
-  return s != nullptr && std::strcmp(s, "edge") == 0;
-}
-
-fa_ref::Rounding roundingOf(flashAttnDataType_t t) {
-  return t == FLASHATTN_DATA_FP32 ? fa_ref::Rounding::FP32
-         : t == FLASHATTN_DATA_FP16 ? fa_ref::Rounding::FP16
-                                    : fa_ref::Rounding::BF16;
-}
-
-const char *typeName(flashAttnDataType_t t) {
-  return t == FLASHATTN_DATA_FP32 ? "fp32" : t == FLASHATTN_DATA_FP16 ? "fp16" : "bf16";
-}
 
 // fa_ref::forward over independent (batch, KV head) groups on all host cores; the long caches of the grid would take
 // minutes on one. Each group is the same oracle on a slice of the inputs.
@@ -333,7 +319,7 @@ std::vector<int32_t> oddLengths(int64_t batch, int64_t cap, uint64_t seed) {
 std::vector<DecodeCase> gridCases() {
   std::vector<DecodeCase> cases;
   uint64_t seed = 100;
-  if (edgeSlice()) {
+  if (edgeSliceOnly()) {
     DecodeCase a;
     a.name = "edge_paged_ps8", a.batch = 3, a.cap = 100, a.paged = true, a.pageSize = 8, a.lens = {37, 0, 100};
     a.sq = 2, a.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, a.chunks = {0, 3}, a.seed = seed++;

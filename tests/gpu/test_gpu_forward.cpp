@@ -22,16 +22,14 @@
 #include "gpu_harness.hpp"
 #include "reference.hpp"
 #include "tensors.hpp"
+#include "test_support.hpp"
 
 namespace {
 
 using fa_test::DeviceBuffer;
 using fa_test::HostTensor;
-
-bool edgeSliceOnly() {
-  const char *slice = std::getenv("FLASHATTN_TEST_SLICE");
-  return slice != nullptr && std::string(slice) == "edge";
-}
+using fa_test::edgeSliceOnly;
+using fa_test::roundingOf;
 
 struct FwdCase {
   flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
@@ -64,12 +62,6 @@ struct FwdCase {
     return text;
   }
 };
-
-fa_ref::Rounding roundingOf(flashAttnDataType_t t) {
-  return t == FLASHATTN_DATA_FP16 ? fa_ref::Rounding::FP16
-         : t == FLASHATTN_DATA_BF16 ? fa_ref::Rounding::BF16
-                                    : fa_ref::Rounding::FP32;
-}
 
 // What one GPU run produced, kept until the reference (on the host, in parallel) has been computed.
 struct Run {

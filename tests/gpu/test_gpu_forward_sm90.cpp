@@ -24,16 +24,14 @@
 #include "gpu_harness.hpp"
 #include "reference.hpp"
 #include "tensors.hpp"
+#include "test_support.hpp"
 
 namespace {
 
 using fa_test::DeviceBuffer;
 using fa_test::HostTensor;
-
-bool edgeSliceOnly() {
-  const char *slice = std::getenv("FLASHATTN_TEST_SLICE");
-  return slice != nullptr && std::string(slice) == "edge";
-}
+using fa_test::edgeSliceOnly;
+using fa_test::roundingOf;
 
 bool deviceIsSm90() {
   int device = 0;
@@ -73,10 +71,6 @@ struct Sm90Case {
     return (headDim == 64 || headDim == 128 || headDim == 256) && softcap == 0.f;
   }
 };
-
-fa_ref::Rounding roundingOf(flashAttnDataType_t t) {
-  return t == FLASHATTN_DATA_FP16 ? fa_ref::Rounding::FP16 : fa_ref::Rounding::BF16;
-}
 
 // Element offsets of (sequence b, head h, row r) in a Q- or K-shaped tensor of this case.
 struct Geometry {

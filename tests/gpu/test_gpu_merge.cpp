@@ -19,21 +19,11 @@
 #include "gpu_harness.hpp"
 #include "reference.hpp"
 #include "tensors.hpp"
+#include "test_support.hpp"
 
 using namespace fa_test;
 
 namespace {
-
-bool edgeSlice() {
-  const char *s = std::getenv("FLASHATTN_TEST_SLICE");
-  return s != nullptr && std::strcmp(s, "edge") == 0;
-}
-
-fa_ref::Rounding roundingOf(flashAttnDataType_t t) {
-  return t == FLASHATTN_DATA_FP32 ? fa_ref::Rounding::FP32
-         : t == FLASHATTN_DATA_FP16 ? fa_ref::Rounding::FP16
-                                    : fa_ref::Rounding::BF16;
-}
 
 struct MergeCase {
   std::string name;
@@ -128,7 +118,7 @@ void runMerge(const MergeCase &c) {
 std::vector<MergeCase> mergeCases() {
   std::vector<MergeCase> cases;
   uint64_t seed = 1;
-  if (edgeSlice()) {
+  if (edgeSliceOnly()) {
     MergeCase a;
     a.name = "edge_vector", a.states = 5, a.seed = seed++;
     cases.push_back(a);

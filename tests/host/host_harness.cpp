@@ -228,23 +228,6 @@ void apiFailure(GateReport &r, const char *what, flashAttnStatus_t s) {
 
 }  // namespace
 
-fa_ref::Rounding roundingOf(flashAttnDataType_t t) {
-  switch (t) {
-    case FLASHATTN_DATA_FP16: return fa_ref::Rounding::FP16;
-    case FLASHATTN_DATA_BF16: return fa_ref::Rounding::BF16;
-    default: return fa_ref::Rounding::FP32;
-  }
-}
-
-const char *typeName(flashAttnDataType_t t) {
-  switch (t) {
-    case FLASHATTN_DATA_FP16: return "fp16";
-    case FLASHATTN_DATA_BF16: return "bf16";
-    case FLASHATTN_DATA_FP32: return "fp32";
-  }
-  return "?";
-}
-
 void GateReport::add(const char *name, const fa_ref::Gate &g) {
   pass = pass && g.pass;
   text += std::string(name) + ": " + g.describe() + "\n";

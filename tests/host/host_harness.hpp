@@ -10,14 +10,16 @@
 
 #include "reference.hpp"
 #include "tensors.hpp"
+#include "test_support.hpp"
 
 namespace host_test {
+
+using fa_test::roundingOf;
+using fa_test::typeName;
 
 using fa_test::HostTensor;
 using fa_test::Order;
 
-fa_ref::Rounding roundingOf(flashAttnDataType_t t);
-const char *typeName(flashAttnDataType_t t);
 
 // One forward (and optionally backward) problem.
 struct AttnCase {
