@@ -1369,11 +1369,16 @@ TEST_F(BadInput, OverlappingOutputElements) {
 
 TEST_F(BadInput, CudaStridesNotVectorMultiples) {
   if (!onCuda()) GTEST_SKIP() << "the HOST reference takes any strides";
-  // Rows of 68 FP16 elements: 136 bytes, not a multiple of the 16-byte vectors the kernels load.
+  // Rows of 68 FP16 elements: 136 bytes, not a multiple of the 16-byte vectors the backward and decode kernels load
+  // (the forward and merge kernels fall back to element loads instead; tests/gpu checks those paths).
   auto q = makeDesc(kFp16, {B, H, SQ, D}, {H * SQ * 68, SQ * 68, 68, 1});
-  auto c = forward();
-  c.qDesc = *q;
-  rejectEverywhere("forward: Q row stride 68 on CUDA", {kNotSupported}, {"stride"}, c);
+  auto bw = backward();
+  bw.qDesc = *q;
+  rejectEverywhere("backward: Q row stride 68 on CUDA", {kNotSupported}, {"stride"}, bw, kOpAndSize);
+  auto dO = makeDesc(kFp16, {B, H, SQ, D}, {H * SQ * 68, SQ * 68, 68, 1});
+  bw = backward();
+  bw.dODesc = *dO;
+  rejectEverywhere("backward: dO row stride 68 on CUDA", {kNotSupported}, {"stride"}, bw, kOp);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -1478,9 +1483,13 @@ TEST_F(BadInput, MisalignedPointers) {
 
 TEST_F(BadInput, CudaPointersNotVectorAligned) {
   if (!onCuda()) GTEST_SKIP() << "the HOST reference takes any element-aligned pointer";
-  ForwardCall c = forward();
-  c.q = q_->data(2);  // element-aligned, not 16-byte aligned
-  expectRejected("forward: Q 2-byte but not 16-byte aligned on CUDA", {kNotSupported}, {"Q"}, [&] { return c.run(); });
+  BackwardCall bw = backward();
+  bw.q = q_->data(2);  // element-aligned, not 16-byte aligned
+  expectRejected("backward: Q 2-byte but not 16-byte aligned on CUDA", {kNotSupported}, {"Q"},
+                 [&] { return bw.run(); });
+  auto d = decode();
+  d.q = static_cast<const char *>(d.q) + 2;
+  expectRejected("decode: Q 2-byte but not 16-byte aligned on CUDA", {kNotSupported}, {"Q"}, [&] { return d.run(); });
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
