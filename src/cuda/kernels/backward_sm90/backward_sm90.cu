@@ -1,0 +1,92 @@
+// The Hopper backward family's chooser predicate and launcher (see backward_sm90.hpp and backward_sm90_kernel.cuh).
+// Built only into the sm_90a object library (sources.cmake), with the instances of the build's dtype/head-dim sets.
+#include "cuda/kernels/backward_sm90/backward_sm90.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "core/error.hpp"
+#include "cuda/kernels/backward_sm90/backward_sm90_kernel.cuh"
+
+namespace flashattn::cuda::backward_sm90 {
+
+namespace {
+
+constexpr bool headDimBuilt(int64_t d) {
+#if defined(FLASHATTN_HAS_HEADDIM_64)
+  if (d == 64) return true;
+#endif
+#if defined(FLASHATTN_HAS_HEADDIM_128)
+  if (d == 128) return true;
+#endif
+  (void)d;
+  return false;
+}
+
+constexpr bool dtypeBuilt(DType t) {
+#if defined(FLASHATTN_HAS_DTYPE_FP16)
+  if (t == DType::FP16) return true;
+#endif
+#if defined(FLASHATTN_HAS_DTYPE_BF16)
+  if (t == DType::BF16) return true;
+#endif
+  (void)t;
+  return false;
+}
+
+}  // namespace
+
+bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot) {
+  auto refuse = [&](const std::string &reason) {
+    if (whyNot != nullptr) *whyNot = reason;
+    return false;
+  };
+  if (dev.arch() != 90) return refuse(concat("the wgmma backward needs sm90; device is sm", dev.arch()));
+  if (!dtypeBuilt(p.dtype)) return refuse(concat("data type ", dtypeName(p.dtype), " has no wgmma backward kernel"));
+  if (!headDimBuilt(p.headDim) || p.headDimV != p.headDim)
+    return refuse(concat("headDim ", p.headDim, " / headDimV ", p.headDimV,
+                         " has no wgmma backward kernel (64 and 128 in this build's head dims)"));
+  if (p.softcap > 0.f) return refuse(concat("softcap ", p.softcap, " runs on the portable backward kernel"));
+  if (p.alibiSlopes != nullptr) return refuse("ALiBi slopes run on the portable backward kernel");
+  if (p.deterministic) return refuse("deterministic mode runs on the portable backward kernel (ordered dQ additions)");
+  if (p.paged) return refuse("paged K/V caches are not supported by the backward kernels");
+  if (SharedLayout<128>::kDynamicBytes > dev.smemPerBlockOptin)
+    return refuse(concat("the wgmma backward needs ", SharedLayout<128>::kDynamicBytes,
+                         " bytes of shared memory per block; device allows ", dev.smemPerBlockOptin));
+  return true;
+}
+
+cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::BackwardParams &params, cudaStream_t stream) {
+#define FLASHATTN_SM90_BWD_DIMS(Element)                                                 \
+  switch (headDim) {                                                                    \
+    FLASHATTN_SM90_BWD_D64(Element)                                                     \
+    FLASHATTN_SM90_BWD_D128(Element)                                                    \
+    default: return cudaErrorInvalidValue;                                              \
+  }
+#if defined(FLASHATTN_HAS_HEADDIM_64)
+#define FLASHATTN_SM90_BWD_D64(Element) \
+  case 64: return launchBackwardSm90Instance<Element, 64>(params, stream);
+#else
+#define FLASHATTN_SM90_BWD_D64(Element)
+#endif
+#if defined(FLASHATTN_HAS_HEADDIM_128)
+#define FLASHATTN_SM90_BWD_D128(Element) \
+  case 128: return launchBackwardSm90Instance<Element, 128>(params, stream);
+#else
+#define FLASHATTN_SM90_BWD_D128(Element)
+#endif
+  switch (dtype) {
+#if defined(FLASHATTN_HAS_DTYPE_FP16)
+    case DType::FP16: FLASHATTN_SM90_BWD_DIMS(__half)
+#endif
+#if defined(FLASHATTN_HAS_DTYPE_BF16)
+    case DType::BF16: FLASHATTN_SM90_BWD_DIMS(__nv_bfloat16)
+#endif
+    default: return cudaErrorInvalidValue;
+  }
+#undef FLASHATTN_SM90_BWD_DIMS
+#undef FLASHATTN_SM90_BWD_D64
+#undef FLASHATTN_SM90_BWD_D128
+}
+
+}  // namespace flashattn::cuda::backward_sm90

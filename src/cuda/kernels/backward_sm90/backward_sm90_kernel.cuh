@@ -1,0 +1,382 @@
+// The Hopper (sm_90a) backward main kernel: FlashAttention backward with wgmma for FP16/BF16 storage.
+//
+// A CTA owns BlockN = 128 keys of one (sequence, KV head): K and V stay in shared memory (loaded once), dK and dV stay
+// in registers, and the CTA walks every query block of every query head of the KV head's group that can see its keys
+// (GQA sums dK/dV on chip). Two warpgroups, each owning 64 of the keys, do per query block of 64 rows:
+//   S^T  = K Q^T        wgmma m64n64k16, K and Q K-major in shared memory
+//   dP^T = V dO^T       wgmma m64n64k16, same
+//   P^T  = exp2(S^T * scale * log2 e - LSE * log2 e), dS^T = P^T (dP^T - D) * scale   in registers
+//   dV  += P^T dO       wgmma m64nDk16, P^T as A registers (accumulator layout = A layout), dO MN-major
+//   dK  += dS^T Q       same with dS^T and Q
+//   dS^T -> dS          stmatrix.trans into shared memory (K-major A operand of the next product)
+//   dQ   = dS K         wgmma m64n64k16, K read MN-major; d128: warpgroup g computes columns 64g.. over all 128 keys;
+//                       d64: each warpgroup its own 64 keys (two additions per element)
+//   dQ accumulator     += dQ by red.global.add.v2.f32 into the FP32 workspace (convert kernel writes dQ)
+// All 256 threads copy the next query block (Q, dO, and the workspace's D and LSE*log2 e rows) with cp.async into the
+// other half of a double buffer while the current one computes. Rows past the sequence arrive as zeros; per-element
+// masking only runs on blocks that are not fully visible (backward_common.cuh's rules), so rows with no visible key
+// (LSE*log2 e = +inf from the preprocess) and keys past seqK contribute nothing.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/kernels/backward/backward_common.cuh"
+#include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
+#include "cuda/primitives/cp_async.cuh"
+#include "cuda/primitives/ldmatrix.cuh"
+#include "cuda/primitives/math.cuh"
+#include "cuda/primitives/mbarrier.cuh"
+#include "cuda/primitives/red_global.cuh"
+#include "cuda/primitives/wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the backward_sm90 kernels use wgmma: compile them with -gencode arch=compute_90a,code=sm_90a"
+#endif
+
+namespace flashattn::cuda::backward_sm90 {
+
+using backward::BackwardParams;
+
+// Shared memory (byte offsets from a 1024-aligned base). Every 16-bit tile is a stack of 128-byte-swizzled slabs
+// [D / 64][rows][64]: chunk c of row r at chunk c ^ (r % 8).
+template <int D>
+struct SharedLayout {
+  static constexpr int kBlockM = 64;
+  static constexpr int kBlockN = 128;
+  static constexpr int kThreads = 256;
+  static constexpr uint32_t kKBytes = uint32_t(kBlockN) * D * 2;
+  static constexpr uint32_t kQBytes = uint32_t(kBlockM) * D * 2;
+  static constexpr uint32_t kK = 0;
+  static constexpr uint32_t kV = kK + kKBytes;
+  static constexpr uint32_t kQ = kV + kKBytes;       // 2 stages
+  static constexpr uint32_t kDO = kQ + 2 * kQBytes;  // 2 stages
+  static constexpr uint32_t kDS = kDO + 2 * kQBytes; // [BlockN / 64][BlockM][64]
+  static constexpr uint32_t kLse = kDS + uint32_t(kBlockM) * kBlockN * 2;  // 2 stages x BlockM floats
+  static constexpr uint32_t kRowDot = kLse + 2 * kBlockM * 4;
+  static constexpr uint32_t kEnd = kRowDot + 2 * kBlockM * 4;
+  static constexpr std::size_t kDynamicBytes = std::size_t(kEnd) + 1024;  // room to align the base
+};
+
+// Copies Rows x D elements into the slab stack at `tile` with all 256 threads; rows >= validRows become zeros.
+template <typename Element, int D, int Rows>
+__device__ __forceinline__ void loadTile(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
+                                         int thread, const void *safeAddress) {
+  constexpr int kChunksPerRow = D / 8;
+  constexpr int kRowsPerPass = 256 / kChunksPerRow;
+  static_assert(Rows % kRowsPerPass == 0, "tile rows must split into whole passes");
+  const int chunk = thread % kChunksPerRow;
+  int row = thread / kChunksPerRow;
+  const uint32_t slab = tile + uint32_t(chunk / 8) * Rows * 128;
+  const uint32_t chunkInSlab = uint32_t(chunk % 8);
+  const Element *source = rows + int64_t(row) * rowStride + chunk * 8;
+  const int64_t passStride = int64_t(kRowsPerPass) * rowStride;
+#pragma unroll
+  for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {
+    const uint32_t destination = slab + uint32_t(row) * 128 + ((chunkInSlab ^ uint32_t(row & 7)) << 4);
+    const bool valid = row < validRows;
+    prim::cpAsync16(destination, valid ? static_cast<const void *>(source) : safeAddress, valid);
+    row += kRowsPerPass;
+    source += passStride;
+  }
+}
+
+// The two 8-column accumulator blocks 2kk, 2kk + 1 of a 64 x 64 accumulator are the A fragment of k-step kk.
+template <typename Element>
+__device__ __forceinline__ void toFragments(const float (&s)[32], uint32_t (&a)[4][4]) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    a[kk][0] = prim::packFloat2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
+    a[kk][1] = prim::packFloat2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
+    a[kk][2] = prim::packFloat2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
+    a[kk][3] = prim::packFloat2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+template <typename Element, int D, int Count>
+__device__ __forceinline__ void storeRows(const float (&acc)[Count], Element *base, int64_t rowStride, int rowInTile,
+                                          int rowsLeft, int quad) {
+  static_assert(Count == D / 2, "accumulator of 64 x D");
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = rowInTile + 8 * h;
+    if (row >= rowsLeft) continue;
+    Element *out = base + int64_t(row) * rowStride + 2 * quad;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+      *reinterpret_cast<uint32_t *>(out + 8 * j) = prim::packFloat2<Element>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+  }
+}
+
+template <typename Element, int D>
+__global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_constant__ BackwardParams p) {
+  using L = SharedLayout<D>;
+  constexpr int kBlockM = L::kBlockM;
+  constexpr int kBlockN = L::kBlockN;
+  constexpr bool kSplitDqColumns = D == 128;  // d128: each warpgroup 64 dQ columns over all keys
+
+  extern __shared__ unsigned char sm90BwdShared[];
+  const uint32_t base = (prim::smemAddress(sm90BwdShared) + 1023u) & ~1023u;
+  unsigned char *const baseGeneric = sm90BwdShared + (base - prim::smemAddress(sm90BwdShared));
+  const float *const sLse = reinterpret_cast<const float *>(baseGeneric + L::kLse);
+  const float *const sRowDot = reinterpret_cast<const float *>(baseGeneric + L::kRowDot);
+
+  const int thread = threadIdx.x;
+  const int group = thread / 128;  // consumer warpgroup: keys 64 * group ..
+  const int warp = (thread % 128) / 32;
+  const int lane = thread % 32;
+  const int quad = lane % 4;
+
+  const backward::WorkItem w = backward::decodeWorkItem(p);
+  const backward::SequenceExtent e = backward::sequenceExtent(p, w.batch);
+  const int32_t n0 = w.keyBlock * kBlockN;
+  const int32_t sq = e.seqQ, sk = e.seqK;
+  const backward::QueryBlocks qb = backward::queryBlocksOf(p, e, n0, kBlockM, kBlockN);
+  const int32_t blocksPerHead = qb.last >= qb.first ? qb.last - qb.first + 1 : 0;
+  const int32_t steps = blocksPerHead * p.headsPerKvHead;
+  const int32_t headBase = w.kvHead * p.headsPerKvHead;
+
+  float dv[D / 2], dk[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dv[i] = dk[i] = 0.f;
+
+  const Element *const qBase = static_cast<const Element *>(p.q);
+  const Element *const dOBase = static_cast<const Element *>(p.dO);
+
+  // Issues the copies of step t (query head, query block) into stage t % 2.
+  auto loadStep = [&](int32_t t) {
+    const int32_t g = t / blocksPerHead;
+    const int32_t m0 = (qb.first + (t - g * blocksPerHead)) * kBlockM;
+    const int32_t h = headBase + g;
+    const int stage = t & 1;
+    const int64_t row0 = e.qStart + m0;
+    const int valid = sq - m0;
+    loadTile<Element, D, kBlockM>(base + L::kQ + stage * L::kQBytes,
+                                  qBase + int64_t(w.batch) * p.qBatch + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow,
+                                  valid, thread, qBase);
+    loadTile<Element, D, kBlockM>(base + L::kDO + stage * L::kQBytes,
+                                  dOBase + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead + row0 * p.dORow,
+                                  p.dORow, valid, thread, dOBase);
+    if (thread < 2 * kBlockM) {
+      const int r = thread % kBlockM;
+      const bool isLse = thread < kBlockM;
+      const bool ok = r < valid;
+      const int64_t wsRow = backward::workspaceRow(p, w.batch, h, e, int64_t(m0) + (ok ? r : 0));
+      const float *source = (isLse ? p.lseLog2 : p.rowDot) + wsRow;
+      const uint32_t destination = base + (isLse ? L::kLse : L::kRowDot) + uint32_t(stage * kBlockM + r) * 4;
+      cpAsync4(destination, source, ok);
+    }
+  };
+
+  if (steps > 0) {
+    const Element *const kBase = static_cast<const Element *>(p.k);
+    const Element *const vBase = static_cast<const Element *>(p.v);
+    const int validKeys = sk - n0;
+    loadTile<Element, D, kBlockN>(base + L::kK,
+                                  kBase + int64_t(w.batch) * p.kBatch + int64_t(w.kvHead) * p.kHead +
+                                      (e.kStart + n0) * p.kRow,
+                                  p.kRow, validKeys, thread, kBase);
+    loadTile<Element, D, kBlockN>(base + L::kV,
+                                  vBase + int64_t(w.batch) * p.vBatch + int64_t(w.kvHead) * p.vHead +
+                                      (e.kStart + n0) * p.vRow,
+                                  p.vRow, validKeys, thread, vBase);
+    loadStep(0);
+  }
+  prim::cpAsyncCommit();
+
+  const float scaleLog2 = p.scale * 1.4426950408889634f;
+  // Descriptors: this warpgroup's 64 K / V rows as A (K-major); Q / dO as B (K-major) for S^T, dP^T and as MN-major B
+  // (leading byte offset = slab stride) for dK, dV.
+  const uint64_t kRowsDesc = prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * 64 * 128, 16, 1024);
+  const uint64_t vRowsDesc = prim::wgmmaDescriptorSw128(base + L::kV + uint32_t(group) * 64 * 128, 16, 1024);
+  const int keyInGroup = 16 * warp + lane / 4;  // + 8h: this thread's accumulator rows (keys) of S^T
+
+  for (int32_t t = 0; t < steps; ++t) {
+    const int stage = t & 1;
+    prim::cpAsyncWait<0>();
+    prim::fenceProxyAsyncShared();
+    __syncthreads();
+    if (t + 1 < steps) loadStep(t + 1);
+    prim::cpAsyncCommit();
+
+    const int32_t g = t / blocksPerHead;
+    const int32_t m0 = (qb.first + (t - g * blocksPerHead)) * kBlockM;
+    const int32_t h = headBase + g;
+    const uint32_t qTile = base + L::kQ + stage * L::kQBytes;
+    const uint32_t dOTile = base + L::kDO + stage * L::kQBytes;
+
+    float s[32], dp[32];
+    prim::wgmmaFence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t aOffset = uint32_t(ks / 4) * kBlockN * 128 + uint32_t(ks % 4) * 32;
+      const uint32_t bOffset = uint32_t(ks / 4) * kBlockM * 128 + uint32_t(ks % 4) * 32;
+      prim::WgmmaOp<Element, 64>::ss(s, prim::wgmmaDescriptorAdvance(kRowsDesc, aOffset),
+                                     prim::wgmmaDescriptorSw128(qTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
+    }
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t aOffset = uint32_t(ks / 4) * kBlockN * 128 + uint32_t(ks % 4) * 32;
+      const uint32_t bOffset = uint32_t(ks / 4) * kBlockM * 128 + uint32_t(ks % 4) * 32;
+      prim::WgmmaOp<Element, 64>::ss(dp, prim::wgmmaDescriptorAdvance(vRowsDesc, aOffset),
+                                     prim::wgmmaDescriptorSw128(dOTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
+    }
+    prim::wgmmaCommitGroup();
+    prim::wgmmaWaitGroup<0>();
+    prim::wgmmaFenceOperands(s);
+    prim::wgmmaFenceOperands(dp);
+
+    // Columns of S^T are query rows 8j + 2 * quad + (0, 1) of the block.
+    const float *lseRow = sLse + stage * kBlockM + 2 * quad;
+    const float *dotRow = sRowDot + stage * kBlockM + 2 * quad;
+    const bool fullyVisible = backward::blockFullyVisible(p, m0, n0, kBlockM, kBlockN, sq, sk);
+    if (fullyVisible) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
+        const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          const float p0 = prim::exp2Fast(fmaf(s[4 * j + 2 * hh], scaleLog2, -lse.x));
+          const float p1 = prim::exp2Fast(fmaf(s[4 * j + 2 * hh + 1], scaleLog2, -lse.y));
+          s[4 * j + 2 * hh] = p0;
+          s[4 * j + 2 * hh + 1] = p1;
+          dp[4 * j + 2 * hh] = p0 * (dp[4 * j + 2 * hh] - dot.x) * p.scale;
+          dp[4 * j + 2 * hh + 1] = p1 * (dp[4 * j + 2 * hh + 1] - dot.y) * p.scale;
+        }
+      }
+    } else {
+      const int32_t key0 = n0 + 64 * group + keyInGroup;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
+        const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
+#pragma unroll
+        for (int ee = 0; ee < 2; ++ee) {
+          const int32_t i = m0 + 8 * j + 2 * quad + ee;
+          const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
+          const bool rowValid = i < sq;
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int32_t key = key0 + 8 * hh;
+            const bool visible = rowValid && key >= r.lo && key <= r.hi;
+            const int idx = 4 * j + 2 * hh + ee;
+            const float pv = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
+            s[idx] = pv;
+            dp[idx] = visible ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale : 0.f;
+          }
+        }
+      }
+    }
+
+    uint32_t pA[4][4], dsA[4][4];
+    toFragments<Element>(s, pA);
+    toFragments<Element>(dp, dsA);
+
+    prim::wgmmaFence();
+    {
+      const uint64_t dODesc = prim::wgmmaDescriptorSw128(dOTile, kBlockM * 128, 1024);
+      const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile, kBlockM * 128, 1024);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        prim::WgmmaOp<Element, D>::rsTransB(dv, pA[kk], prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048));
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        prim::WgmmaOp<Element, D>::rsTransB(dk, dsA[kk], prim::wgmmaDescriptorAdvance(qDesc, uint32_t(kk) * 2048));
+    }
+    prim::wgmmaCommitGroup();
+
+    // dS^T fragments -> dS [query][key] (K-major A of dQ = dS K): matrix mIdx of k-step kk holds keys
+    // 16 * warp + 8 * (mIdx % 2) .. + 7 and queries 16 * kk + 8 * (mIdx / 2) .. + 7.
+    {
+      const int mIdx = lane / 8;
+      const uint32_t chunk = uint32_t(2 * warp + (mIdx % 2));
+      const uint32_t slab = base + L::kDS + uint32_t(group) * kBlockM * 128;
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t query = uint32_t(16 * kk + 8 * (mIdx / 2) + lane % 8);
+        stmatrixX4Trans(slab + query * 128 + ((chunk ^ (query & 7)) << 4), dsA[kk][0], dsA[kk][1], dsA[kk][2],
+                        dsA[kk][3]);
+      }
+    }
+    prim::fenceProxyAsyncShared();
+    __syncthreads();
+
+    float dq[32];
+    prim::wgmmaFence();
+    if constexpr (kSplitDqColumns) {
+      const uint64_t kDesc =
+          prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * kBlockN * 128, kBlockN * 128, 1024);
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t dsDesc = prim::wgmmaDescriptorSw128(
+            base + L::kDS + uint32_t(kk / 4) * kBlockM * 128 + uint32_t(kk % 4) * 32, 16, 1024);
+        WgmmaSsTransB64<Element>::run(dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048),
+                                      kk > 0 ? 1u : 0u);
+      }
+    } else {
+      const uint64_t kDesc =
+          prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * 64 * 128, kBlockN * 128, 1024);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t dsDesc = prim::wgmmaDescriptorSw128(
+            base + L::kDS + uint32_t(group) * kBlockM * 128 + uint32_t(kk) * 32, 16, 1024);
+        WgmmaSsTransB64<Element>::run(dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048),
+                                      kk > 0 ? 1u : 0u);
+      }
+    }
+    prim::wgmmaCommitGroup();
+    prim::wgmmaWaitGroup<0>();
+    prim::wgmmaFenceOperands(dq);
+    prim::wgmmaFenceOperands(dv);
+    prim::wgmmaFenceOperands(dk);
+
+    // dQ rows 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
+    {
+      const int colBase = kSplitDqColumns ? 64 * group : 0;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int32_t i = m0 + 16 * warp + lane / 4 + 8 * hh;
+        if (i >= sq) continue;
+        float *row = p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.headDim) + colBase + 2 * quad;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+      }
+    }
+  }
+  prim::cpAsyncWait<0>();
+
+  // dK, dV rows this CTA owns (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).
+  const int32_t rowsLeft = e.rowsK - n0 - 64 * group;
+  if (rowsLeft > 0) {
+    const int64_t key0 = e.kStart + n0 + 64 * group;
+    storeRows<Element, D>(dk,
+                          static_cast<Element *>(p.dK) + int64_t(w.batch) * p.dKBatch + int64_t(w.kvHead) * p.dKHead +
+                              key0 * p.dKRow,
+                          p.dKRow, keyInGroup, rowsLeft, quad);
+    storeRows<Element, D>(dv,
+                          static_cast<Element *>(p.dV) + int64_t(w.batch) * p.dVBatch + int64_t(w.kvHead) * p.dVHead +
+                              key0 * p.dVRow,
+                          p.dVRow, keyInGroup, rowsLeft, quad);
+  }
+}
+
+template <typename Element, int D>
+cudaError_t launchBackwardSm90Instance(const BackwardParams &params, cudaStream_t stream) {
+  using L = SharedLayout<D>;
+  const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
+  if (ctas <= 0) return cudaSuccess;
+  const auto kernel = backwardSm90Kernel<Element, D>;
+  // Per (kernel, device) and not a stream operation: allowed during graph capture.
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kDynamicBytes));
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(unsigned(ctas)), dim3(L::kThreads), L::kDynamicBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace flashattn::cuda::backward_sm90
