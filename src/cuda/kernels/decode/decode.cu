@@ -5,7 +5,8 @@
 // the chunk count from host values only (the lengths and the block table stay on the device): each CTA finds its own
 // key range from the real length when it runs. Split KV ranges are merged by a second kernel launched as a programmatic
 // dependent of the decode kernel (on sm90 it is resident before the decode grid ends); the fused merge (the last CTA
-// of each unit merges, counters in the workspace) is the planner's other mode, measured no faster (NOTES.md).
+// of each unit merges, counted in self-resetting tagged words of the workspace, no memset) is the planner's other mode,
+// measured slower where it would matter (NOTES.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -421,7 +422,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
     plan->workspaceOffset[0] = 0;
     plan->workspaceOffset[1] = alignWorkspace(partialO);
     plan->workspaceOffset[2] = plan->workspaceOffset[1] + alignWorkspace(partialLse);
-    const std::size_t counters = kernel.merge == kMergeFused ? std::size_t(units) * 4 : 0;
+    const std::size_t counters = kernel.merge == kMergeFused ? std::size_t(units) * sizeof(unsigned long long) : 0;
     plan->workspaceBytes = plan->workspaceOffset[2] + alignWorkspace(counters);
   }
   const bool tensorCores = p.dtype != DType::FP32;
@@ -452,20 +453,15 @@ bool checkProblem(const AttnProblem &p, std::string *whyNot) {
   return true;
 }
 
-// Counter reset, the decode kernel, and for a separate merge its kernel. launchKernel(params, stream) runs the kernel.
+// The decode kernel, and for a separate merge its kernel. launchKernel(params, stream) runs the kernel.
 template <typename LaunchKernel>
 cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
                           void *workspace, LaunchKernel &&launchKernel, cudaStream_t stream) {
   DecodeParams d;
   cudaError_t err = buildDecodeParams(p, plan, buf, workspace, &d);
   if (err != cudaSuccess) return err;
-  if (d.counters) {
-    const std::size_t units = std::size_t(d.batch) * std::size_t(d.kvHeads) * std::size_t(d.rowBlocks);
-    err = cudaMemsetAsync(d.counters, 0, units * sizeof(uint32_t), stream);
-    if (err != cudaSuccess) return err;
-  }
   err = launchKernel(d, stream);
-  if (err != cudaSuccess || plan.numChunks == 1 || d.counters) return err;
+  if (err != cudaSuccess || plan.numChunks == 1 || d.arrivals) return err;
   return launchDecodeMergeKernel(p.dtype, d, dev.arch() >= 90, stream);
 }
 
@@ -535,7 +531,8 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
     auto *base = static_cast<unsigned char *>(workspace);
     d.partialO = reinterpret_cast<float *>(base + plan.workspaceOffset[0]);
     d.partialLse = reinterpret_cast<float *>(base + plan.workspaceOffset[1]);
-    if (kernel.merge == kMergeFused) d.counters = reinterpret_cast<uint32_t *>(base + plan.workspaceOffset[2]);
+    if (kernel.merge == kMergeFused)
+      d.arrivals = reinterpret_cast<unsigned long long *>(base + plan.workspaceOffset[2]);
   }
   d.qBatch = p.q.batch, d.qHead = p.q.head, d.qRow = p.q.row;
   d.kBatch = p.k.batch, d.kHead = p.k.head, d.kRow = p.k.row;

@@ -16,7 +16,7 @@
 // epilogue are shared. Each warp keeps an online-softmax state (row max m, row sum l, FP32 O) for 16 rows over the
 // keys it saw; at the end the warps of one row tile combine through shared memory, and the CTA writes either O (one
 // chunk) or the chunk's partial O and LSE. Partial states are merged in chunk order, either by the last CTA of the
-// (batch, KV head, row block) to finish (fused) or by decodeMergeKernel; the order never depends on timing, so the
+// (batch, KV head, row block) to finish (fused, counted in a self-resetting tagged word) or by decodeMergeKernel; the order never depends on timing, so the
 // result is bitwise deterministic.
 #pragma once
 
@@ -300,7 +300,7 @@ __device__ __forceinline__ void prefetchTensorMap(const CUtensorMap *tensorMap) 
 
 // One box of a rank-4 tensor map at coordinates (c0 innermost .. c3) into shared memory (1024-byte aligned for the
 // 128-byte swizzle); completes its bytes on the mbarrier. tensorMap is the generic address of a __grid_constant__
-// kernel parameter.
+// kernel parameter. With a cache policy (createL2EvictFirstPolicy) the lines it fills in L2 are the first to go.
 __device__ __forceinline__ void tensorCopy4d(uint32_t destination, const CUtensorMap *tensorMap, int c0, int c1, int c2,
                                              int c3, uint32_t barrier) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -312,6 +312,31 @@ __device__ __forceinline__ void tensorCopy4d(uint32_t destination, const CUtenso
 #else
   __trap();
 #endif
+}
+
+__device__ __forceinline__ void tensorCopy4dHinted(uint32_t destination, const CUtensorMap *tensorMap, int c0, int c1,
+                                                   int c2, int c3, uint32_t barrier, uint64_t policy) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, "
+      "%4, %5}], [%6], %7;\n" ::"r"(destination),
+      "l"(reinterpret_cast<uint64_t>(tensorMap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(barrier), "l"(policy)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// K/V bytes are read once per launch: an evict-first policy keeps them from pushing the partial states (and whatever
+// the caller reads next) out of L2.
+__device__ __forceinline__ uint64_t createL2EvictFirstPolicy() {
+  uint64_t policy = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+#else
+  __trap();
+#endif
+  return policy;
 }
 
 // O row (4 columns from d) and LSE of one query row from the chunks' partial states, in chunk order: an online merge
@@ -512,12 +537,22 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
     const int v1 = coordinate(p.vSlots, 1), v2 = coordinate(p.vSlots, 2), v3 = coordinate(p.vSlots, 3);
     // K's boxes back to back, then V's: the two halves of a 256-byte row go out together, so the second finds the
     // first's (256-byte promoted) L2 fill under way.
+    if (p.evictFirst) {
+      const uint64_t policy = createL2EvictFirstPolicy();
 #pragma unroll
-    for (int box = 0; box < kBoxes; ++box)
-      tensorCopy4d(kTile + uint32_t(box * TileKeys * 128), &p.kMap, box * 64, k1, k2, k3, barrier);
+      for (int box = 0; box < kBoxes; ++box)
+        tensorCopy4dHinted(kTile + uint32_t(box * TileKeys * 128), &p.kMap, box * 64, k1, k2, k3, barrier, policy);
 #pragma unroll
-    for (int box = 0; box < kBoxes; ++box)
-      tensorCopy4d(vTile + uint32_t(box * TileKeys * 128), &p.vMap, box * 64, v1, v2, v3, barrier);
+      for (int box = 0; box < kBoxes; ++box)
+        tensorCopy4dHinted(vTile + uint32_t(box * TileKeys * 128), &p.vMap, box * 64, v1, v2, v3, barrier, policy);
+    } else {
+#pragma unroll
+      for (int box = 0; box < kBoxes; ++box)
+        tensorCopy4d(kTile + uint32_t(box * TileKeys * 128), &p.kMap, box * 64, k1, k2, k3, barrier);
+#pragma unroll
+      for (int box = 0; box < kBoxes; ++box)
+        tensorCopy4d(vTile + uint32_t(box * TileKeys * 128), &p.vMap, box * 64, v1, v2, v3, barrier);
+    }
   };
 
   if constexpr (kTensor) {
@@ -776,15 +811,32 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
       if (d == 0) p.partialLse[stateRow] = lse;
     }
   }
-  if (direct || p.counters == nullptr) return;
+  if (direct || p.arrivals == nullptr) return;
 
   // Fused merge: the partial state is published (stores, then a device-scope fence) before this CTA counts itself in;
-  // the CTA that sees every other chunk counted is the last, and after a fence reads them all.
+  // the CTA that completes the count is the last, and after a fence reads them all. The count is a compare-and-swap on
+  // the unit's tagged word (kArrivalTag) so that whatever the word held before this launch reads as zero arrivals,
+  // and the last arrival swaps in zero arrivals for the next launch on this workspace: no reset is ever enqueued.
   __threadfence();
   __syncthreads();
   const int unit = (batch * p.kvHeads + kvHead) * p.rowBlocks + rowBlock;
   volatile int *lastArrival = reinterpret_cast<volatile int *>(validMask);  // the masks are no longer read
-  if (tid == 0) *lastArrival = atomicAdd(p.counters + unit, 1u) == uint32_t(p.numChunks - 1);
+  if (tid == 0) {
+    unsigned long long *word = p.arrivals + unit;
+    const uint32_t chunks = uint32_t(p.numChunks);
+    unsigned long long seen = *reinterpret_cast<volatile unsigned long long *>(word);
+    bool last = false;
+    for (;;) {
+      const bool counted = uint32_t(seen >> 32) == kArrivalTag && uint32_t(seen) < chunks;
+      const uint32_t before = counted ? uint32_t(seen) : 0u;
+      last = before + 1u == chunks;
+      const unsigned long long next = kArrivalWordIdle | (last ? 0u : before + 1u);
+      const unsigned long long found = atomicCAS(word, seen, next);
+      if (found == seen) break;
+      seen = found;
+    }
+    *lastArrival = last;
+  }
   __syncthreads();
   if (!*lastArrival) return;
   __threadfence();
@@ -797,8 +849,6 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
     const int token = row - groupHead * p.seqQ;
     mergeChunksOfRow<Element, 16>(p, batch, int64_t(kvHead) * p.groupSize + groupHead, token, d);
   }
-  // Leave the counter zero for a following launch on the same workspace (the launch zeroes it first anyway).
-  if (tid == 0) p.counters[unit] = 0u;
 }
 
 // The separate merge: one thread per (query row, 4 columns); with programmatic dependent launch it waits on the device

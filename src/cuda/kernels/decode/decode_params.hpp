@@ -35,10 +35,19 @@ constexpr int kRowsPerTile = 16;
 enum Loader : int { kLoaderCpAsync = 0, kLoaderTensor = 1 };
 
 // How the partial states of a split KV range are combined.
-//   Fused: the last CTA of a (batch, KV head, row block) to finish (an atomic counter in the workspace, zeroed by the
-//     launch) merges the chunks in chunk order inside the decode kernel.
+//   Fused: the last CTA of a (batch, KV head, row block) to finish merges the chunks in chunk order inside the decode
+//     kernel. Arrivals are counted in a tagged 64-bit word per unit in the workspace (ArrivalWord) that the last CTA
+//     leaves at zero arrivals: no memset per call, whatever the workspace held before.
 //   Separate: a merge kernel launched after the decode kernel (as a programmatic dependent on sm90).
 enum MergeMode : int { kMergeFused = 0, kMergeSeparate = 1 };
+
+// The fused merge's arrival word: tag in the high half, arrivals so far in the low half. A word whose high half is not
+// the tag, or whose count is not below the launch's chunk count, is memory no decode launch has counted in yet (a new
+// workspace, or one last used for something else) and reads as zero arrivals. The tag is a NaN payload no kernel
+// computes (hardware NaNs are canonical), so leftover partial states or LSEs of another plan never look like a count;
+// only a decode launch that never completed could leave a tagged non-zero count, and that loses the CUDA context.
+constexpr uint32_t kArrivalTag = 0x7fd3c0deu;
+constexpr uint64_t kArrivalWordIdle = uint64_t(kArrivalTag) << 32;
 
 // One compiled kernel configuration. tileKeys 0 means defaultTileKeys of the instance.
 struct Variant {
@@ -133,7 +142,8 @@ struct DecodeParams {
   float *lse = nullptr;         // nullptr: no LSE output
   float *partialO = nullptr;    // numChunks > 1: [chunk][batch][heads][seqQ][headDim] FP32
   float *partialLse = nullptr;  // numChunks > 1: [chunk][batch][heads][seqQ]
-  uint32_t *counters = nullptr;  // fused merge: [batch][kvHeads][rowBlocks] arrivals, zero at launch
+  unsigned long long *arrivals = nullptr;  // fused merge: [batch][kvHeads][rowBlocks] arrival words (kArrivalTag)
+  bool evictFirst = false;  // tensor loader: K/V copies carry an L2 evict-first policy (streamed once)
 
   int64_t qBatch = 0, qHead = 0, qRow = 0;
   int64_t kBatch = 0, kHead = 0, kRow = 0;  // paged: kBatch is the page stride, kRow the row stride in a page
@@ -185,7 +195,7 @@ bool planDecodeWith(const DeviceInfo &dev, const AttnProblem &p, int instanceHea
                     int mergeMode, KernelOccupancyFn occupancy, Plan *plan, std::string *whyNot);
 
 // The kernel parameters of a planned problem (tensor maps encoded for the tensor loader), and the enqueue of everything
-// a planned call runs (counter reset, decode kernel, separate merge) with a given kernel; launchDecode is this with the
+// a planned call runs (decode kernel, separate merge) with a given kernel; launchDecode is this with the
 // planned library instance.
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                               DecodeParams *params);
