@@ -471,7 +471,11 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
   Handle h(FLASHATTN_BACKEND_CUDA);
   auto s = build(c);
   const std::string described = describeBackward(h, *s);
-  EXPECT_NE(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
+  // d64 stays on the portable kernel (sources.cmake): only its correctness through the chooser is checked here.
+  if (c.headDim == 128)
+    EXPECT_NE(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
+  else
+    EXPECT_EQ(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
   auto exact = std::async(std::launch::async, [&] {
     std::vector<double> dq, dk, dv;
     fa_ref::backward(s->ref, s->q, s->k, s->v, s->dO, dq, dk, dv);
