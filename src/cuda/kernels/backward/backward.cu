@@ -20,6 +20,9 @@
 #include "core/error.hpp"
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
+#if defined(FLASHATTN_HAS_SM90A_BACKWARD)
+#include "cuda/kernels/backward_sm90/backward_sm90.hpp"
+#endif
 #include "cuda/instance_set.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/primitives/math.cuh"
@@ -47,6 +50,11 @@ BlockShape blockShapeFor(DType t, int instanceHeadDim, int tileIndex) {
     const Fp32Tile f = fp32TileFor(instanceHeadDim);
     return BlockShape{f.blockM, f.blockN, kBackwardWarps, 1};
   }
+#if defined(FLASHATTN_HAS_SM90A_BACKWARD)
+  if (tileIndex == backward_sm90::kSm90BackwardTile)
+    return BlockShape{backward_sm90::kSm90BackwardBlockM, backward_sm90::kSm90BackwardBlockN,
+                      backward_sm90::kSm90BackwardWarps, 1};
+#endif
   const MmaTile m = mmaTilesFor(instanceHeadDim).tiles[tileIndex];
   return BlockShape{m.blockM, m.blockN, m.warps, m.minBlocks};
 }
@@ -364,6 +372,14 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
     return refuse(concat("the smallest d", instance, " backward tile needs ", shared,
                          " bytes of shared memory per block; device ", dev.device, " (", dev.name, ") allows ",
                          dev.smemPerBlockOptin));
+#if defined(FLASHATTN_HAS_SM90A_BACKWARD)
+  // The wgmma kernel takes over the main kernel where it serves the problem (same workspace scheme, own block shape).
+  const bool sm90 = p.dtype != DType::FP32 && instance == p.headDim &&
+                    backward_sm90::sm90BackwardSupports(dev, p, nullptr);
+  if (sm90) tileIndex = backward_sm90::kSm90BackwardTile;
+#else
+  const bool sm90 = false;
+#endif
   const BlockShape shape = blockShapeFor(p.dtype, instance, tileIndex);
 
   constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
@@ -386,11 +402,13 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
   std::ostringstream description;
   if (p.dtype == DType::FP32)
     description << "cuda.bwd.ffma sm" << dev.arch() << " fp32 d" << instance;
+  else if (sm90)
+    description << "cuda.bwd.wgmma sm" << dev.arch() << " " << dtypeName(p.dtype) << " d" << instance;
   else
     description << "cuda.bwd.mma_sync sm" << dev.arch() << " " << dtypeName(p.dtype) << " d" << instance;
   if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
   description << " tile " << shape.blockM << "x" << shape.blockN << " " << shape.warps << " warps";
-  if (shape.ctasPerSM > 1 && mmaTileFits(mmaTilesFor(instance).tiles[tileIndex], instance, dev.smemPerBlockOptin))
+  if (!sm90 && shape.ctasPerSM > 1 && mmaTileFits(mmaTilesFor(instance).tiles[tileIndex], instance, dev.smemPerBlockOptin))
     description << " (" << shape.ctasPerSM << " CTAs/SM)";
   description << "; "
               << (p.dtype == DType::FP32 ? "fp32 arithmetic (no tensor cores)" : "fp32 accumulate")
@@ -504,7 +522,12 @@ cudaError_t launchBackward(const DeviceInfo &dev, const AttnProblem &p, const Pl
   }
   cudaError_t err = launchSmall(p.dtype, params, rowBlocks, true, stream);
   if (err != cudaSuccess) return err;
-  err = launchMain(p.dtype, instance, params, tileIndex, stream);
+#if defined(FLASHATTN_HAS_SM90A_BACKWARD)
+  if (tileIndex == backward_sm90::kSm90BackwardTile)
+    err = backward_sm90::launchBackwardSm90(p.dtype, instance, params, stream);
+  else
+#endif
+    err = launchMain(p.dtype, instance, params, tileIndex, stream);
   if (err != cudaSuccess) return err;
   return launchSmall(p.dtype, params, rowBlocks, false, stream);
 }
