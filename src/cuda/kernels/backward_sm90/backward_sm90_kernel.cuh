@@ -261,6 +261,9 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
           const int32_t i = m0 + 8 * j + 2 * quad + ee;
           const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
           const bool rowValid = i < sq;
+          // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero; dP - D would instead
+          // leave the difference of two dot products accumulated apart (wgmma's and the preprocess's).
+          const bool oneKey = r.lo == r.hi;
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int32_t key = key0 + 8 * hh;
@@ -268,7 +271,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
             const int idx = 4 * j + 2 * hh + ee;
             const float pv = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
             s[idx] = pv;
-            dp[idx] = visible ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale : 0.f;
+            dp[idx] = visible && !oneKey ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale : 0.f;
           }
         }
       }
