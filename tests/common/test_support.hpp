@@ -2,8 +2,10 @@
 // (FLASHATTN_TEST_SLICE=edge) with which the sanitizer runs select a few small shapes.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "flashattn/flashattn.h"
 #include "reference.hpp"
@@ -18,6 +20,17 @@ inline fa_ref::Rounding roundingOf(flashAttnDataType_t t) {
 
 inline const char *typeName(flashAttnDataType_t t) {
   return t == FLASHATTN_DATA_FP16 ? "fp16" : t == FLASHATTN_DATA_BF16 ? "bf16" : t == FLASHATTN_DATA_FP32 ? "fp32" : "?";
+}
+
+// The normwise bound for a gradient: TESTING.md's bound for the storage type, or, where the arithmetic rounded to the
+// storage type (the oracle's low-precision variant) itself misses it, that variant's own normwise error -- a kernel
+// must be at least as accurate as storage-precision arithmetic, it cannot be asked to be more. It happens with
+// stress inputs (x3, x5: the peaked softmax cancels in dP - D) and with gradients made of a few rows (a short
+// sequence under a bottom-right mask), where one bf16 rounding weighs on the whole norm.
+inline double gradientNormTolerance(flashAttnDataType_t t, const std::vector<double> &lowPrecision,
+                                    const std::vector<double> &exact) {
+  const double bound = fa_ref::normTolerance(roundingOf(t));
+  return std::max(bound, fa_ref::checkGates(lowPrecision, exact, lowPrecision, 3.0, bound).normwise);
 }
 
 inline bool edgeSliceOnly() {
