@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -68,6 +70,54 @@ void captureAndReplay(cudaStream_t stream, F &&enqueue) {
   FA_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
+}
+
+// flashAttnForward captured into a graph on a non-blocking stream and replayed writes exactly the bytes of the eager
+// call (O and LSE), for each storage type: a BSHD GQA problem with `mask` and `sq` query rows against 517 keys.
+inline void expectForwardGraphReplayBitwise(std::initializer_list<flashAttnDataType_t> types, int64_t sqRows,
+                                            flashAttnMaskMode_t mask, uint64_t seed) {
+  fa_test::Handle handle(FLASHATTN_BACKEND_CUDA);
+  cudaStream_t stream = nullptr;
+  FA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ASSERT_EQ(flashAttnSetStream(handle, stream), FLASHATTN_STATUS_SUCCESS);
+  for (flashAttnDataType_t t : types) {
+    const int64_t b = 2, h = 4, kvh = 2, sq = sqRows, sk = 517, d = 128;
+    std::mt19937_64 rng(seed);
+    HostTensor tq = fa_test::pack4(fa_test::randomValues(rng, size_t(b * h * sq * d), t), t, b, h, sq, d,
+                                   fa_test::Order::BSHD);
+    HostTensor tk = fa_test::pack4(fa_test::randomValues(rng, size_t(b * kvh * sk * d), t), t, b, kvh, sk, d,
+                                   fa_test::Order::BSHD);
+    HostTensor tv = fa_test::pack4(fa_test::randomValues(rng, size_t(b * kvh * sk * d), t), t, b, kvh, sk, d,
+                                   fa_test::Order::BSHD);
+    HostTensor to(t, {b, h, sq, d}, fa_test::stridesFor(fa_test::Order::BSHD, b, h, sq, d));
+    fa_test::TensorDesc dq(tq), dk(tk), dv(tv), dout(to), dlse;
+    ASSERT_EQ(dlse.set(FLASHATTN_DATA_FP32, {b, h, sq}, {h * sq, sq, 1}), FLASHATTN_STATUS_SUCCESS);
+    fa_test::AttnDesc attn;
+    ASSERT_EQ(flashAttnSetAttentionMask(attn, mask), FLASHATTN_STATUS_SUCCESS);
+    DeviceBuffer bq(tq), bk(tk), bv(tv), bo(to.bytes.size()), blse(size_t(b * h * sq) * 4);
+    size_t workspaceBytes = 0;
+    ASSERT_EQ(flashAttnForwardGetWorkspaceSize(handle, attn, nullptr, dq, dk, dv, dout, dlse, &workspaceBytes),
+              FLASHATTN_STATUS_SUCCESS);
+    DeviceBuffer workspace(workspaceBytes);
+    auto forward = [&]() {
+      return flashAttnForward(handle, attn, nullptr, dq, bq.ptr, dk, bk.ptr, dv, bv.ptr, dout, bo.ptr, dlse,
+                              blse.get<float>(), workspace.ptr, workspaceBytes);
+    };
+    bo.poison();
+    blse.poison();
+    ASSERT_EQ(forward(), FLASHATTN_STATUS_SUCCESS) << fa_test::lastError();
+    FA_CUDA_CHECK(cudaStreamSynchronize(stream));
+    const std::vector<uint8_t> eagerO = bo.raw(), eagerLse = blse.raw();
+    bo.poison();
+    blse.poison();
+    flashAttnStatus_t captured = FLASHATTN_STATUS_INTERNAL_ERROR;
+    fa_test::captureAndReplay(stream, [&]() { captured = forward(); });
+    ASSERT_EQ(captured, FLASHATTN_STATUS_SUCCESS) << fa_test::lastError();
+    EXPECT_TRUE(bo.raw() == eagerO) << "graph replay O differs from eager";
+    EXPECT_TRUE(blse.raw() == eagerLse) << "graph replay LSE differs from eager";
+  }
+  flashAttnSetStream(handle, nullptr);
+  cudaStreamDestroy(stream);
 }
 
 }  // namespace fa_test
