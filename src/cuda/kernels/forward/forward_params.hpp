@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/problem.hpp"
+
 namespace flashattn::cuda::forward {
 
 struct ForwardParams {
@@ -91,5 +93,51 @@ constexpr std::size_t fp32SharedBytes(int headDim) {
 // Element is __half, __nv_bfloat16 or float.
 template <typename Element, int HeadDim>
 cudaError_t launchInstance(const ForwardParams &params, int device, cudaStream_t stream);
+
+// The fields every forward kernel reads, straight from the normalized problem; the families add what depends on
+// their tile (queryBlocks) and on the pointers (vectorAccess).
+inline ForwardParams makeForwardParams(const AttnProblem &p, const AttnBuffers &buf) {
+  ForwardParams params;
+  params.q = buf.q;
+  params.k = buf.k;
+  params.v = buf.v;
+  params.o = buf.o;
+  params.lse = p.hasLse ? buf.lse : nullptr;
+  params.qBatch = p.q.batch;
+  params.qHead = p.q.head;
+  params.qRow = p.q.row;
+  params.kBatch = p.k.batch;
+  params.kHead = p.k.head;
+  params.kRow = p.k.row;
+  params.vBatch = p.v.batch;
+  params.vHead = p.v.head;
+  params.vRow = p.v.row;
+  params.oBatch = p.o.batch;
+  params.oHead = p.o.head;
+  params.oRow = p.o.row;
+  params.lseBatch = p.lse.batch;
+  params.lseHead = p.lse.head;
+  params.lseRow = p.lse.row;
+  params.batch = int32_t(p.batch);
+  params.heads = int32_t(p.heads);
+  params.headsPerKvHead = int32_t(p.heads / p.kvHeads);
+  params.seqQ = int32_t(p.seqQ);
+  params.seqK = int32_t(p.seqK);
+  params.headDim = int32_t(p.headDim);
+  params.ragged = p.ragged;
+  params.cuSeqlensQ = p.cuSeqlensQ;
+  params.cuSeqlensK = p.cuSeqlensK;
+  params.totalQ = p.totalQ;
+  params.totalK = p.totalK;
+  params.seqlensK = p.seqlensK;
+  params.scale = p.scale;
+  params.softcap = p.softcap;
+  params.mask = int32_t(p.mask);
+  params.windowLeft = p.windowLeft;
+  params.windowRight = p.windowRight;
+  params.alibiSlopes = p.alibiSlopes;
+  params.alibiBatchStride = p.alibiBatchStride;
+  return params;
+}
 
 }  // namespace flashattn::cuda::forward

@@ -107,47 +107,10 @@ bool buffersAligned(const AttnBuffers &buf) {
   return isAligned16(buf.q) && isAligned16(buf.k) && isAligned16(buf.v) && isAligned16(buf.o);
 }
 
+// Softcap and ALiBi never reach this family (sm90Supports routes them to the portable kernels), and rows are
+// 16-byte vectors by the same check.
 ForwardParams sm90Params(const AttnProblem &p, const AttnBuffers &buf) {
-  ForwardParams params;
-  params.q = buf.q;
-  params.k = buf.k;
-  params.v = buf.v;
-  params.o = buf.o;
-  params.lse = p.hasLse ? buf.lse : nullptr;
-  params.qBatch = p.q.batch;
-  params.qHead = p.q.head;
-  params.qRow = p.q.row;
-  params.kBatch = p.k.batch;
-  params.kHead = p.k.head;
-  params.kRow = p.k.row;
-  params.vBatch = p.v.batch;
-  params.vHead = p.v.head;
-  params.vRow = p.v.row;
-  params.oBatch = p.o.batch;
-  params.oHead = p.o.head;
-  params.oRow = p.o.row;
-  params.lseBatch = p.lse.batch;
-  params.lseHead = p.lse.head;
-  params.lseRow = p.lse.row;
-  params.batch = int32_t(p.batch);
-  params.heads = int32_t(p.heads);
-  params.headsPerKvHead = int32_t(p.heads / p.kvHeads);
-  params.seqQ = int32_t(p.seqQ);
-  params.seqK = int32_t(p.seqK);
-  params.headDim = int32_t(p.headDim);
-  params.ragged = p.ragged;
-  params.cuSeqlensQ = p.cuSeqlensQ;
-  params.cuSeqlensK = p.cuSeqlensK;
-  params.totalQ = p.totalQ;
-  params.totalK = p.totalK;
-  params.seqlensK = p.seqlensK;
-  params.scale = p.scale;
-  params.softcap = 0.f;
-  params.mask = int32_t(p.mask);
-  params.windowLeft = p.windowLeft;
-  params.windowRight = p.windowRight;
-  params.alibiSlopes = nullptr;
-  params.alibiBatchStride = 0;
+  ForwardParams params = forward::makeForwardParams(p, buf);
   params.vectorAccess = true;
   return params;
 }
