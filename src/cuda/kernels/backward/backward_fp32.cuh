@@ -146,8 +146,14 @@ struct Fp32Backward {
         const bool visible = fullyVisible || isVisible(p, i, j, seq.seqQ, seq.seqK);
         // LSE of a row with no visible key is +inf: exp2(-inf) = 0, never NaN.
         const float prob = visible ? exp2f(logitLog2 - sLse[m]) : 0.f;
+        // A row that sees one key has P = 1 whatever its logit: its dS is exactly zero, not dP - D's rounding.
+        bool oneKey = false;
+        if (!fullyVisible && i < seq.seqQ) {
+          const RowKeys r = rowKeys(p, i, seq.seqQ, seq.seqK);
+          oneKey = r.lo == r.hi;
+        }
         sPt[n * kPStride + m] = prob;
-        sdSt[n * kPStride + m] = prob * (dp - sDot[m]) * dLogit;
+        sdSt[n * kPStride + m] = oneKey ? 0.f : prob * (dp - sDot[m]) * dLogit;
       }
       __syncthreads();
 

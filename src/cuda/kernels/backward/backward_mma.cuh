@@ -421,14 +421,17 @@ struct MmaBackward {
               logitLog2 = fmaf(-c.slopeLog2, fabsf(float(distance)), logitLog2);
               const bool visible = key >= lo[nt][e] && key <= hi[nt][e];
               pv[e] = visible ? prim::exp2Fast(logitLog2 - lse[nt][e]) : 0.f;
-              ds[e] = pv[e] * (dP - dot[nt][e]) * dLogit;
+              ds[e] = lo[nt][e] == hi[nt][e] ? 0.f : pv[e] * (dP - dot[nt][e]) * dLogit;
             } else {
               float prob = prim::exp2Fast(fmaf(qk, c.scaleLog2, -lse[nt][e]));
               if constexpr (Path == ScorePath::Masked) {
                 if (key < lo[nt][e] || key > hi[nt][e]) prob = 0.f;
               }
               pv[e] = prob;
-              ds[e] = prob * (dP - dot[nt][e]) * c.scale;
+              // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero (the Plain path's
+              // fully visible blocks give every row a whole block of keys).
+              const bool oneKey = Path == ScorePath::Masked && lo[nt][e] == hi[nt][e];
+              ds[e] = oneKey ? 0.f : prob * (dP - dot[nt][e]) * c.scale;
             }
           }
           const uint32_t byteOffset = storeBase + uint32_t(mt * 16 + half * 8) * TileP::kRowBytes +
