@@ -150,6 +150,16 @@ void backward(const Problem &p, const std::vector<double> &q, const std::vector<
           dp[size_t(j)] = roundTo(r, acc);
           rowDot += prob[size_t(j)] * dp[size_t(j)];
         }
+        if (r != Rounding::None) {
+          // A backward in the storage precision reads O as the forward stored it (rounded), so its D is dO . O
+          // with that O, as the API's Backward computes it.
+          rowDot = 0;
+          for (int64_t d = 0; d < p.headDimV; ++d) {
+            double o = 0;
+            for (int64_t j = 0; j < sk; ++j) o += prob[size_t(j)] * v[ix.v(b, h, j) + size_t(d)];
+            rowDot += dO[ix.o(b, h, i) + size_t(d)] * roundTo(r, o);
+          }
+        }
         for (int64_t j = 0; j < sk; ++j) {
           const double pij = prob[size_t(j)];
           if (pij == 0 && !visible(p, i, j, sq, sk)) continue;

@@ -44,7 +44,8 @@ void forward(const Problem &p, const std::vector<double> &q, const std::vector<d
              const std::vector<double> &v, std::vector<double> &o, std::vector<double> &lse,
              Rounding r = Rounding::None);
 
-// Gradients of sum(O * dO); rows with no visible key contribute nothing.
+// Gradients of sum(O * dO); rows with no visible key contribute nothing. With a Rounding, D = dO . O uses O rounded
+// to the storage type, as a backward that reads the stored O computes it.
 void backward(const Problem &p, const std::vector<double> &q, const std::vector<double> &k,
               const std::vector<double> &v, const std::vector<double> &dO, std::vector<double> &dQ,
               std::vector<double> &dK, std::vector<double> &dV, Rounding r = Rounding::None);
