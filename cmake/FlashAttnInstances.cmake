@@ -38,3 +38,63 @@ function(flashattn_generate_instances out_var)
   endforeach()
   set(${out_var} ${${out_var}} ${generated} PARENT_SCOPE)
 endfunction()
+
+# flashattn_add_sm90a_family(<target> SOURCES <abs paths> HEAD_DIMS <dims served> ROUTE_DEFINITION <name>
+#                            [FAMILY <name> INSTANCE_TEMPLATE <file.cu.in>])
+# An architecture-specific family (wgmma, setmaxnreg) exists only as sm_90a machine code, which the library target's
+# FLASHATTN_CUDA_ARCHITECTURES cannot name; so it builds in its own object library, and only when that list has an
+# sm90 entry and the build keeps one of its head dims and FP16/BF16. The object library's INTERFACE definition
+# <ROUTE_DEFINITION>=1 tells the portable chooser to route sm90 problems to it, and its name is appended to
+# FLASHATTN_EXTRA_OBJECT_LIBS, which src/CMakeLists.txt links into flashattn. With INSTANCE_TEMPLATE, one instance file
+# per (dtype, head dim) is generated as flashattn_generate_instances does.
+function(flashattn_add_sm90a_family target)
+  cmake_parse_arguments(ARG "" "ROUTE_DEFINITION;FAMILY;INSTANCE_TEMPLATE" "SOURCES;HEAD_DIMS" ${ARGN})
+  set(wanted OFF)
+  foreach(arch IN LISTS FLASHATTN_CUDA_ARCHITECTURES)
+    if(arch MATCHES "^90")  # 90, 90-real, 90-virtual, 90a, ...
+      set(wanted ON)
+    endif()
+  endforeach()
+  set(dims "")
+  foreach(d IN LISTS FLASHATTN_HEAD_DIMS)
+    if(d IN_LIST ARG_HEAD_DIMS)
+      list(APPEND dims ${d})
+    endif()
+  endforeach()
+  set(dtypes "")
+  foreach(t IN LISTS FLASHATTN_DTYPES)
+    if(t STREQUAL "fp16" OR t STREQUAL "bf16")
+      list(APPEND dtypes ${t})
+    endif()
+  endforeach()
+  if(NOT wanted OR NOT dims OR NOT dtypes)
+    return()
+  endif()
+  set(sources ${ARG_SOURCES})
+  if(ARG_INSTANCE_TEMPLATE)
+    flashattn_generate_instances(sources FAMILY ${ARG_FAMILY} TEMPLATE "${ARG_INSTANCE_TEMPLATE}"
+      DTYPES ${dtypes} HEAD_DIMS ${dims})
+  endif()
+  add_library(${target} OBJECT ${sources})
+  set_target_properties(${target} PROPERTIES
+    CUDA_ARCHITECTURES OFF
+    POSITION_INDEPENDENT_CODE ON
+    CUDA_VISIBILITY_PRESET hidden
+    VISIBILITY_INLINES_HIDDEN ON)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CUDA>:-gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -lineinfo
+    -Xcompiler=-fvisibility=hidden>)
+  target_include_directories(${target} PRIVATE
+    "${PROJECT_SOURCE_DIR}/src" "${PROJECT_SOURCE_DIR}/include" "${PROJECT_BINARY_DIR}/include")
+  target_compile_definitions(${target}
+    PRIVATE FLASHATTN_BUILDING_LIBRARY FLASHATTN_WITH_CUDA=1
+    INTERFACE ${ARG_ROUTE_DEFINITION}=1)
+  foreach(d IN LISTS dims)
+    target_compile_definitions(${target} PRIVATE FLASHATTN_HAS_HEADDIM_${d}=1)
+  endforeach()
+  foreach(t IN LISTS dtypes)
+    string(TOUPPER ${t} T)
+    target_compile_definitions(${target} PRIVATE FLASHATTN_HAS_DTYPE_${T}=1)
+  endforeach()
+  set(FLASHATTN_EXTRA_OBJECT_LIBS ${FLASHATTN_EXTRA_OBJECT_LIBS} ${target} PARENT_SCOPE)
+endfunction()
