@@ -51,9 +51,10 @@ BlockShape blockShapeFor(DType t, int instanceHeadDim, int tileIndex) {
     return BlockShape{f.blockM, f.blockN, kBackwardWarps, 1};
   }
 #if defined(FLASHATTN_HAS_SM90A_BACKWARD)
-  if (tileIndex == backward_sm90::kSm90BackwardTile)
-    return BlockShape{backward_sm90::kSm90BackwardBlockM, backward_sm90::kSm90BackwardBlockN,
-                      backward_sm90::kSm90BackwardWarps, 1};
+  if (tileIndex == backward_sm90::kSm90BackwardTile) {
+    const backward_sm90::Sm90BackwardTile s = backward_sm90::sm90BackwardTileFor(instanceHeadDim);
+    return BlockShape{s.blockM, s.blockN, s.warps, 1};
+  }
 #endif
   const MmaTile m = mmaTilesFor(instanceHeadDim).tiles[tileIndex];
   return BlockShape{m.blockM, m.blockN, m.warps, m.minBlocks};

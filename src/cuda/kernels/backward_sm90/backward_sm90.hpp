@@ -1,8 +1,8 @@
 // The seam between the portable backward chooser (src/cuda/kernels/backward/backward.cu) and the Hopper backward
 // family. planBackward asks sm90BackwardSupports on an sm90 device; when it says yes the plan carries
-// kSm90BackwardTile as its tile index, the workspace is laid out for kSm90BackwardBlockM query rows per block, and
-// launchBackward runs the same memset, preprocess and convert kernels around launchBackwardSm90 instead of the
-// portable main kernel.
+// kSm90BackwardTile as its tile index, the workspace is laid out for sm90BackwardTileFor(headDim).blockM query rows
+// per block, and launchBackward runs the same memset, preprocess and convert kernels around launchBackwardSm90
+// instead of the portable main kernel. A new head dim gets its own entry in sm90BackwardTileFor and its launcher case.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,10 +15,21 @@
 
 namespace flashattn::cuda::backward_sm90 {
 
-constexpr int kSm90BackwardTile = 7;     // the tile index planBackward packs into Plan.config for this family
-constexpr int kSm90BackwardBlockM = 64;  // query rows per step
-constexpr int kSm90BackwardBlockN = 128; // keys per CTA (two consumer warpgroups of 64)
-constexpr int kSm90BackwardWarps = 8;
+constexpr int kSm90BackwardTile = 7;  // the tile index planBackward packs into Plan.config for this family
+
+// The CTA shape of the wgmma main kernel for one head dim: the workspace layout and grid follow from it.
+struct Sm90BackwardTile {
+  int blockM;  // query rows per step
+  int blockN;  // keys per CTA
+  int warps;
+};
+
+constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
+  switch (headDim) {
+    default:  // d128 (and d64 when built): two consumer warpgroups of 64 keys each walk 64-row query blocks
+      return Sm90BackwardTile{64, 128, 8};
+  }
+}
 
 // Whether this build and device run the problem's main kernel here; otherwise *whyNot names the argument and value.
 bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot);
