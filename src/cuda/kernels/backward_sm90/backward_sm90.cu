@@ -45,7 +45,7 @@ bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::stri
   if (!dtypeBuilt(p.dtype)) return refuse(concat("data type ", dtypeName(p.dtype), " has no wgmma backward kernel"));
   if (!headDimBuilt(p.headDim) || p.headDimV != p.headDim)
     return refuse(concat("headDim ", p.headDim, " / headDimV ", p.headDimV,
-                         " has no wgmma backward kernel (d128 only: at d64 the portable kernel is as fast)"));
+                         " has no wgmma backward kernel (built: d64, d128 with headDimV == headDim)"));
   if (p.softcap > 0.f) return refuse(concat("softcap ", p.softcap, " runs on the portable backward kernel"));
   if (p.alibiSlopes != nullptr) return refuse("ALiBi slopes run on the portable backward kernel");
   if (p.deterministic) return refuse("deterministic mode runs on the portable backward kernel (ordered dQ additions)");

@@ -26,7 +26,9 @@ struct Sm90BackwardTile {
 
 constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
   switch (headDim) {
-    default:  // d128 (and d64 when built): two consumer warpgroups of 64 keys each walk 64-row query blocks
+    case 64:  // 128-row query blocks: at 64 rows the d64 products are too short for the per-step fixed costs
+      return Sm90BackwardTile{128, 128, 8};
+    default:  // d128: two consumer warpgroups of 64 keys each walk 64-row query blocks
       return Sm90BackwardTile{64, 128, 8};
   }
 }

@@ -2,16 +2,18 @@
 //
 // A CTA owns BlockN = 128 keys of one (sequence, KV head): K and V stay in shared memory (loaded once), dK and dV stay
 // in registers, and the CTA walks every query block of every query head of the KV head's group that can see its keys
-// (GQA sums dK/dV on chip). Two warpgroups, each owning 64 of the keys, do per query block of 64 rows:
-//   S^T  = K Q^T        wgmma m64n64k16, K and Q K-major in shared memory
-//   dP^T = V dO^T       wgmma m64n64k16, same
+// (GQA sums dK/dV on chip). Two warpgroups, each owning 64 of the keys, do per query block of BlockM rows (d128: 64,
+// d64: 128, so that each step's products outweigh its fixed costs: barriers, loads, statistics, dQ reductions):
+//   S^T  = K Q^T        wgmma m64nBlockMk16, K and Q K-major in shared memory
+//   dP^T = V dO^T       wgmma m64nBlockMk16, same
 //   P^T  = exp2(S^T * scale * log2 e - LSE * log2 e), dS^T = P^T (dP^T - D) * scale   in registers
 //   dV  += P^T dO       wgmma m64nDk16, P^T as A registers (accumulator layout = A layout), dO MN-major
 //   dK  += dS^T Q       same with dS^T and Q
 //   dS^T -> dS          stmatrix.trans into shared memory (K-major A operand of the next product)
 //   dQ   = dS K         wgmma m64n64k16, K read MN-major; d128: warpgroup g computes columns 64g.. over all 128 keys;
-//                       d64: each warpgroup its own 64 keys (two additions per element)
+//                       d64: warpgroup g computes query rows 64g.. over all 128 keys
 //   dQ accumulator     += dQ by red.global.add.v2.f32 into the FP32 workspace (convert kernel writes dQ)
+// d64 splits the products into batches (S^T | dP^T | dV | dK) so P is computed under dP^T and dS under dV.
 // All 256 threads copy the next query block (Q, dO, and the workspace's D and LSE*log2 e rows) with cp.async into the
 // other half of a double buffer while the current one computes. Rows past the sequence arrive as zeros; per-element
 // masking only runs on blocks that are not fully visible (backward_common.cuh's rules), so rows with no visible key
@@ -27,6 +29,7 @@
 
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/kernels/backward_sm90/backward_sm90.hpp"
 #include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/ldmatrix.cuh"
@@ -47,9 +50,12 @@ using backward::BackwardParams;
 // [D / 64][rows][64]: chunk c of row r at chunk c ^ (r % 8).
 template <int D>
 struct SharedLayout {
-  static constexpr int kBlockM = 64;
-  static constexpr int kBlockN = 128;
-  static constexpr int kThreads = 256;
+  static constexpr int kBlockM = sm90BackwardTileFor(D).blockM;
+  static constexpr int kBlockN = sm90BackwardTileFor(D).blockN;
+  static constexpr int kThreads = 32 * sm90BackwardTileFor(D).warps;
+  static_assert(kBlockN == 128 && kThreads == 256, "two consumer warpgroups of 64 keys each");
+  static_assert((D == 128 && kBlockM == 64) || (D == 64 && kBlockM == 128),
+                "d128: 64-row query blocks (registers); d64: 128-row blocks (fixed costs per step)");
   static constexpr uint32_t kKBytes = uint32_t(kBlockN) * D * 2;
   static constexpr uint32_t kQBytes = uint32_t(kBlockM) * D * 2;
   static constexpr uint32_t kK = 0;
@@ -86,11 +92,11 @@ __device__ __forceinline__ void loadTile(uint32_t tile, const Element *rows, int
   }
 }
 
-// The two 8-column accumulator blocks 2kk, 2kk + 1 of a 64 x 64 accumulator are the A fragment of k-step kk.
-template <typename Element>
-__device__ __forceinline__ void toFragments(const float (&s)[32], uint32_t (&a)[4][4]) {
+// The two 8-column accumulator blocks 2kk, 2kk + 1 of a 64 x N accumulator are the A fragment of k-step kk.
+template <typename Element, int Count>
+__device__ __forceinline__ void toFragments(const float (&s)[Count], uint32_t (&a)[Count / 8][4]) {
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
+  for (int kk = 0; kk < Count / 8; ++kk) {
     a[kk][0] = prim::packFloat2<Element>(s[8 * kk + 0], s[8 * kk + 1]);
     a[kk][1] = prim::packFloat2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
     a[kk][2] = prim::packFloat2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
@@ -118,7 +124,6 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   using L = SharedLayout<D>;
   constexpr int kBlockM = L::kBlockM;
   constexpr int kBlockN = L::kBlockN;
-  constexpr bool kSplitDqColumns = D == 128;  // d128: each warpgroup 64 dQ columns over all keys
 
   extern __shared__ unsigned char sm90BwdShared[];
   const uint32_t base = (prim::smemAddress(sm90BwdShared) + 1023u) & ~1023u;
@@ -196,6 +201,16 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   const uint64_t vRowsDesc = prim::wgmmaDescriptorSw128(base + L::kV + uint32_t(group) * 64 * 128, 16, 1024);
   const int keyInGroup = 16 * warp + lane / 4;  // + 8h: this thread's accumulator rows (keys) of S^T
 
+  // d64 (128-row query blocks): S^T and dP^T go in separate batches so P is computed while dP^T still runs, and dV's
+  // product runs while dS is computed. d128 keeps one batch: its 64-row products are too short to hide anything.
+#if defined(FLASHATTN_SM90_BWD_EXPERIMENT_SERIAL)
+  constexpr bool kPipelined = false;
+#else
+  constexpr bool kPipelined = kBlockM == 128;
+#endif
+  constexpr int kCols = kBlockM / 2;     // accumulator floats per thread of S^T, dP^T (64 keys x kBlockM queries)
+  constexpr int kQuerySteps = kBlockM / 16;
+
   for (int32_t t = 0; t < steps; ++t) {
     const int stage = t & 1;
     prim::cpAsyncWait<0>();
@@ -210,88 +225,112 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     const uint32_t qTile = base + L::kQ + stage * L::kQBytes;
     const uint32_t dOTile = base + L::kDO + stage * L::kQBytes;
 
-    float s[32], dp[32];
+    float s[kCols], dp[kCols];
     prim::wgmmaFence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint32_t aOffset = uint32_t(ks / 4) * kBlockN * 128 + uint32_t(ks % 4) * 32;
       const uint32_t bOffset = uint32_t(ks / 4) * kBlockM * 128 + uint32_t(ks % 4) * 32;
-      prim::WgmmaOp<Element, 64>::ss(s, prim::wgmmaDescriptorAdvance(kRowsDesc, aOffset),
-                                     prim::wgmmaDescriptorSw128(qTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
+      prim::WgmmaOp<Element, kBlockM>::ss(s, prim::wgmmaDescriptorAdvance(kRowsDesc, aOffset),
+                                          prim::wgmmaDescriptorSw128(qTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
     }
+    if constexpr (kPipelined) prim::wgmmaCommitGroup();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint32_t aOffset = uint32_t(ks / 4) * kBlockN * 128 + uint32_t(ks % 4) * 32;
       const uint32_t bOffset = uint32_t(ks / 4) * kBlockM * 128 + uint32_t(ks % 4) * 32;
-      prim::WgmmaOp<Element, 64>::ss(dp, prim::wgmmaDescriptorAdvance(vRowsDesc, aOffset),
-                                     prim::wgmmaDescriptorSw128(dOTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
+      prim::WgmmaOp<Element, kBlockM>::ss(dp, prim::wgmmaDescriptorAdvance(vRowsDesc, aOffset),
+                                          prim::wgmmaDescriptorSw128(dOTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
     }
     prim::wgmmaCommitGroup();
-    prim::wgmmaWaitGroup<0>();
-    prim::wgmmaFenceOperands(s);
-    prim::wgmmaFenceOperands(dp);
+    if constexpr (kPipelined) {
+      prim::wgmmaWaitGroup<1>();
+      prim::wgmmaFenceOperands(s);
+    } else {
+      prim::wgmmaWaitGroup<0>();
+      prim::wgmmaFenceOperands(s);
+      prim::wgmmaFenceOperands(dp);
+    }
 
     // Columns of S^T are query rows 8j + 2 * quad + (0, 1) of the block.
     const float *lseRow = sLse + stage * kBlockM + 2 * quad;
     const float *dotRow = sRowDot + stage * kBlockM + 2 * quad;
     const bool fullyVisible = backward::blockFullyVisible(p, m0, n0, kBlockM, kBlockN, sq, sk);
+    // Bit 2j + e: query column 8j + 2 * quad + e is a row that sees one key. Its P = 1 whatever its logit, so its dS
+    // is exactly zero; dP - D would instead leave the difference of two dot products accumulated apart (wgmma's and
+    // the preprocess's).
+    uint32_t oneKeyColumns = 0;
     if (fullyVisible) {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < kBlockM / 8; ++j) {
         const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
-        const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          const float p0 = prim::exp2Fast(fmaf(s[4 * j + 2 * hh], scaleLog2, -lse.x));
-          const float p1 = prim::exp2Fast(fmaf(s[4 * j + 2 * hh + 1], scaleLog2, -lse.y));
-          s[4 * j + 2 * hh] = p0;
-          s[4 * j + 2 * hh + 1] = p1;
-          dp[4 * j + 2 * hh] = p0 * (dp[4 * j + 2 * hh] - dot.x) * p.scale;
-          dp[4 * j + 2 * hh + 1] = p1 * (dp[4 * j + 2 * hh + 1] - dot.y) * p.scale;
+          s[4 * j + 2 * hh] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh], scaleLog2, -lse.x));
+          s[4 * j + 2 * hh + 1] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh + 1], scaleLog2, -lse.y));
         }
       }
     } else {
       const int32_t key0 = n0 + 64 * group + keyInGroup;
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < kBlockM / 8; ++j) {
         const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
-        const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
 #pragma unroll
         for (int ee = 0; ee < 2; ++ee) {
           const int32_t i = m0 + 8 * j + 2 * quad + ee;
           const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
           const bool rowValid = i < sq;
-          // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero; dP - D would instead
-          // leave the difference of two dot products accumulated apart (wgmma's and the preprocess's).
-          const bool oneKey = r.lo == r.hi;
+          if (r.lo == r.hi) oneKeyColumns |= 1u << (2 * j + ee);
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int32_t key = key0 + 8 * hh;
             const bool visible = rowValid && key >= r.lo && key <= r.hi;
             const int idx = 4 * j + 2 * hh + ee;
-            const float pv = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
-            s[idx] = pv;
-            dp[idx] = visible && !oneKey ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale : 0.f;
+            s[idx] = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
           }
         }
       }
     }
 
-    uint32_t pA[4][4], dsA[4][4];
+    uint32_t pA[kQuerySteps][4];
     toFragments<Element>(s, pA);
+    const uint64_t dODesc = prim::wgmmaDescriptorSw128(dOTile, kBlockM * 128, 1024);
+    const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile, kBlockM * 128, 1024);
+    if constexpr (kPipelined) {
+      prim::wgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kQuerySteps; ++kk)
+        prim::WgmmaOp<Element, D>::rsTransB(dv, pA[kk], prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048));
+      prim::wgmmaCommitGroup();
+      prim::wgmmaWaitGroup<1>();  // dP^T has landed; dV's product keeps running
+      prim::wgmmaFenceOperands(dp);
+    }
+
+    // dS^T = P^T (dP^T - D) * scale; invisible entries have P = 0 (dP and D are finite: zero rows past the sequence).
+#pragma unroll
+    for (int j = 0; j < kBlockM / 8; ++j) {
+      const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int idx = 4 * j + 2 * hh;
+        const float d0 = s[idx] * (dp[idx] - dot.x) * p.scale;
+        const float d1 = s[idx + 1] * (dp[idx + 1] - dot.y) * p.scale;
+        dp[idx] = (oneKeyColumns >> (2 * j)) & 1u ? 0.f : d0;
+        dp[idx + 1] = (oneKeyColumns >> (2 * j + 1)) & 1u ? 0.f : d1;
+      }
+    }
+    uint32_t dsA[kQuerySteps][4];
     toFragments<Element>(dp, dsA);
 
     prim::wgmmaFence();
-    {
-      const uint64_t dODesc = prim::wgmmaDescriptorSw128(dOTile, kBlockM * 128, 1024);
-      const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile, kBlockM * 128, 1024);
+    if constexpr (!kPipelined) {
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
+      for (int kk = 0; kk < kQuerySteps; ++kk)
         prim::WgmmaOp<Element, D>::rsTransB(dv, pA[kk], prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048));
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        prim::WgmmaOp<Element, D>::rsTransB(dk, dsA[kk], prim::wgmmaDescriptorAdvance(qDesc, uint32_t(kk) * 2048));
     }
+#pragma unroll
+    for (int kk = 0; kk < kQuerySteps; ++kk)
+      prim::WgmmaOp<Element, D>::rsTransB(dk, dsA[kk], prim::wgmmaDescriptorAdvance(qDesc, uint32_t(kk) * 2048));
     prim::wgmmaCommitGroup();
 
     // dS^T fragments -> dS [query][key] (K-major A of dQ = dS K): matrix mIdx of k-step kk holds keys
@@ -301,7 +340,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       const uint32_t chunk = uint32_t(2 * warp + (mIdx % 2));
       const uint32_t slab = base + L::kDS + uint32_t(group) * kBlockM * 128;
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
+      for (int kk = 0; kk < kQuerySteps; ++kk) {
         const uint32_t query = uint32_t(16 * kk + 8 * (mIdx / 2) + lane % 8);
         stmatrixX4Trans(slab + query * 128 + ((chunk ^ (query & 7)) << 4), dsA[kk][0], dsA[kk][1], dsA[kk][2],
                         dsA[kk][3]);
@@ -310,9 +349,11 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     prim::fenceProxyAsyncShared();
     __syncthreads();
 
+    // d128: warpgroup g computes dQ columns 64g.. over all 128 keys; d64: query rows 64g.. of the 128-row block over
+    // all 128 keys. Either way every dQ element of the block is added once per CTA.
     float dq[32];
     prim::wgmmaFence();
-    if constexpr (kSplitDqColumns) {
+    if constexpr (D == 128) {
       const uint64_t kDesc =
           prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * kBlockN * 128, kBlockN * 128, 1024);
 #pragma unroll
@@ -323,12 +364,12 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
                                       kk > 0 ? 1u : 0u);
       }
     } else {
-      const uint64_t kDesc =
-          prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * 64 * 128, kBlockN * 128, 1024);
+      const uint64_t kDesc = prim::wgmmaDescriptorSw128(base + L::kK, kBlockN * 128, 1024);
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t dsDesc = prim::wgmmaDescriptorSw128(
-            base + L::kDS + uint32_t(group) * kBlockM * 128 + uint32_t(kk) * 32, 16, 1024);
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t dsDesc = prim::wgmmaDescriptorSw128(base + L::kDS + uint32_t(kk / 4) * kBlockM * 128 +
+                                                               uint32_t(group) * 64 * 128 + uint32_t(kk % 4) * 32,
+                                                           16, 1024);
         WgmmaSsTransB64<Element>::run(dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048),
                                       kk > 0 ? 1u : 0u);
       }
@@ -338,13 +379,17 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     prim::wgmmaFenceOperands(dq);
     prim::wgmmaFenceOperands(dv);
     prim::wgmmaFenceOperands(dk);
+    // The A fragments stay untouched until their products have read them (the wait above).
+    prim::wgmmaFenceOperands(pA);
+    prim::wgmmaFenceOperands(dsA);
 
-    // dQ rows 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
+    // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
     {
-      const int colBase = kSplitDqColumns ? 64 * group : 0;
+      const int colBase = D == 128 ? 64 * group : 0;
+      const int rowBase = D == 128 ? 0 : 64 * group;
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        const int32_t i = m0 + 16 * warp + lane / 4 + 8 * hh;
+        const int32_t i = m0 + rowBase + 16 * warp + lane / 4 + 8 * hh;
         if (i >= sq) continue;
         float *row = p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.headDim) + colBase + 2 * quad;
 #pragma unroll
