@@ -72,6 +72,11 @@ std::vector<BwdCase> gridCases() {
     c.sq = 70;
     c.sk = 3;
     add(c, "d64_70x3_causalBR_fully_masked_rows");
+    c.dtype = FLASHATTN_DATA_FP16;
+    c.sq = 300;
+    c.sk = 150;
+    c.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
+    add(c, "d64_300x150_causalTL_mqa");  // d64's 128-row query blocks: two full, one partial, masked diagonal
     BwdCase r;
     r.dtype = FLASHATTN_DATA_FP16;
     r.headDim = 128;

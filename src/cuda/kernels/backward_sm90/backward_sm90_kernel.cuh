@@ -203,11 +203,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
 
   // d64 (128-row query blocks): S^T and dP^T go in separate batches so P is computed while dP^T still runs, and dV's
   // product runs while dS is computed. d128 keeps one batch: its 64-row products are too short to hide anything.
-#if defined(FLASHATTN_SM90_BWD_EXPERIMENT_SERIAL)
-  constexpr bool kPipelined = false;
-#else
   constexpr bool kPipelined = kBlockM == 128;
-#endif
   constexpr int kCols = kBlockM / 2;     // accumulator floats per thread of S^T, dP^T (64 keys x kBlockM queries)
   constexpr int kQuerySteps = kBlockM / 16;
 
@@ -256,47 +252,45 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     const float *lseRow = sLse + stage * kBlockM + 2 * quad;
     const float *dotRow = sRowDot + stage * kBlockM + 2 * quad;
     const bool fullyVisible = backward::blockFullyVisible(p, m0, n0, kBlockM, kBlockN, sq, sk);
-    // Bit 2j + e: query column 8j + 2 * quad + e is a row that sees one key. Its P = 1 whatever its logit, so its dS
-    // is exactly zero; dP - D would instead leave the difference of two dot products accumulated apart (wgmma's and
-    // the preprocess's).
-    uint32_t oneKeyColumns = 0;
-    if (fullyVisible) {
+    const int32_t key0 = n0 + 64 * group + keyInGroup;
+    const uint64_t dODesc = prim::wgmmaDescriptorSw128(dOTile, kBlockM * 128, 1024);
+    const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile, kBlockM * 128, 1024);
+    uint32_t pA[kQuerySteps][4];
+    // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero; dP - D would instead leave the
+    // difference of two dot products accumulated apart (wgmma's and the preprocess's).
+    if constexpr (kPipelined) {
+      uint32_t oneKeyColumns = 0;  // bit 2j + e: query column 8j + 2 * quad + e is such a row
+      if (fullyVisible) {
 #pragma unroll
-      for (int j = 0; j < kBlockM / 8; ++j) {
-        const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          s[4 * j + 2 * hh] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh], scaleLog2, -lse.x));
-          s[4 * j + 2 * hh + 1] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh + 1], scaleLog2, -lse.y));
-        }
-      }
-    } else {
-      const int32_t key0 = n0 + 64 * group + keyInGroup;
-#pragma unroll
-      for (int j = 0; j < kBlockM / 8; ++j) {
-        const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
-#pragma unroll
-        for (int ee = 0; ee < 2; ++ee) {
-          const int32_t i = m0 + 8 * j + 2 * quad + ee;
-          const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
-          const bool rowValid = i < sq;
-          if (r.lo == r.hi) oneKeyColumns |= 1u << (2 * j + ee);
+        for (int j = 0; j < kBlockM / 8; ++j) {
+          const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const int32_t key = key0 + 8 * hh;
-            const bool visible = rowValid && key >= r.lo && key <= r.hi;
-            const int idx = 4 * j + 2 * hh + ee;
-            s[idx] = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
+            s[4 * j + 2 * hh] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh], scaleLog2, -lse.x));
+            s[4 * j + 2 * hh + 1] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh + 1], scaleLog2, -lse.y));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kBlockM / 8; ++j) {
+          const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
+#pragma unroll
+          for (int ee = 0; ee < 2; ++ee) {
+            const int32_t i = m0 + 8 * j + 2 * quad + ee;
+            const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
+            const bool rowValid = i < sq;
+            if (r.lo == r.hi) oneKeyColumns |= 1u << (2 * j + ee);
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const int32_t key = key0 + 8 * hh;
+              const bool visible = rowValid && key >= r.lo && key <= r.hi;
+              const int idx = 4 * j + 2 * hh + ee;
+              s[idx] = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
+            }
           }
         }
       }
-    }
-
-    uint32_t pA[kQuerySteps][4];
-    toFragments<Element>(s, pA);
-    const uint64_t dODesc = prim::wgmmaDescriptorSw128(dOTile, kBlockM * 128, 1024);
-    const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile, kBlockM * 128, 1024);
-    if constexpr (kPipelined) {
+      toFragments<Element>(s, pA);
       prim::wgmmaFence();
 #pragma unroll
       for (int kk = 0; kk < kQuerySteps; ++kk)
@@ -304,20 +298,60 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       prim::wgmmaCommitGroup();
       prim::wgmmaWaitGroup<1>();  // dP^T has landed; dV's product keeps running
       prim::wgmmaFenceOperands(dp);
-    }
-
-    // dS^T = P^T (dP^T - D) * scale; invisible entries have P = 0 (dP and D are finite: zero rows past the sequence).
+      // dS^T = P^T (dP^T - D) * scale; invisible entries have P = 0 (dP and D are finite: zero rows past the sequence).
 #pragma unroll
-    for (int j = 0; j < kBlockM / 8; ++j) {
-      const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
+      for (int j = 0; j < kBlockM / 8; ++j) {
+        const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
 #pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int idx = 4 * j + 2 * hh;
-        const float d0 = s[idx] * (dp[idx] - dot.x) * p.scale;
-        const float d1 = s[idx + 1] * (dp[idx + 1] - dot.y) * p.scale;
-        dp[idx] = (oneKeyColumns >> (2 * j)) & 1u ? 0.f : d0;
-        dp[idx + 1] = (oneKeyColumns >> (2 * j + 1)) & 1u ? 0.f : d1;
+        for (int hh = 0; hh < 2; ++hh) {
+          const int idx = 4 * j + 2 * hh;
+          const float d0 = s[idx] * (dp[idx] - dot.x) * p.scale;
+          const float d1 = s[idx + 1] * (dp[idx + 1] - dot.y) * p.scale;
+          dp[idx] = (oneKeyColumns >> (2 * j)) & 1u ? 0.f : d0;
+          dp[idx + 1] = (oneKeyColumns >> (2 * j + 1)) & 1u ? 0.f : d1;
+        }
       }
+    } else {
+      // d128: P and dS in one pass per column pair (both products have landed).
+      if (fullyVisible) {
+#pragma unroll
+        for (int j = 0; j < kBlockM / 8; ++j) {
+          const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
+          const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const float p0 = prim::exp2Fast(fmaf(s[4 * j + 2 * hh], scaleLog2, -lse.x));
+            const float p1 = prim::exp2Fast(fmaf(s[4 * j + 2 * hh + 1], scaleLog2, -lse.y));
+            s[4 * j + 2 * hh] = p0;
+            s[4 * j + 2 * hh + 1] = p1;
+            dp[4 * j + 2 * hh] = p0 * (dp[4 * j + 2 * hh] - dot.x) * p.scale;
+            dp[4 * j + 2 * hh + 1] = p1 * (dp[4 * j + 2 * hh + 1] - dot.y) * p.scale;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kBlockM / 8; ++j) {
+          const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
+          const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
+#pragma unroll
+          for (int ee = 0; ee < 2; ++ee) {
+            const int32_t i = m0 + 8 * j + 2 * quad + ee;
+            const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
+            const bool rowValid = i < sq;
+            const bool oneKey = r.lo == r.hi;
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const int32_t key = key0 + 8 * hh;
+              const bool visible = rowValid && key >= r.lo && key <= r.hi;
+              const int idx = 4 * j + 2 * hh + ee;
+              const float pv = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
+              s[idx] = pv;
+              dp[idx] = visible && !oneKey ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale : 0.f;
+            }
+          }
+        }
+      }
+      toFragments<Element>(s, pA);
     }
     uint32_t dsA[kQuerySteps][4];
     toFragments<Element>(dp, dsA);
@@ -379,12 +413,42 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     prim::wgmmaFenceOperands(dq);
     prim::wgmmaFenceOperands(dv);
     prim::wgmmaFenceOperands(dk);
-    // The A fragments stay untouched until their products have read them (the wait above).
-    prim::wgmmaFenceOperands(pA);
-    prim::wgmmaFenceOperands(dsA);
+    if constexpr (kPipelined) {
+      // P^T's fragments are read by dV's product while dS is computed: keep them (and dS^T's) untouched until here.
+      prim::wgmmaFenceOperands(pA);
+      prim::wgmmaFenceOperands(dsA);
+    }
 
-    // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
-    {
+#if defined(FLASHATTN_SM90_BWD_EXPERIMENT_V2)
+    constexpr bool kWideReductions = false;
+#else
+    constexpr bool kWideReductions = D == 64;
+#endif
+    if constexpr (kWideReductions) {
+      // Lanes 2c and 2c + 1 of a quad swap halves so that each adds 4 consecutive columns of one row: 8 requests of
+      // 16 bytes per thread and block instead of 16 of 8 (the L2 atomic units count requests).
+      const bool odd = (quad & 1) != 0;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        // Even lanes keep row r (h = 0) and receive its next two columns; odd lanes keep row r + 8 (h = 1).
+        const float give0 = odd ? dq[4 * j] : dq[4 * j + 2];
+        const float give1 = odd ? dq[4 * j + 1] : dq[4 * j + 3];
+        const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
+        const float got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+        dq[4 * j] = odd ? got0 : dq[4 * j];
+        dq[4 * j + 1] = odd ? got1 : dq[4 * j + 1];
+        dq[4 * j + 2] = odd ? dq[4 * j + 2] : got0;
+        dq[4 * j + 3] = odd ? dq[4 * j + 3] : got1;
+      }
+      const int32_t i = m0 + 64 * group + 16 * warp + lane / 4 + (odd ? 8 : 0);
+      if (i < sq) {
+        float *row =
+            p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.headDim) + 2 * (quad & ~1);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) redAddFloat4(row + 8 * j, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
+      }
+    } else {
+      // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
       const int colBase = D == 128 ? 64 * group : 0;
       const int rowBase = D == 128 ? 0 : 64 * group;
 #pragma unroll
