@@ -419,35 +419,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       prim::wgmmaFenceOperands(dsA);
     }
 
-#if defined(FLASHATTN_SM90_BWD_EXPERIMENT_V2)
-    constexpr bool kWideReductions = false;
-#else
-    constexpr bool kWideReductions = D == 64;
-#endif
-    if constexpr (kWideReductions) {
-      // Lanes 2c and 2c + 1 of a quad swap halves so that each adds 4 consecutive columns of one row: 8 requests of
-      // 16 bytes per thread and block instead of 16 of 8 (the L2 atomic units count requests).
-      const bool odd = (quad & 1) != 0;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        // Even lanes keep row r (h = 0) and receive its next two columns; odd lanes keep row r + 8 (h = 1).
-        const float give0 = odd ? dq[4 * j] : dq[4 * j + 2];
-        const float give1 = odd ? dq[4 * j + 1] : dq[4 * j + 3];
-        const float got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
-        const float got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
-        dq[4 * j] = odd ? got0 : dq[4 * j];
-        dq[4 * j + 1] = odd ? got1 : dq[4 * j + 1];
-        dq[4 * j + 2] = odd ? dq[4 * j + 2] : got0;
-        dq[4 * j + 3] = odd ? dq[4 * j + 3] : got1;
-      }
-      const int32_t i = m0 + 64 * group + 16 * warp + lane / 4 + (odd ? 8 : 0);
-      if (i < sq) {
-        float *row =
-            p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.headDim) + 2 * (quad & ~1);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) redAddFloat4(row + 8 * j, dq[4 * j], dq[4 * j + 1], dq[4 * j + 2], dq[4 * j + 3]);
-      }
-    } else {
+    {
       // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
       const int colBase = D == 128 ? 64 * group : 0;
       const int rowBase = D == 128 ? 0 : 64 * group;

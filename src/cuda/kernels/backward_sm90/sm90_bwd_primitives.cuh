@@ -1,7 +1,6 @@
 // sm_90a instructions the backward family needs beyond src/cuda/primitives: wgmma with both operands in shared
 // memory and B MN-major (dQ = dS K reads K [keys][d] as B[k = key][n = d]), the transposing 8x8 matrix store that
-// writes dS^T accumulator fragments as dS rows, a 4-byte cp.async for the per-row FP32 statistics, and the 16-byte
-// FP32 reduction that adds dQ.
+// writes dS^T accumulator fragments as dS rows, and a 4-byte cp.async for the per-row FP32 statistics.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -55,12 +54,6 @@ struct WgmmaSsTransB64<__nv_bfloat16> {
 __device__ __forceinline__ void stmatrixX4Trans(uint32_t address, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(r0),
                "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
-}
-
-// Adds four consecutive floats in one request (address 16-byte aligned; sm90 has the vector form).
-__device__ __forceinline__ void redAddFloat4(float *address, float x, float y, float z, float w) {
-  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(address), "f"(x), "f"(y), "f"(z), "f"(w)
                : "memory");
 }
 
