@@ -26,6 +26,8 @@ struct Sm90BackwardTile {
 
 constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
   switch (headDim) {
+    case 256:  // 64 keys per CTA: dK and dV split by columns between the two warpgroups (backward_sm90_d256_kernel.cuh)
+      return Sm90BackwardTile{64, 64, 8};
     default:  // d128 (and d64 when built): two consumer warpgroups of 64 keys each walk 64-row query blocks
       return Sm90BackwardTile{64, 128, 8};
   }
