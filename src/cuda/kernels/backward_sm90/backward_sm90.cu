@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include "core/error.hpp"
+#include "cuda/kernels/backward_sm90/backward_sm90_d256_kernel.cuh"
 #include "cuda/kernels/backward_sm90/backward_sm90_kernel.cuh"
 
 namespace flashattn::cuda::backward_sm90 {
@@ -18,6 +19,9 @@ constexpr bool headDimBuilt(int64_t d) {
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_128)
   if (d == 128) return true;
+#endif
+#if defined(FLASHATTN_HAS_HEADDIM_256)
+  if (d == 256) return true;
 #endif
   (void)d;
   return false;
@@ -45,13 +49,15 @@ bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::stri
   if (!dtypeBuilt(p.dtype)) return refuse(concat("data type ", dtypeName(p.dtype), " has no wgmma backward kernel"));
   if (!headDimBuilt(p.headDim) || p.headDimV != p.headDim)
     return refuse(concat("headDim ", p.headDim, " / headDimV ", p.headDimV,
-                         " has no wgmma backward kernel (built: d64, d128 with headDimV == headDim)"));
+                         " has no wgmma backward kernel (built: d64, d128, d256 with headDimV == headDim)"));
   if (p.softcap > 0.f) return refuse(concat("softcap ", p.softcap, " runs on the portable backward kernel"));
   if (p.alibiSlopes != nullptr) return refuse("ALiBi slopes run on the portable backward kernel");
   if (p.deterministic) return refuse("deterministic mode runs on the portable backward kernel (ordered dQ additions)");
   if (p.paged) return refuse("paged K/V caches are not supported by the backward kernels");
-  if (SharedLayout<128>::kDynamicBytes > dev.smemPerBlockOptin)
-    return refuse(concat("the wgmma backward needs ", SharedLayout<128>::kDynamicBytes,
+  const std::size_t sharedBytes =
+      p.headDim == 256 ? d256::Layout::kDynamicBytes : SharedLayout<128>::kDynamicBytes;
+  if (sharedBytes > dev.smemPerBlockOptin)
+    return refuse(concat("the wgmma backward needs ", sharedBytes,
                          " bytes of shared memory per block; device allows ", dev.smemPerBlockOptin));
   return true;
 }
@@ -61,6 +67,7 @@ cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::Backwar
   switch (headDim) {                                                                    \
     FLASHATTN_SM90_BWD_D64(Element)                                                     \
     FLASHATTN_SM90_BWD_D128(Element)                                                    \
+    FLASHATTN_SM90_BWD_D256(Element)                                                    \
     default: return cudaErrorInvalidValue;                                              \
   }
 #if defined(FLASHATTN_HAS_HEADDIM_64)
@@ -75,6 +82,12 @@ cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::Backwar
 #else
 #define FLASHATTN_SM90_BWD_D128(Element)
 #endif
+#if defined(FLASHATTN_HAS_HEADDIM_256)
+#define FLASHATTN_SM90_BWD_D256(Element) \
+  case 256: return launchBackwardSm90D256Instance<Element>(params, stream);
+#else
+#define FLASHATTN_SM90_BWD_D256(Element)
+#endif
   switch (dtype) {
 #if defined(FLASHATTN_HAS_DTYPE_FP16)
     case DType::FP16: FLASHATTN_SM90_BWD_DIMS(__half)
@@ -87,6 +100,7 @@ cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::Backwar
 #undef FLASHATTN_SM90_BWD_DIMS
 #undef FLASHATTN_SM90_BWD_D64
 #undef FLASHATTN_SM90_BWD_D128
+#undef FLASHATTN_SM90_BWD_D256
 }
 
 }  // namespace flashattn::cuda::backward_sm90

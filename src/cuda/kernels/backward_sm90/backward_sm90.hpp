@@ -28,6 +28,8 @@ constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
   switch (headDim) {
     case 64:  // 128-row query blocks: at 64 rows the d64 products are too short for the per-step fixed costs
       return Sm90BackwardTile{128, 128, 8};
+    case 256:  // 64 keys per CTA: dK and dV split by columns between the two warpgroups (backward_sm90_d256_kernel.cuh)
+      return Sm90BackwardTile{64, 64, 8};
     default:  // d128: two consumer warpgroups of 64 keys each walk 64-row query blocks
       return Sm90BackwardTile{64, 128, 8};
   }

@@ -1,0 +1,429 @@
+// The Hopper (sm_90a) backward main kernel for head dim 256 (FP16/BF16 storage).
+//
+// The d128 kernel's layout (128 keys per CTA, dK and dV of a warpgroup's 64 keys in registers) would need 256
+// accumulator floats per thread at d256. Here a CTA owns 64 keys and its two warpgroups split every product by
+// columns instead, so each thread holds 128 columns of dV and of dK (64 + 64 floats):
+//   S^T  = K Q^T        m64n32k16 x 16: warpgroup g computes query columns 32g .. 32g + 31 for all 64 keys
+//   dP^T = V dO^T       same
+//   P^T, dS^T           in registers (scale folded into dS^T), stored as bf16/fp16 [key][query] to shared memory,
+//                       where the other warpgroup's query columns are needed
+//   dV  += P^T dO       m64n128k16 x 4, A = P^T K-major, B = dO MN-major: warpgroup g owns dV columns 128g ..
+//   dK  += dS^T Q       same
+//   dQ   = dS K         m64n128k16 x 4, A = dS read M-major from the same dS^T tile, B = K MN-major: columns 128g ..
+//   dQ accumulator     += dQ by red.global.add.v2.f32 into the FP32 workspace (the convert kernel writes dQ), issued
+//                       while dV and dK, committed after dQ, still run
+// The next query block (Q, dO, D and LSE rows) streams by cp.async from all 256 threads into the other half of a double
+// buffer, issued right after S^T / dP^T so the tensor cores start first (shared memory: K, V 64 KB + Q, dO 2 x 64 KB +
+// P^T, dS^T 16 KB = 209 KB; 1 CTA per SM). Two CTA barriers per query block: after the copies land, and after the
+// P^T / dS^T stores (each warpgroup's products read the other's query columns).
+// Masking, GQA, ragged and seqlensK follow backward_common.cuh exactly as the d128 kernel does.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/kernels/backward/backward_common.cuh"
+#include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
+#include "cuda/primitives/cp_async.cuh"
+#include "cuda/primitives/ldmatrix.cuh"
+#include "cuda/primitives/math.cuh"
+#include "cuda/primitives/mbarrier.cuh"
+#include "cuda/primitives/red_global.cuh"
+#include "cuda/primitives/wgmma.cuh"
+
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#error "the backward_sm90 kernels use wgmma: compile them with -gencode arch=compute_90a,code=sm_90a"
+#endif
+
+namespace flashattn::cuda::backward_sm90 {
+
+using backward::BackwardParams;
+
+namespace d256 {
+
+#define FLASHATTN_D256_R8(b) "%" #b "0, %" #b "1, %" #b "2, %" #b "3, %" #b "4, %" #b "5, %" #b "6, %" #b "7"
+#define FLASHATTN_D256_F4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+#define FLASHATTN_D256_F16(d, i) \
+  FLASHATTN_D256_F4(d, i), FLASHATTN_D256_F4(d, i + 4), FLASHATTN_D256_F4(d, i + 8), FLASHATTN_D256_F4(d, i + 12)
+
+// m64n32k16, A and B K-major in shared memory; accumulate == 0 overwrites d.
+#define FLASHATTN_D256_N32(Type, Ptx)                                                                               \
+  __device__ __forceinline__ void mmaN32(const Type *, float (&d)[16], uint64_t descA, uint64_t descB, uint32_t accumulate) { \
+    asm volatile("{\n.reg .pred scaleD;\nsetp.ne.b32 scaleD, %18, 0;\n"                                             \
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." Ptx "." Ptx                                          \
+                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, scaleD, 1, 1, "  \
+                 "0, 0;\n}\n"                                                                                       \
+                 : FLASHATTN_D256_F16(d, 0)                                                                          \
+                 : "l"(descA), "l"(descB), "r"(accumulate));                                                        \
+  }
+
+// m64n128k16 with B MN-major, A K-major (TransA = 0) or M-major (TransA = 1), both in shared memory.
+#define FLASHATTN_D256_N128(Type, Ptx, TransA, Name)                                                                 \
+  __device__ __forceinline__ void Name(const Type *, float (&d)[64], uint64_t descA, uint64_t descB, uint32_t accumulate) {  \
+    asm volatile("{\n.reg .pred scaleD;\nsetp.ne.b32 scaleD, %66, 0;\n"                                              \
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." Ptx "." Ptx " {"                                     \
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, " FLASHATTN_D256_R8(1) ", %18, %19, " FLASHATTN_D256_R8(2)  \
+                 ", %28, %29, " FLASHATTN_D256_R8(3) ", %38, %39, " FLASHATTN_D256_R8(4) ", %48, %49, "               \
+                 FLASHATTN_D256_R8(5) ", %58, %59, %60, %61, %62, %63}, %64, %65, scaleD, 1, 1, " #TransA ", 1;\n}\n" \
+                 : FLASHATTN_D256_F16(d, 0), FLASHATTN_D256_F16(d, 16), FLASHATTN_D256_F16(d, 32),                  \
+                   FLASHATTN_D256_F16(d, 48)                                                                         \
+                 : "l"(descA), "l"(descB), "r"(accumulate));                                                        \
+  }
+
+FLASHATTN_D256_N32(__half, "f16")
+FLASHATTN_D256_N32(__nv_bfloat16, "bf16")
+FLASHATTN_D256_N128(__half, "f16", 0, mmaN128TransB)
+FLASHATTN_D256_N128(__nv_bfloat16, "bf16", 0, mmaN128TransB)
+FLASHATTN_D256_N128(__half, "f16", 1, mmaN128TransAB)
+FLASHATTN_D256_N128(__nv_bfloat16, "bf16", 1, mmaN128TransAB)
+
+#undef FLASHATTN_D256_N32
+#undef FLASHATTN_D256_N128
+#undef FLASHATTN_D256_F16
+#undef FLASHATTN_D256_F4
+#undef FLASHATTN_D256_R8
+
+// Byte offsets from a 1024-aligned base. 16-bit tiles are stacks of 128-byte-swizzled slabs [D / 64][rows][64].
+struct Layout {
+  static constexpr int kD = 256;
+  static constexpr int kBlockM = 64;
+  static constexpr int kBlockN = 64;
+  static constexpr int kThreads = 256;
+  static constexpr uint32_t kSlab = 64u * 128u;  // one slab of a 64-row tile
+  static constexpr uint32_t kTileBytes = uint32_t(kBlockM) * kD * 2;
+  static constexpr uint32_t kK = 0;
+  static constexpr uint32_t kV = kK + kTileBytes;
+  static constexpr uint32_t kQ = kV + kTileBytes;       // 2 stages
+  static constexpr uint32_t kDO = kQ + 2 * kTileBytes;  // 2 stages
+  static constexpr uint32_t kPT = kDO + 2 * kTileBytes; // P^T [key][query], one slab
+  static constexpr uint32_t kDST = kPT + kSlab;          // dS^T [key][query], one slab
+  static constexpr uint32_t kLse = kDST + kSlab;         // 2 stages x BlockM floats
+  static constexpr uint32_t kRowDot = kLse + 2 * kBlockM * 4;
+  static constexpr uint32_t kEnd = kRowDot + 2 * kBlockM * 4;
+  static constexpr std::size_t kDynamicBytes = std::size_t(kEnd) + 1024;  // room to align the base
+};
+
+// 64 rows x 256 columns into the slab stack at `tile` with all 256 threads; rows >= validRows become zeros.
+template <typename Element>
+__device__ __forceinline__ void loadRows64(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
+                                           int thread, const void *safeAddress) {
+  const int chunk = thread % 32;  // 16-byte chunk of a 512-byte row
+  int row = thread / 32;
+  const uint32_t slab = tile + uint32_t(chunk / 8) * Layout::kSlab;
+  const uint32_t chunkInSlab = uint32_t(chunk % 8);
+  const Element *source = rows + int64_t(row) * rowStride + chunk * 8;
+#pragma unroll
+  for (int pass = 0; pass < 8; ++pass) {
+    const uint32_t destination = slab + uint32_t(row) * 128 + ((chunkInSlab ^ uint32_t(row & 7)) << 4);
+    const bool valid = row < validRows;
+    prim::cpAsync16(destination, valid ? static_cast<const void *>(source) : safeAddress, valid);
+    row += 8;
+    source += 8 * rowStride;
+  }
+}
+
+// A 64 x 128 accumulator (rows keyInGroup + 8h, columns 8j + 2 quad) into rows of `base` starting at column 0.
+template <typename Element>
+__device__ __forceinline__ void storeHalfRows(const float (&acc)[64], Element *base, int64_t rowStride, int rowInTile,
+                                              int rowsLeft, int quad) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = rowInTile + 8 * h;
+    if (row >= rowsLeft) continue;
+    Element *out = base + int64_t(row) * rowStride + 2 * quad;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+      *reinterpret_cast<uint32_t *>(out + 8 * j) = prim::packFloat2<Element>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+  }
+}
+
+}  // namespace d256
+
+template <typename Element>
+__global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_constant__ BackwardParams p) {
+  using L = d256::Layout;
+  constexpr int kBlockM = L::kBlockM;
+  constexpr int kBlockN = L::kBlockN;
+  const Element *const kTag = nullptr;  // picks the dtype overload of the wgmma wrappers
+
+  extern __shared__ unsigned char sm90BwdD256Shared[];
+  const uint32_t base = (prim::smemAddress(sm90BwdD256Shared) + 1023u) & ~1023u;
+  unsigned char *const baseGeneric = sm90BwdD256Shared + (base - prim::smemAddress(sm90BwdD256Shared));
+  const float *const sLse = reinterpret_cast<const float *>(baseGeneric + L::kLse);
+  const float *const sRowDot = reinterpret_cast<const float *>(baseGeneric + L::kRowDot);
+
+  const int thread = threadIdx.x;
+  const int group = thread / 128;  // query columns 32g.. of S^T / dP^T; output columns 128g.. of dV, dK, dQ
+  const int warp = (thread % 128) / 32;
+  const int lane = thread % 32;
+  const int quad = lane % 4;
+
+  const backward::WorkItem w = backward::decodeWorkItem(p);
+  const backward::SequenceExtent e = backward::sequenceExtent(p, w.batch);
+  const int32_t n0 = w.keyBlock * kBlockN;
+  const int32_t sq = e.seqQ, sk = e.seqK;
+  const backward::QueryBlocks qb = backward::queryBlocksOf(p, e, n0, kBlockM, kBlockN);
+  const int32_t blocksPerHead = qb.last >= qb.first ? qb.last - qb.first + 1 : 0;
+  const int32_t steps = blocksPerHead * p.headsPerKvHead;
+  const int32_t headBase = w.kvHead * p.headsPerKvHead;
+
+  float dv[64], dk[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.f;
+
+  const Element *const qBase = static_cast<const Element *>(p.q);
+  const Element *const dOBase = static_cast<const Element *>(p.dO);
+
+  auto loadStep = [&](int32_t t) {
+    const int32_t g = t / blocksPerHead;
+    const int32_t m0 = (qb.first + (t - g * blocksPerHead)) * kBlockM;
+    const int32_t h = headBase + g;
+    const int stage = t & 1;
+    const int64_t row0 = e.qStart + m0;
+    const int valid = sq - m0;
+    d256::loadRows64<Element>(base + L::kQ + stage * L::kTileBytes,
+                              qBase + int64_t(w.batch) * p.qBatch + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow,
+                              valid, thread, qBase);
+    d256::loadRows64<Element>(base + L::kDO + stage * L::kTileBytes,
+                              dOBase + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead + row0 * p.dORow,
+                              p.dORow, valid, thread, dOBase);
+    if (thread < 2 * kBlockM) {
+      const int r = thread % kBlockM;
+      const bool isLse = thread < kBlockM;
+      const bool ok = r < valid;
+      const int64_t wsRow = backward::workspaceRow(p, w.batch, h, e, int64_t(m0) + (ok ? r : 0));
+      const float *source = (isLse ? p.lseLog2 : p.rowDot) + wsRow;
+      const uint32_t destination = base + (isLse ? L::kLse : L::kRowDot) + uint32_t(stage * kBlockM + r) * 4;
+      cpAsync4(destination, source, ok);
+    }
+  };
+
+  if (steps > 0) {
+    const Element *const kBase = static_cast<const Element *>(p.k);
+    const Element *const vBase = static_cast<const Element *>(p.v);
+    const int validKeys = sk - n0;
+    d256::loadRows64<Element>(base + L::kK,
+                              kBase + int64_t(w.batch) * p.kBatch + int64_t(w.kvHead) * p.kHead +
+                                  (e.kStart + n0) * p.kRow,
+                              p.kRow, validKeys, thread, kBase);
+    d256::loadRows64<Element>(base + L::kV,
+                              vBase + int64_t(w.batch) * p.vBatch + int64_t(w.kvHead) * p.vHead +
+                                  (e.kStart + n0) * p.vRow,
+                              p.vRow, validKeys, thread, vBase);
+    loadStep(0);
+  }
+  prim::cpAsyncCommit();
+
+  const float scaleLog2 = p.scale * 1.4426950408889634f;
+  const uint64_t kRowsDesc = prim::wgmmaDescriptorSw128(base + L::kK, 16, 1024);
+  const uint64_t vRowsDesc = prim::wgmmaDescriptorSw128(base + L::kV, 16, 1024);
+  // The MN-major B operands of this warpgroup's 128 output columns: slabs 2g, 2g + 1 (leading byte offset = slab).
+  const uint32_t halfOffset = uint32_t(group) * 2 * L::kSlab;
+  const uint64_t kColsDesc = prim::wgmmaDescriptorSw128(base + L::kK + halfOffset, L::kSlab, 1024);
+  const uint64_t pTDesc = prim::wgmmaDescriptorSw128(base + L::kPT, 16, 1024);
+  const uint64_t dSTDesc = prim::wgmmaDescriptorSw128(base + L::kDST, 16, 1024);
+  const uint64_t dSDesc = prim::wgmmaDescriptorSw128(base + L::kDST, L::kSlab, 1024);
+  const int keyInTile = 16 * warp + lane / 4;  // + 8h: this thread's accumulator rows (keys) of S^T and dK/dV
+  const int queryCol0 = 32 * group + 2 * quad;  // + 8j + e: this thread's query columns of S^T
+
+  for (int32_t t = 0; t < steps; ++t) {
+    const int stage = t & 1;
+    prim::cpAsyncWait<0>();
+    prim::fenceProxyAsyncShared();
+    __syncthreads();
+
+    const int32_t g = t / blocksPerHead;
+    const int32_t m0 = (qb.first + (t - g * blocksPerHead)) * kBlockM;
+    const int32_t h = headBase + g;
+    const uint32_t qTile = base + L::kQ + stage * L::kTileBytes;
+    const uint32_t dOTile = base + L::kDO + stage * L::kTileBytes;
+
+    float s[16], dp[16];
+    prim::wgmmaFence();
+    {
+      const uint32_t bRows = uint32_t(group) * 32 * 128;
+#pragma unroll
+      for (int ks = 0; ks < 16; ++ks) {
+        const uint32_t offset = uint32_t(ks / 4) * L::kSlab + uint32_t(ks % 4) * 32;
+        d256::mmaN32(kTag, s, prim::wgmmaDescriptorAdvance(kRowsDesc, offset),
+                     prim::wgmmaDescriptorSw128(qTile + bRows + offset, 16, 1024), ks > 0 ? 1u : 0u);
+      }
+      prim::wgmmaCommitGroup();
+#pragma unroll
+      for (int ks = 0; ks < 16; ++ks) {
+        const uint32_t offset = uint32_t(ks / 4) * L::kSlab + uint32_t(ks % 4) * 32;
+        d256::mmaN32(kTag, dp, prim::wgmmaDescriptorAdvance(vRowsDesc, offset),
+                     prim::wgmmaDescriptorSw128(dOTile + bRows + offset, 16, 1024), ks > 0 ? 1u : 0u);
+      }
+      prim::wgmmaCommitGroup();
+    }
+    // The next block's copies go out once the tensor cores have work (its stage was last read in step t - 1).
+    if (t + 1 < steps) loadStep(t + 1);
+    prim::cpAsyncCommit();
+
+    const float *lseRow = sLse + stage * kBlockM + queryCol0;
+    const float *dotRow = sRowDot + stage * kBlockM + queryCol0;
+    const bool fullyVisible = backward::blockFullyVisible(p, m0, n0, kBlockM, kBlockN, sq, sk);
+    // P^T while dP^T is still in flight.
+    prim::wgmmaWaitGroup<1>();
+    prim::wgmmaFenceOperands(s);
+    if (fullyVisible) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          s[4 * j + 2 * hh] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh], scaleLog2, -lse.x));
+          s[4 * j + 2 * hh + 1] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh + 1], scaleLog2, -lse.y));
+        }
+      }
+    } else {
+      const int32_t key0 = n0 + keyInTile;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
+#pragma unroll
+        for (int ee = 0; ee < 2; ++ee) {
+          const int32_t i = m0 + queryCol0 + 8 * j + ee;
+          const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
+          const bool rowValid = i < sq;
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int32_t key = key0 + 8 * hh;
+            const bool visible = rowValid && key >= r.lo && key <= r.hi;
+            const int idx = 4 * j + 2 * hh + ee;
+            s[idx] = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
+          }
+        }
+      }
+    }
+    prim::wgmmaWaitGroup<0>();
+    prim::wgmmaFenceOperands(dp);
+    if (fullyVisible) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          dp[4 * j + 2 * hh] = s[4 * j + 2 * hh] * (dp[4 * j + 2 * hh] - dot.x) * p.scale;
+          dp[4 * j + 2 * hh + 1] = s[4 * j + 2 * hh + 1] * (dp[4 * j + 2 * hh + 1] - dot.y) * p.scale;
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
+#pragma unroll
+        for (int ee = 0; ee < 2; ++ee) {
+          const int32_t i = m0 + queryCol0 + 8 * j + ee;
+          const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
+          // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero; dP - D would instead
+          // leave the difference of two dot products accumulated apart (wgmma's and the preprocess's). Masked
+          // entries already have P = 0.
+          const bool oneKey = r.lo == r.hi;
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            const int idx = 4 * j + 2 * hh + ee;
+            dp[idx] = oneKey ? 0.f : s[idx] * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale;
+          }
+        }
+      }
+    }
+
+    // P^T and dS^T as [key][query] rows (one 128-byte swizzled slab each): element pairs of 4 bytes; a warp's 32
+    // stores hit 8 rows x 4 quads = 32 distinct banks thanks to the swizzle.
+    {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const uint32_t key = uint32_t(keyInTile + 8 * hh);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const uint32_t chunk = uint32_t(4 * group + j);
+          const uint32_t offset = key * 128 + ((chunk ^ (key & 7)) << 4) + uint32_t(quad) * 4;
+          *reinterpret_cast<uint32_t *>(baseGeneric + L::kPT + offset) =
+              prim::packFloat2<Element>(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]);
+          *reinterpret_cast<uint32_t *>(baseGeneric + L::kDST + offset) =
+              prim::packFloat2<Element>(dp[4 * j + 2 * hh], dp[4 * j + 2 * hh + 1]);
+        }
+      }
+    }
+    prim::fenceProxyAsyncShared();
+    __syncthreads();
+
+    // dQ first, in its own group, so that its additions go out while dV and dK still run on the tensor cores
+    // (measured: +7-10% over one group for all three).
+    float dq[64];
+    prim::wgmmaFence();
+    // k = the 64 keys: dS read M-major from the dS^T rows and K MN-major, 16 key rows (2048 bytes) per step.
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+      d256::mmaN128TransAB(kTag, dq, prim::wgmmaDescriptorAdvance(dSDesc, uint32_t(kk) * 2048),
+                           prim::wgmmaDescriptorAdvance(kColsDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
+    prim::wgmmaCommitGroup();
+    {
+      // k = the 64 queries: 16 per step, 32 bytes along the K-major P^T / dS^T rows, 16 rows (2048 bytes) down the
+      // MN-major dO / Q slabs of this warpgroup's 128 columns.
+      const uint64_t dODesc = prim::wgmmaDescriptorSw128(dOTile + halfOffset, L::kSlab, 1024);
+      const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile + halfOffset, L::kSlab, 1024);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        d256::mmaN128TransB(kTag, dv, prim::wgmmaDescriptorAdvance(pTDesc, uint32_t(kk) * 32),
+                            prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048), 1u);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        d256::mmaN128TransB(kTag, dk, prim::wgmmaDescriptorAdvance(dSTDesc, uint32_t(kk) * 32),
+                            prim::wgmmaDescriptorAdvance(qDesc, uint32_t(kk) * 2048), 1u);
+    }
+    prim::wgmmaCommitGroup();
+    prim::wgmmaWaitGroup<1>();
+    prim::wgmmaFenceOperands(dq);
+
+    // dQ rows 16 * warp + lane / 4 + 8h of the block, columns 128g + 8j + 2 quad.
+#pragma unroll
+    for (int hh = 0; hh < 2; ++hh) {
+      const int32_t i = m0 + 16 * warp + lane / 4 + 8 * hh;
+      if (i >= sq) continue;
+      float *row = p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.headDim) + 128 * group + 2 * quad;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+    }
+    prim::wgmmaWaitGroup<0>();
+    prim::wgmmaFenceOperands(dv);
+    prim::wgmmaFenceOperands(dk);
+  }
+  prim::cpAsyncWait<0>();
+
+  // dK, dV rows of this CTA (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).
+  const int32_t rowsLeft = e.rowsK - n0;
+  if (rowsLeft > 0) {
+    const int64_t key0 = e.kStart + n0;
+    d256::storeHalfRows<Element>(dk,
+                                 static_cast<Element *>(p.dK) + int64_t(w.batch) * p.dKBatch +
+                                     int64_t(w.kvHead) * p.dKHead + key0 * p.dKRow + 128 * group,
+                                 p.dKRow, keyInTile, rowsLeft, quad);
+    d256::storeHalfRows<Element>(dv,
+                                 static_cast<Element *>(p.dV) + int64_t(w.batch) * p.dVBatch +
+                                     int64_t(w.kvHead) * p.dVHead + key0 * p.dVRow + 128 * group,
+                                 p.dVRow, keyInTile, rowsLeft, quad);
+  }
+}
+
+template <typename Element>
+cudaError_t launchBackwardSm90D256Instance(const BackwardParams &params, cudaStream_t stream) {
+  using L = d256::Layout;
+  const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
+  if (ctas <= 0) return cudaSuccess;
+  const auto kernel = backwardSm90D256Kernel<Element>;
+  // Per (kernel, device) and not a stream operation: allowed during graph capture.
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kDynamicBytes));
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(unsigned(ctas)), dim3(L::kThreads), L::kDynamicBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace flashattn::cuda::backward_sm90
