@@ -46,48 +46,6 @@ using backward::BackwardParams;
 
 namespace d256 {
 
-#define FLASHATTN_D256_R8(b) "%" #b "0, %" #b "1, %" #b "2, %" #b "3, %" #b "4, %" #b "5, %" #b "6, %" #b "7"
-#define FLASHATTN_D256_F4(d, i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-#define FLASHATTN_D256_F16(d, i) \
-  FLASHATTN_D256_F4(d, i), FLASHATTN_D256_F4(d, i + 4), FLASHATTN_D256_F4(d, i + 8), FLASHATTN_D256_F4(d, i + 12)
-
-// m64n32k16, A and B K-major in shared memory; accumulate == 0 overwrites d.
-#define FLASHATTN_D256_N32(Type, Ptx)                                                                               \
-  __device__ __forceinline__ void mmaN32(const Type *, float (&d)[16], uint64_t descA, uint64_t descB, uint32_t accumulate) { \
-    asm volatile("{\n.reg .pred scaleD;\nsetp.ne.b32 scaleD, %18, 0;\n"                                             \
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32." Ptx "." Ptx                                          \
-                 " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, scaleD, 1, 1, "  \
-                 "0, 0;\n}\n"                                                                                       \
-                 : FLASHATTN_D256_F16(d, 0)                                                                          \
-                 : "l"(descA), "l"(descB), "r"(accumulate));                                                        \
-  }
-
-// m64n128k16 with B MN-major, A K-major (TransA = 0) or M-major (TransA = 1), both in shared memory.
-#define FLASHATTN_D256_N128(Type, Ptx, TransA, Name)                                                                 \
-  __device__ __forceinline__ void Name(const Type *, float (&d)[64], uint64_t descA, uint64_t descB, uint32_t accumulate) {  \
-    asm volatile("{\n.reg .pred scaleD;\nsetp.ne.b32 scaleD, %66, 0;\n"                                              \
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32." Ptx "." Ptx " {"                                     \
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, " FLASHATTN_D256_R8(1) ", %18, %19, " FLASHATTN_D256_R8(2)  \
-                 ", %28, %29, " FLASHATTN_D256_R8(3) ", %38, %39, " FLASHATTN_D256_R8(4) ", %48, %49, "               \
-                 FLASHATTN_D256_R8(5) ", %58, %59, %60, %61, %62, %63}, %64, %65, scaleD, 1, 1, " #TransA ", 1;\n}\n" \
-                 : FLASHATTN_D256_F16(d, 0), FLASHATTN_D256_F16(d, 16), FLASHATTN_D256_F16(d, 32),                  \
-                   FLASHATTN_D256_F16(d, 48)                                                                         \
-                 : "l"(descA), "l"(descB), "r"(accumulate));                                                        \
-  }
-
-FLASHATTN_D256_N32(__half, "f16")
-FLASHATTN_D256_N32(__nv_bfloat16, "bf16")
-FLASHATTN_D256_N128(__half, "f16", 0, mmaN128TransB)
-FLASHATTN_D256_N128(__nv_bfloat16, "bf16", 0, mmaN128TransB)
-FLASHATTN_D256_N128(__half, "f16", 1, mmaN128TransAB)
-FLASHATTN_D256_N128(__nv_bfloat16, "bf16", 1, mmaN128TransAB)
-
-#undef FLASHATTN_D256_N32
-#undef FLASHATTN_D256_N128
-#undef FLASHATTN_D256_F16
-#undef FLASHATTN_D256_F4
-#undef FLASHATTN_D256_R8
-
 // Byte offsets from a 1024-aligned base. 16-bit tiles are stacks of 128-byte-swizzled slabs [D / 64][rows][64].
 struct Layout {
   static constexpr int kD = 256;
@@ -149,7 +107,6 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   using L = d256::Layout;
   constexpr int kBlockM = L::kBlockM;
   constexpr int kBlockN = L::kBlockN;
-  const Element *const kTag = nullptr;  // picks the dtype overload of the wgmma wrappers
 
   extern __shared__ unsigned char sm90BwdD256Shared[];
   const uint32_t base = (prim::smemAddress(sm90BwdD256Shared) + 1023u) & ~1023u;
@@ -250,14 +207,14 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
 #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
         const uint32_t offset = uint32_t(ks / 4) * L::kSlab + uint32_t(ks % 4) * 32;
-        d256::mmaN32(kTag, s, prim::wgmmaDescriptorAdvance(kRowsDesc, offset),
+        prim::WgmmaOp<Element, 32>::ss(s, prim::wgmmaDescriptorAdvance(kRowsDesc, offset),
                      prim::wgmmaDescriptorSw128(qTile + bRows + offset, 16, 1024), ks > 0 ? 1u : 0u);
       }
       prim::wgmmaCommitGroup();
 #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
         const uint32_t offset = uint32_t(ks / 4) * L::kSlab + uint32_t(ks % 4) * 32;
-        d256::mmaN32(kTag, dp, prim::wgmmaDescriptorAdvance(vRowsDesc, offset),
+        prim::WgmmaOp<Element, 32>::ss(dp, prim::wgmmaDescriptorAdvance(vRowsDesc, offset),
                      prim::wgmmaDescriptorSw128(dOTile + bRows + offset, 16, 1024), ks > 0 ? 1u : 0u);
       }
       prim::wgmmaCommitGroup();
@@ -362,7 +319,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     // k = the 64 keys: dS read M-major from the dS^T rows and K MN-major, 16 key rows (2048 bytes) per step.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      d256::mmaN128TransAB(kTag, dq, prim::wgmmaDescriptorAdvance(dSDesc, uint32_t(kk) * 2048),
+      prim::WgmmaOp<Element, 128>::template ssTransposed<1, 1>(dq, prim::wgmmaDescriptorAdvance(dSDesc, uint32_t(kk) * 2048),
                            prim::wgmmaDescriptorAdvance(kColsDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
     prim::wgmmaCommitGroup();
     {
@@ -372,11 +329,11 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
       const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile + halfOffset, L::kSlab, 1024);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        d256::mmaN128TransB(kTag, dv, prim::wgmmaDescriptorAdvance(pTDesc, uint32_t(kk) * 32),
+        prim::WgmmaOp<Element, 128>::template ssTransposed<0, 1>(dv, prim::wgmmaDescriptorAdvance(pTDesc, uint32_t(kk) * 32),
                             prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048), 1u);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        d256::mmaN128TransB(kTag, dk, prim::wgmmaDescriptorAdvance(dSTDesc, uint32_t(kk) * 32),
+        prim::WgmmaOp<Element, 128>::template ssTransposed<0, 1>(dk, prim::wgmmaDescriptorAdvance(dSTDesc, uint32_t(kk) * 32),
                             prim::wgmmaDescriptorAdvance(qDesc, uint32_t(kk) * 2048), 1u);
     }
     prim::wgmmaCommitGroup();

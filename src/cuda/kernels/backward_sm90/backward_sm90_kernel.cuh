@@ -395,7 +395,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
         const uint64_t dsDesc = prim::wgmmaDescriptorSw128(
             base + L::kDS + uint32_t(kk / 4) * kBlockM * 128 + uint32_t(kk % 4) * 32, 16, 1024);
-        WgmmaSsTransB64<Element>::run(dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048),
+        prim::WgmmaOp<Element, 64>::template ssTransposed<0, 1>(dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048),
                                       kk > 0 ? 1u : 0u);
       }
     } else {
@@ -405,7 +405,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
         const uint64_t dsDesc = prim::wgmmaDescriptorSw128(base + L::kDS + uint32_t(kk / 4) * kBlockM * 128 +
                                                                uint32_t(group) * 64 * 128 + uint32_t(kk % 4) * 32,
                                                            16, 1024);
-        WgmmaSsTransB64<Element>::run(dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048),
+        prim::WgmmaOp<Element, 64>::template ssTransposed<0, 1>(dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048),
                                       kk > 0 ? 1u : 0u);
       }
     }

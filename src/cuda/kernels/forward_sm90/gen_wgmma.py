@@ -6,7 +6,7 @@ are generated rather than typed. Run from the repository root: python3 src/cuda/
 """
 import os
 
-SS_WIDTHS = [64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256]
+SS_WIDTHS = [32, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256]
 RS_WIDTHS = [64, 96, 128, 192, 256]
 TYPES = [("__half", "f16"), ("__nv_bfloat16", "bf16")]
 
@@ -81,6 +81,8 @@ __device__ __forceinline__ uint64_t wgmmaDescriptorAdvance(uint64_t descriptor, 
 // WgmmaOp<Element, N>::ss(d, descA, descB, accumulate): D (+)= A * B, A and B K-major in shared memory;
 // accumulate == 0 overwrites D. WgmmaOp<Element, N>::rs(d, a, descB, accumulate): the same with A from registers.
 // WgmmaOp<Element, N>::rsTransB(d, a, descB): D += A * B, A from registers, B MN-major in shared memory.
+// WgmmaOp<Element, N>::ssTransposed<TransA, TransB>(d, descA, descB, accumulate): ss with A M-major (TransA = 1)
+// and/or B N-major (TransB = 1) in shared memory: the backward reads dS^T as dS and K [keys][d] as B[k = key][n = d].
 template <typename Element, int N>
 struct WgmmaOp;
 '''
@@ -109,6 +111,27 @@ def ss(ctype, ptx, n):
         "}}\\n"
         : {outs}
         : "l"(descA), "l"(descB), "r"(accumulate));
+  }}'''
+
+
+def ss_transposed(ctype, ptx, n):
+    regs = n // 2
+    outs = ",\n          ".join(", ".join('"+f"(d[%d])' % (i + j) for j in range(min(8, regs - i))) for i in range(0, regs, 8))
+    return f'''
+  template <int TransA, int TransB>
+  static __device__ __forceinline__ void ssTransposed(float (&d)[{regs}], uint64_t descA, uint64_t descB,
+                                                      uint32_t accumulate) {{
+    static_assert((TransA == 0 || TransA == 1) && (TransB == 0 || TransB == 1), "transpose flags are 0 or 1");
+    asm volatile(
+        "{{\\n"
+        ".reg .pred scaleD;\\n"
+        "setp.ne.b32 scaleD, %{regs + 2}, 0;\\n"
+        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
+        "{{{operand_list(0, regs)}}}, "
+        "%{regs}, %{regs + 1}, scaleD, 1, 1, %{regs + 3}, %{regs + 4};\\n"
+        "}}\\n"
+        : {outs}
+        : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }}'''
 
 
@@ -155,6 +178,7 @@ def main():
             out.append(f"\ntemplate <>\nstruct WgmmaOp<{ctype}, {n}> {{")
             if n in SS_WIDTHS:
                 out.append(ss(ctype, ptx, n))
+                out.append(ss_transposed(ctype, ptx, n))
                 out.append(rs_kmajor(ctype, ptx, n))
             if n in RS_WIDTHS:
                 out.append(rs(ctype, ptx, n))
