@@ -1,5 +1,5 @@
 // The backward test harness both backward suites share (test_gpu_backward.cpp: every family through the chooser;
-// test_gpu_backward_sm90.cpp: the wgmma family on sm90): a case, its strided placement on the device, descriptors,
+// test_gpu_backward_sm90*.cpp: the wgmma family on sm90): a case, its strided placement on the device, descriptors,
 // forward then backward through the public API, NaN poisoning, and the worst errors printed at the end.
 #pragma once
 
@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -340,6 +341,70 @@ inline void runAndCheckAgainstOracle(Handle &h, const BwdCase &c, Setup &s) {
     worst().note(typeName(c.dtype), c.name + " " + names[g], gate);
     EXPECT_TRUE(gate.pass) << c.name << " " << names[g] << ": " << gate.describe();
   }
+}
+
+// gtest parameter names from BwdCase::name (letters, digits and '_').
+inline std::string caseName(const ::testing::TestParamInfo<BwdCase> &info) {
+  std::string n = info.param.name;
+  for (char &ch : n)
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  return n;
+}
+
+// Whether the current device is sm90, where the wgmma backward family runs.
+inline bool deviceIsSm90() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) return false;
+  return major == 9 && minor == 0;
+}
+
+// What CheckSupport says for the case's shape: the kernel description, or "refused: " and the last error.
+inline std::string describeBackward(Handle &h, Setup &s) {
+  char text[512] = {};
+  int32_t deterministic = -1;
+  const flashAttnStatus_t st = flashAttnCheckSupport(h, FLASHATTN_OP_BACKWARD, s.attn, seqOf(s), *s.tq, *s.tk, *s.tv,
+                                                     *s.to, text, sizeof text, &deterministic);
+  return st == FLASHATTN_STATUS_SUCCESS ? std::string(text) : "refused: " + lastError();
+}
+
+// The backward captured in a graph on a non-blocking stream and replayed writes dK and dV bitwise equal to eager
+// (each CTA owns its keys) and dQ equal up to the order of its unordered FP32 additions. CheckSupport's description
+// must contain `kernel`.
+inline void expectGraphReplayMatchesEager(const BwdCase &c, const std::string &kernel) {
+  Handle h(FLASHATTN_BACKEND_CUDA);
+  auto s = build(c);
+  EXPECT_NE(describeBackward(h, *s).find(kernel), std::string::npos) << describeBackward(h, *s);
+  runForward(h, *s);
+  prepareBackward(h, *s);
+  poisonGradients(*s);
+  ASSERT_EQ(enqueueBackward(h, *s), FLASHATTN_STATUS_SUCCESS) << lastError();
+  FA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+  const std::vector<uint8_t> eagerK = s->ddK.raw(), eagerV = s->ddV.raw();
+  s->ddQ.download(s->pdQ.host);
+  const std::vector<double> eagerQ = extract(s->pdQ, c.heads, c.sq, c.headDim);
+
+  cudaStream_t stream = nullptr;
+  FA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  ASSERT_EQ(flashAttnSetStream(h, stream), FLASHATTN_STATUS_SUCCESS);
+  poisonGradients(*s);
+  flashAttnStatus_t captured = FLASHATTN_STATUS_INTERNAL_ERROR;
+  captureAndReplay(stream, [&] { captured = enqueueBackward(h, *s); });
+  EXPECT_EQ(captured, FLASHATTN_STATUS_SUCCESS) << lastError();
+  EXPECT_TRUE(s->ddK.raw() == eagerK) << "graph replay dK differs from eager";
+  EXPECT_TRUE(s->ddV.raw() == eagerV) << "graph replay dV differs from eager";
+  s->ddQ.download(s->pdQ.host);
+  const std::vector<double> replayQ = extract(s->pdQ, c.heads, c.sq, c.headDim);
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < eagerQ.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(replayQ[i])) << "graph replay dQ[" << i << "] is not finite";
+    diff = std::max(diff, std::fabs(replayQ[i] - eagerQ[i]));
+    norm = std::max(norm, std::fabs(eagerQ[i]));
+  }
+  EXPECT_LE(diff, 1e-2 * norm) << "graph replay dQ differs from eager beyond atomic-order rounding";
+  ASSERT_EQ(flashAttnSetStream(h, nullptr), FLASHATTN_STATUS_SUCCESS);
+  FA_CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
 }  // namespace fa_test::backward_harness

@@ -271,13 +271,6 @@ std::vector<BwdCase> gridCases() {
   return cases;
 }
 
-std::string caseName(const ::testing::TestParamInfo<BwdCase> &info) {
-  std::string n = info.param.name;
-  for (char &ch : n)
-    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-  return n;
-}
-
 class BackwardGrid : public ::testing::TestWithParam<BwdCase> {};
 
 TEST_P(BackwardGrid, MatchesFloat64Oracle) {
