@@ -96,27 +96,21 @@ def operand_list(first, count):
     return ", ".join("%%%d" % (first + i) for i in range(count))
 
 
+def accumulator_outputs(regs):
+    return ",\n          ".join(", ".join('"+f"(d[%d])' % (i + j) for j in range(min(8, regs - i))) for i in range(0, regs, 8))
+
+
 def ss(ctype, ptx, n):
     regs = n // 2
-    outs = ",\n          ".join(", ".join('"+f"(d[%d])' % (i + j) for j in range(min(8, regs - i))) for i in range(0, regs, 8))
     return f'''
   static __device__ __forceinline__ void ss(float (&d)[{regs}], uint64_t descA, uint64_t descB, uint32_t accumulate) {{
-    asm volatile(
-        "{{\\n"
-        ".reg .pred scaleD;\\n"
-        "setp.ne.b32 scaleD, %{regs + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
-        "{{{operand_list(0, regs)}}}, "
-        "%{regs}, %{regs + 1}, scaleD, 1, 1, 0, 0;\\n"
-        "}}\\n"
-        : {outs}
-        : "l"(descA), "l"(descB), "r"(accumulate));
+    ssTransposed<0, 0>(d, descA, descB, accumulate);
   }}'''
 
 
 def ss_transposed(ctype, ptx, n):
     regs = n // 2
-    outs = ",\n          ".join(", ".join('"+f"(d[%d])' % (i + j) for j in range(min(8, regs - i))) for i in range(0, regs, 8))
+    outs = accumulator_outputs(regs)
     return f'''
   template <int TransA, int TransB>
   static __device__ __forceinline__ void ssTransposed(float (&d)[{regs}], uint64_t descA, uint64_t descB,
@@ -137,7 +131,7 @@ def ss_transposed(ctype, ptx, n):
 
 def rs(ctype, ptx, n):
     regs = n // 2
-    outs = ",\n          ".join(", ".join('"+f"(d[%d])' % (i + j) for j in range(min(8, regs - i))) for i in range(0, regs, 8))
+    outs = accumulator_outputs(regs)
     return f'''
   static __device__ __forceinline__ void rsTransB(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t descB) {{
     asm volatile(
@@ -155,7 +149,7 @@ def rs(ctype, ptx, n):
 
 def rs_kmajor(ctype, ptx, n):
     regs = n // 2
-    outs = ",\n          ".join(", ".join('"+f"(d[%d])' % (i + j) for j in range(min(8, regs - i))) for i in range(0, regs, 8))
+    outs = accumulator_outputs(regs)
     return f'''
   static __device__ __forceinline__ void rs(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {{
     asm volatile(
