@@ -165,7 +165,7 @@ struct PlannedKernel {
 int32_t packConfig(const PlannedKernel &k) {
   return int32_t(uint32_t(k.instance) | uint32_t(k.libraryVariant) << 6 | uint32_t(k.headDim / 16 - 1) << 7 |
                  uint32_t(k.variant.warps / 4 - 1) << 11 | uint32_t(k.variant.tileKeys / 16 - 1) << 12 |
-                 uint32_t(k.variant.stages - 2) << 14 | uint32_t(k.variant.loader) << 17 | uint32_t(k.merge) << 18);
+                 uint32_t(k.variant.stages - 2) << 14 | uint32_t(k.variant.loader) << 17 | uint32_t(k.merge) << 20);
 }
 
 PlannedKernel unpackConfig(int32_t config) {
@@ -177,8 +177,8 @@ PlannedKernel unpackConfig(int32_t config) {
   k.variant.warps = int(((c >> 11) & 1u) + 1) * 4;
   k.variant.tileKeys = int(((c >> 12) & 3u) + 1) * 16;
   k.variant.stages = int((c >> 14) & 7u) + 2;
-  k.variant.loader = int((c >> 17) & 1u);
-  k.merge = int((c >> 18) & 1u);
+  k.variant.loader = int((c >> 17) & 7u);
+  k.merge = int((c >> 20) & 1u);
   return k;
 }
 
@@ -208,9 +208,12 @@ Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v) {
   return s;
 }
 
-// Chunk count: as many chunks as fit beside the problem's units in one wave of resident CTAs, at least two key tiles
-// each (H200 sweep in NOTES.md: every count that spills into a second, partial wave was 10-30% slower, and counts below
-// one full wave lost up to 10%). A count just over 32 is trimmed to 32, which the merge reads in one pass.
+// Chunk count: as many chunks as fit beside the problem's units in one wave of `slots` CTAs, at least two key tiles
+// each (H200 sweep in NOTES.md: every count that spills into a second, partial wave was 10-30% slower). A count just
+// over 32 is trimmed to 32, which the merge reads in one pass. The slots: every resident CTA for the loaders that keep
+// Stages - 1 tiles in flight (counts below one full wave lost up to 10%), one CTA per SM for the producer-warp loader,
+// whose CTA has its whole ring in flight (B1 L8k / L64k / L128k: 16 chunks beat 32 by 8 / 3.5 / 1.3%, B8 L8k 2 beat 4
+// by 1.6%).
 int64_t chooseChunks(int64_t units, int64_t tiles, int64_t slots) {
   int64_t chunks = std::max<int64_t>(1, slots / std::max<int64_t>(units, 1));
   chunks = std::min(chunks, std::max<int64_t>(1, tiles / 2));
@@ -237,13 +240,19 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
   return encoder;
 }
 
+// How a map views a row: 64-column boxes (one copy per box), or rank-5 views whose one copy takes every box of a tile:
+// wide lands the boxes one after another ([box][key][64], as the boxes do), rows lands whole rows ([key][box][64]).
+enum MapView : int { kMapBoxes = 0, kMapWide = 1, kMapRows = 2 };
+
 // Everything a cache's tensor map depends on (a map is a pure function of it).
 struct CacheMapKey {
   const void *base = nullptr;
   int64_t dtype = 0, tileKeys = 0, headDim = 0, seqK = 0, kvHeads = 0, batch = 0;
   int64_t rowStride = 0, headStride = 0, batchStride = 0;  // elements
+  int64_t view = 0;  // MapView
   bool operator==(const CacheMapKey &o) const {
-    return base == o.base && dtype == o.dtype && tileKeys == o.tileKeys && headDim == o.headDim && seqK == o.seqK &&
+    return base == o.base && view == o.view && dtype == o.dtype && tileKeys == o.tileKeys && headDim == o.headDim &&
+           seqK == o.seqK &&
            kvHeads == o.kvHeads && batch == o.batch && rowStride == o.rowStride && headStride == o.headStride &&
            batchStride == o.batchStride;
   }
@@ -264,7 +273,7 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
   thread_local Entry cache[kEntries];
   uint64_t hash = 1469598103934665603ull;
   for (int64_t v : {int64_t(reinterpret_cast<uintptr_t>(key.base)), key.dtype, key.tileKeys, key.headDim, key.seqK,
-                    key.kvHeads, key.batch, key.rowStride, key.headStride, key.batchStride})
+                    key.kvHeads, key.batch, key.rowStride, key.headStride, key.batchStride, key.view})
     hash = (hash ^ uint64_t(v)) * 1099511628211ull;
   Entry &e = cache[(hash ^ (hash >> 29)) % kEntries];
   if (e.used && e.key == key) {
@@ -295,19 +304,38 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
     if ((a.size == 1) != (b.size == 1)) return b.size == 1;
     return a.stride < b.stride;
   });
-  cuuint64_t globalDim[4] = {cuuint64_t(key.headDim), dims[0].size, dims[1].size, dims[2].size};
-  cuuint64_t globalStrides[3] = {dims[0].stride, dims[1].stride, dims[2].stride};
-  cuuint32_t box[4] = {64, 1, 1, 1};
-  cuuint32_t elementStrides[4] = {1, 1, 1, 1};
+  // Dimension 0: the head dim, or for the rank-5 views its first 64 columns, the boxes being a dimension of their own
+  // (stride 128 bytes): right after the keys (wide: shared layout [box][key][64]) or before them (rows: [key][box][64]).
+  const bool rank5 = key.view != kMapBoxes;
+  const int64_t boxes = key.headDim / 64;
+  if (rank5 && (key.headDim % 64 != 0 || boxes < 1)) return false;
+  cuuint64_t globalDim[5] = {cuuint64_t(rank5 ? 64 : key.headDim), 1, 1, 1, 1};
+  cuuint64_t globalStrides[4] = {0, 0, 0, 0};
+  cuuint32_t box[5] = {64, 1, 1, 1, 1};
+  cuuint32_t elementStrides[5] = {1, 1, 1, 1, 1};
   TensorMapSlots s;
+  s.rank = int8_t(rank5 ? 5 : 4);
+  int next = 1;
+  auto addBoxes = [&] {
+    globalDim[next] = cuuint64_t(boxes);
+    globalStrides[next - 1] = 64 * elementBytes;
+    box[next] = cuuint32_t(boxes);
+    ++next;
+  };
+  if (key.view == kMapRows) addBoxes();
   for (int i = 0; i < 3; ++i) {
-    if (dims[i].which == 0) s.key = int8_t(i + 1), box[i + 1] = cuuint32_t(key.tileKeys);
-    if (dims[i].which == 1) s.head = int8_t(i + 1);
-    if (dims[i].which == 2) s.batch = int8_t(i + 1);
+    globalDim[next] = dims[i].size;
+    globalStrides[next - 1] = dims[i].stride;
+    if (dims[i].which == 0) s.key = int8_t(next), box[next] = cuuint32_t(key.tileKeys);
+    if (dims[i].which == 1) s.head = int8_t(next);
+    if (dims[i].which == 2) s.batch = int8_t(next);
+    ++next;
+    if (dims[i].which == 0 && key.view == kMapWide) addBoxes();
   }
   const CUresult r = encode(&e.map, key.dtype == int64_t(DType::FP16) ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                            4, const_cast<void *>(key.base), globalDim, globalStrides, box, elementStrides,
+                            cuuint32_t(s.rank), const_cast<void *>(key.base), globalDim, globalStrides, box,
+                            elementStrides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   e.slots = s;
@@ -317,8 +345,10 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
   return e.ok;
 }
 
-CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys) {
+CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys,
+                        int view) {
   CacheMapKey k;
+  k.view = view;
   k.base = base;
   k.dtype = int64_t(p.dtype);
   k.tileKeys = tileKeys;
@@ -332,10 +362,25 @@ CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &la
   return k;
 }
 
+// The K and V maps of a tensor loader, in the loader's view: the rank-5 views need the problem's head dim to be the
+// kernel's (their boxes are whole 64-column pieces of real rows); the wide loader falls back to 64-column boxes (the
+// same shared layout) where its view cannot be had, so K and V always come in maps of one rank.
+bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t kvHeads, int tileKeys, int loader,
+                     int kernelHeadDim, DecodeParams *d) {
+  const bool exact = p.headDim == kernelHeadDim;
+  auto both = [&](int view) {
+    return encodeCacheMap(cacheMapKey(p, k, p.k, kvHeads, tileKeys, view), &d->kMap, &d->kSlots) &&
+           encodeCacheMap(cacheMapKey(p, v, p.v, kvHeads, tileKeys, view), &d->vMap, &d->vSlots);
+  };
+  if (loader == kLoaderTensorWSRows) return exact && both(kMapRows);
+  if (loader == kLoaderTensorWSWide && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
+  return both(kMapBoxes);
+}
+
 // Whether the tensor loader serves this problem on this kernel: sm90, a dense 16-bit cache, a kernel head dim of whole
 // boxes, and strides the encoder accepts (tried on an aligned stand-in address, the real one is only known at launch).
 bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelHeadDim, int64_t kvHeads, int tileKeys,
-                        std::string *whyNot) {
+                        int loader, std::string *whyNot) {
   if (dev.arch() < 90 || p.paged || !tensorLoadable(int(dtypeSize(p.dtype)), kernelHeadDim)) {
     *whyNot = concat("the tensor-map loader needs sm_90+ (device sm_", dev.arch(), "), a dense cache (",
                      p.paged ? "paged" : "dense", ") and FP16/BF16 with a kernel head dim that is a multiple of 64 (",
@@ -343,15 +388,31 @@ bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelH
     return false;
   }
   const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
-  CUtensorMap map;
-  TensorMapSlots slots;
-  if (!encodeCacheMap(cacheMapKey(p, standIn, p.k, kvHeads, tileKeys), &map, &slots) ||
-      !encodeCacheMap(cacheMapKey(p, standIn, p.v, kvHeads, tileKeys), &map, &slots)) {
+  DecodeParams scratch;
+  if (!encodeCacheMaps(p, standIn, standIn, kvHeads, tileKeys, loader, kernelHeadDim, &scratch)) {
     *whyNot = concat("the K/V strides (", p.k.batch, ", ", p.k.head, ", ", p.k.row, ") / (", p.v.batch, ", ", p.v.head,
-                     ", ", p.v.row, ") have no tensor map");
+                     ", ", p.v.row, ") with headDim ", p.headDim, " on the d", kernelHeadDim,
+                     " kernel have no tensor map of loader ", loader);
     return false;
   }
   return true;
+}
+
+// The plan description's words for the loader (with the view the maps of this problem take).
+std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &k, int64_t kvHeads) {
+  const int loader = k.variant.loader;
+  if (!isTensorLoader(loader)) return "cp.async";
+  std::string name = hasProducerWarp(loader) ? "tensor-map copies (full/empty ring)" : "tensor-map copies";
+  if (loader == kLoaderTensorWSWide || loader == kLoaderTensorWSRows) {
+    DecodeParams scratch;
+    const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
+    const bool ok = dev.arch() >= 90 && encodeCacheMaps(p, standIn, standIn, kvHeads, k.variant.tileKeys, loader,
+                                                        k.headDim, &scratch);
+    name += ok && scratch.kSlots.rank == 5 ? (loader == kLoaderTensorWSRows ? " whole rows, one copy per tile"
+                                                                            : " one copy per tile")
+                                           : " 64-column boxes";
+  }
+  return name;
 }
 
 bool multiplyFits(std::size_t a, std::size_t b, std::size_t *out) {
@@ -369,8 +430,9 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int elementBytes = int(dtypeSize(p.dtype));
   kernel.variant.tileKeys = resolvedTileKeys(kernel.variant, elementBytes, kernel.headDim);
   const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
-  if (kernel.variant.loader == kLoaderTensor &&
-      !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, kernel.variant.tileKeys, whyNot))
+  const int loader = kernel.variant.loader;
+  if (isTensorLoader(loader) &&
+      !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, kernel.variant.tileKeys, loader, whyNot))
     return false;
   const int tileKeys = kernel.variant.tileKeys;
   if (p.seqK > kInt32Max - 2 * tileKeys) {
@@ -395,7 +457,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int64_t maxChunks = std::max<int64_t>(1, (p.seqK + tileKeys - 1) / tileKeys);
   const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
   const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
-  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * ctasPerSM;
+  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (hasProducerWarp(kernel.variant.loader) ? 1 : ctasPerSM);
   const int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks)
                                          : chooseChunks(units, maxChunks, slots);
   if (units > kInt32Max / chunks) {
@@ -429,8 +491,8 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const char *merge = chunks == 1 ? "" : kernel.merge == kMergeFused ? " merged by the last CTA" : " + merge kernel";
   plan->description =
       concat("cuda.decode.", tensorCores ? "mma_sync" : "simt_fp32", " ", dtypeName(p.dtype), " d", kernel.headDim,
-             " (headDim ", p.headDim, "): ", kernel.variant.loader == kLoaderTensor ? "tensor-map copies" : "cp.async", ", ",
-             kernel.variant.warps, " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
+             " (headDim ", p.headDim, "): ", loaderName(dev, p, kernel, shape.kvHeads), ", ", kernel.variant.warps,
+             hasProducerWarp(loader) ? " consumer warps + a producer warp, " : " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
              " key groups per CTA, ", tileKeys, "-key tiles, ", kernel.variant.stages, " stages, ", chunks,
              " KV chunks", merge, ", ", ctasPerSM, " CTAs/SM; fp32 accumulate; deterministic");
   return true;
@@ -487,7 +549,7 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
     const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
     std::string ignored;
     const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
-    if (!tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, &ignored)) {
+    if (!tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
       kernel.libraryVariant = 0;
       kernel.variant = libraryVariant(0);
     }
@@ -564,10 +626,9 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.windowRight = p.windowRight;
   d.alibiSlopes = p.alibiSlopes;
   d.alibiBatchStride = p.alibiBatchStride;
-  if (kernel.variant.loader == kLoaderTensor) {
-    const int tileKeys = kernel.variant.tileKeys;
-    if (!encodeCacheMap(cacheMapKey(p, buf.k, p.k, shape.kvHeads, tileKeys), &d.kMap, &d.kSlots) ||
-        !encodeCacheMap(cacheMapKey(p, buf.v, p.v, shape.kvHeads, tileKeys), &d.vMap, &d.vSlots))
+  if (isTensorLoader(kernel.variant.loader)) {
+    if (!encodeCacheMaps(p, buf.k, buf.v, shape.kvHeads, kernel.variant.tileKeys, kernel.variant.loader,
+                         kernel.headDim, &d))
       return cudaErrorInvalidValue;  // the plan tried these strides; only a misaligned address gets here
   }
   return cudaSuccess;
