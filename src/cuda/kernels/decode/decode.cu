@@ -165,7 +165,7 @@ struct PlannedKernel {
 int32_t packConfig(const PlannedKernel &k) {
   return int32_t(uint32_t(k.instance) | uint32_t(k.libraryVariant) << 6 | uint32_t(k.headDim / 16 - 1) << 7 |
                  uint32_t(k.variant.warps / 4 - 1) << 11 | uint32_t(k.variant.tileKeys / 16 - 1) << 12 |
-                 uint32_t(k.variant.stages - 2) << 14 | uint32_t(k.variant.loader) << 17 | uint32_t(k.merge) << 20);
+                 uint32_t(k.variant.stages - 2) << 14 | uint32_t(k.variant.loader) << 17 | uint32_t(k.merge) << 20);  // merge: 2 bits
 }
 
 PlannedKernel unpackConfig(int32_t config) {
@@ -178,7 +178,7 @@ PlannedKernel unpackConfig(int32_t config) {
   k.variant.tileKeys = int(((c >> 12) & 3u) + 1) * 16;
   k.variant.stages = int((c >> 14) & 7u) + 2;
   k.variant.loader = int((c >> 17) & 7u);
-  k.merge = int((c >> 20) & 1u);
+  k.merge = int((c >> 20) & 3u);
   return k;
 }
 
@@ -458,8 +458,14 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
   const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
   const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (hasProducerWarp(kernel.variant.loader) ? 1 : ctasPerSM);
-  const int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks)
-                                         : chooseChunks(units, maxChunks, slots);
+  int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
+  if (kernel.merge == kMergeCluster) {
+    if (dev.arch() < 90) {
+      *whyNot = concat("the cluster merge needs sm_90+ (device sm_", dev.arch(), ")");
+      return false;
+    }
+    chunks = std::min<int64_t>(chunks, kMaxClusterChunks);
+  }
   if (units > kInt32Max / chunks) {
     *whyNot = concat("the decode grid would have ", units, " x ", chunks, " CTAs, more than one launch addresses");
     return false;
@@ -469,7 +475,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   plan->config = packConfig(kernel);
   plan->numChunks = int32_t(chunks);
   plan->deterministic = true;
-  if (chunks > 1) {
+  if (chunks > 1 && kernel.merge != kMergeCluster) {
     std::size_t stateRows = 0, partialO = 0, partialLse = 0;
     bool fits = multiplyFits(std::size_t(chunks), std::size_t(p.batch), &stateRows) &&
                 multiplyFits(stateRows, std::size_t(p.heads), &stateRows) &&
@@ -488,7 +494,10 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
     plan->workspaceBytes = plan->workspaceOffset[2] + alignWorkspace(counters);
   }
   const bool tensorCores = p.dtype != DType::FP32;
-  const char *merge = chunks == 1 ? "" : kernel.merge == kMergeFused ? " merged by the last CTA" : " + merge kernel";
+  const char *merge = chunks == 1                     ? ""
+                      : kernel.merge == kMergeFused   ? " merged by the last CTA"
+                      : kernel.merge == kMergeCluster ? " merged in a cluster of the chunks"
+                                                      : " + merge kernel";
   plan->description =
       concat("cuda.decode.", tensorCores ? "mma_sync" : "simt_fp32", " ", dtypeName(p.dtype), " d", kernel.headDim,
              " (headDim ", p.headDim, "): ", loaderName(dev, p, kernel, shape.kvHeads), ", ", kernel.variant.warps,
@@ -523,7 +532,7 @@ cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Pla
   cudaError_t err = buildDecodeParams(p, plan, buf, workspace, &d);
   if (err != cudaSuccess) return err;
   err = launchKernel(d, stream);
-  if (err != cudaSuccess || plan.numChunks == 1 || d.arrivals) return err;
+  if (err != cudaSuccess || plan.numChunks == 1 || d.arrivals || d.clusterMerge) return err;
   return launchDecodeMergeKernel(p.dtype, d, dev.arch() >= 90, stream);
 }
 
@@ -589,7 +598,8 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.v = buf.v;
   d.o = buf.o;
   d.lse = p.hasLse ? buf.lse : nullptr;
-  if (plan.numChunks > 1) {
+  d.clusterMerge = kernel.merge == kMergeCluster && plan.numChunks > 1;
+  if (plan.numChunks > 1 && !d.clusterMerge) {
     auto *base = static_cast<unsigned char *>(workspace);
     d.partialO = reinterpret_cast<float *>(base + plan.workspaceOffset[0]);
     d.partialLse = reinterpret_cast<float *>(base + plan.workspaceOffset[1]);

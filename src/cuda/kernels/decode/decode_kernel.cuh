@@ -366,6 +366,50 @@ __device__ __forceinline__ void mbarrierArrive(uint32_t barrier) {
 #endif
 }
 
+// Cluster merge (sm90): a barrier over every thread of the cluster (release / acquire: the shared-memory states written
+// before it are visible to the other CTAs' reads after it), and loads from another CTA's shared memory.
+__device__ __forceinline__ void clusterSync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// The address in CTA `rank` of the cluster of this CTA's shared address `local`.
+__device__ __forceinline__ uint32_t clusterAddress(uint32_t local, uint32_t rank) {
+  uint32_t remote = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+#else
+  __trap();
+#endif
+  return remote;
+}
+
+__device__ __forceinline__ float clusterLoad(uint32_t address) {
+  float x = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(x) : "r"(address) : "memory");
+#else
+  __trap();
+#endif
+  return x;
+}
+
+__device__ __forceinline__ float4 clusterLoad4(uint32_t address) {
+  float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w)
+               : "r"(address)
+               : "memory");
+#else
+  __trap();
+#endif
+  return x;
+}
+
 // K/V bytes are read once per launch: an evict-first policy keeps them from pushing the partial states (and whatever
 // the caller reads next) out of L2.
 __device__ __forceinline__ uint64_t createL2EvictFirstPolicy() {
@@ -474,12 +518,21 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   const int warp = tid >> 5;
   const int lane = tid & 31;
 
-  // Block -> (row block, chunk, KV head, batch); the row block varies fastest so CTAs sharing K/V run together.
+  // Block -> (row block, chunk, KV head, batch); the row block varies fastest so CTAs sharing K/V run together, except
+  // for the cluster merge, whose clusters are consecutive blocks: the chunk varies fastest there (rank = chunk).
   uint32_t block = blockIdx.x;
-  const int rowBlock = int(block % uint32_t(p.rowBlocks));
-  block /= uint32_t(p.rowBlocks);
-  const int chunk = int(block % uint32_t(p.numChunks));
-  block /= uint32_t(p.numChunks);
+  int rowBlock = 0, chunk = 0;
+  if (p.clusterMerge) {
+    chunk = int(block % uint32_t(p.numChunks));
+    block /= uint32_t(p.numChunks);
+    rowBlock = int(block % uint32_t(p.rowBlocks));
+    block /= uint32_t(p.rowBlocks);
+  } else {
+    rowBlock = int(block % uint32_t(p.rowBlocks));
+    block /= uint32_t(p.rowBlocks);
+    chunk = int(block % uint32_t(p.numChunks));
+    block /= uint32_t(p.numChunks);
+  }
   const int kvHead = int(block % uint32_t(p.kvHeads));
   const int batch = int(block / uint32_t(p.kvHeads));
 
@@ -870,8 +923,62 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   }
   __syncthreads();
 
-  const bool direct = p.numChunks == 1;
   constexpr int kQuads = HeadDim / 4;
+  if (p.clusterMerge && p.numChunks > 1) {
+    // Every CTA of the cluster has parked its warps' states; CTA `chunk` merges items chunk, chunk + numChunks, ... of
+    // the row block over (chunk, key group) in a fixed order, reading the other CTAs' states where they lie. The last
+    // barrier keeps each CTA's shared memory alive until the others have read it.
+    clusterSync();
+    const uint32_t statsBase = prim::smemAddress(scratchStats);
+    const uint32_t oBase = prim::smemAddress(scratchO);
+    for (int item = chunk * kThreads + tid; item < rowsPerCta * kQuads; item += p.numChunks * kThreads) {
+      const int localRow = item / kQuads;
+      const int d = (item - localRow * kQuads) * 4;
+      const int row = firstRow + localRow;
+      if (row >= p.rows || d >= p.headDim) continue;
+      const int tile = localRow / kRowsPerTile;
+      const int inTile = localRow - tile * kRowsPerTile;
+      float maxAll = negInf();
+      for (int c = 0; c < p.numChunks; ++c)
+        for (int kg = 0; kg < p.keyGroups; ++kg) {
+          const int w = kg * rowTiles + tile;
+          maxAll = fmaxf(maxAll, clusterLoad(clusterAddress(statsBase + uint32_t((w * kRowsPerTile + inTile) * 2) * 4u,
+                                                            uint32_t(c))));
+        }
+      float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
+      float lse = negInf();
+      if (maxAll != negInf()) {
+        float total = 0.f;
+        for (int c = 0; c < p.numChunks; ++c)
+          for (int kg = 0; kg < p.keyGroups; ++kg) {
+            const int w = kg * rowTiles + tile;
+            const uint32_t stats = clusterAddress(statsBase + uint32_t((w * kRowsPerTile + inTile) * 2) * 4u, uint32_t(c));
+            const float weight = exp2f(clusterLoad(stats) - maxAll);  // 0 for a state that saw no visible key
+            total += weight * clusterLoad(stats + 4u);
+            const float4 part = clusterLoad4(
+                clusterAddress(oBase + uint32_t((w * kRowsPerTile + inTile) * kScratchRow + d) * 4u, uint32_t(c)));
+            o0 += weight * part.x;
+            o1 += weight * part.y;
+            o2 += weight * part.z;
+            o3 += weight * part.w;
+          }
+        const float inv = 1.f / total;
+        o0 *= inv, o1 *= inv, o2 *= inv, o3 *= inv;
+        lse = (maxAll + log2f(total)) * prim::kLn2;
+      }
+      const int groupHead = row / p.seqQ;
+      const int token = row - groupHead * p.seqQ;
+      const int64_t head = int64_t(kvHead) * p.groupSize + groupHead;
+      Element *out =
+          static_cast<Element *>(p.o) + int64_t(batch) * p.oBatch + head * p.oHead + int64_t(token) * p.oRow + d;
+      storeOut4<Element>(out, o0, o1, o2, o3);
+      if (p.lse && d == 0) p.lse[int64_t(batch) * p.lseBatch + head * p.lseHead + int64_t(token) * p.lseRow] = lse;
+    }
+    clusterSync();
+    return;
+  }
+
+  const bool direct = p.numChunks == 1;
   for (int item = tid; item < rowsPerCta * kQuads; item += kThreads) {
     const int localRow = item / kQuads;
     const int d = (item - localRow * kQuads) * 4;
@@ -1006,8 +1113,32 @@ struct DecodeKernel {
     err = prepare(device);
     if (err != cudaSuccess) return err;
     const int64_t blocks = int64_t(params.rowBlocks) * params.numChunks * params.kvHeads * params.batch;
-    decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>
-        <<<dim3(uint32_t(blocks)), dim3(kThreads), smemBytes(params.rowTilesPerCta), stream>>>(params);
+    auto *kernel = decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>;
+    if (params.clusterMerge && params.numChunks > 1) {
+      // Clusters of more than 8 CTAs are a per-kernel opt-in (sm90); the planner caps the chunks at kMaxClusterChunks.
+      static bool nonPortable[64] = {};
+      if (params.numChunks > 8 && !(device >= 0 && device < 64 && nonPortable[device])) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        if (err != cudaSuccess) return err;
+        if (device >= 0 && device < 64) nonPortable[device] = true;
+      }
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(uint32_t(blocks));
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = smemBytes(params.rowTilesPerCta);
+      config.stream = stream;
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = uint32_t(params.numChunks);
+      attribute[0].val.clusterDim.y = 1;
+      attribute[0].val.clusterDim.z = 1;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      err = cudaLaunchKernelEx(&config, kernel, params);
+      if (err != cudaSuccess) return err;
+      return cudaGetLastError();
+    }
+    kernel<<<dim3(uint32_t(blocks)), dim3(kThreads), smemBytes(params.rowTilesPerCta), stream>>>(params);
     return cudaGetLastError();
   }
 

@@ -58,7 +58,11 @@ constexpr int ctaThreads(int warps, int loader) { return (warps + (hasProducerWa
 //     kernel. Arrivals are counted in a tagged 64-bit word per unit in the workspace (ArrivalWord) that the last CTA
 //     leaves at zero arrivals: no memset per call, whatever the workspace held before.
 //   Separate: a merge kernel launched after the decode kernel (as a programmatic dependent on sm90).
-enum MergeMode : int { kMergeFused = 0, kMergeSeparate = 1 };
+//   Cluster (sm90, <= kMaxClusterChunks chunks): the chunks of a unit are one thread-block cluster; each CTA parks its
+//     warps' states in its shared memory, and after a cluster barrier the CTAs merge a share of the rows each, reading
+//     every chunk's states through distributed shared memory: one launch, no partial states in global memory.
+enum MergeMode : int { kMergeFused = 0, kMergeSeparate = 1, kMergeCluster = 2 };
+constexpr int kMaxClusterChunks = 16;  // the largest (non-portable) cluster on sm90
 
 // The fused merge's arrival word: tag in the high half, arrivals so far in the low half. A word whose high half is not
 // the tag, or whose count is not below the launch's chunk count, is memory no decode launch has counted in yet (a new
@@ -168,6 +172,7 @@ struct DecodeParams {
   float *partialLse = nullptr;  // numChunks > 1: [chunk][batch][heads][seqQ]
   unsigned long long *arrivals = nullptr;  // fused merge: [batch][kvHeads][rowBlocks] arrival words (kArrivalTag)
   bool evictFirst = false;  // tensor loader: K/V copies carry an L2 evict-first policy (streamed once)
+  bool clusterMerge = false;  // kMergeCluster: launched in clusters of numChunks CTAs, the chunk varying fastest
 
   int64_t qBatch = 0, qHead = 0, qRow = 0;
   int64_t kBatch = 0, kHead = 0, kRow = 0;  // paged: kBatch is the page stride, kRow the row stride in a page
