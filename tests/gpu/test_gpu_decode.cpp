@@ -477,8 +477,10 @@ TEST(DecodeSupport, SeqQ64IsRefusedAndOutputsStayUntouched) {
 // The size query is exact: 0 for one chunk, partial O and LSE (256-byte aligned each) for more; one byte less is
 // refused before anything is written.
 TEST(DecodeSupport, WorkspaceIsExact) {
+  // A paged cache: its split KV ranges always go through partial states in the workspace (a dense FP16/BF16 cache on
+  // sm90 may be merged in a cluster, without any).
   DecodeCase c;
-  c.batch = 2, c.heads = 8, c.kvHeads = 2, c.sq = 3, c.cap = 1000;
+  c.batch = 2, c.heads = 8, c.kvHeads = 2, c.sq = 3, c.cap = 1000, c.paged = true;
   DecodeFixture f(c);
   size_t bytes = 0;
   ASSERT_EQ(f.run(1, &bytes), FLASHATTN_STATUS_SUCCESS) << lastError();

@@ -160,6 +160,7 @@ struct PlannedKernel {
   int headDim = 0;         // of the kernel (>= the problem's)
   Variant variant;         // tileKeys resolved
   int merge = kMergeFused;
+  bool clusterWhereFits = false;  // planDecode: the cluster merge where the chunks fit a cluster (else `merge`)
 };
 
 int32_t packConfig(const PlannedKernel &k) {
@@ -459,6 +460,9 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
   const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (hasProducerWarp(kernel.variant.loader) ? 1 : ctasPerSM);
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
+  if (kernel.clusterWhereFits && chunks > 1 && chunks <= kMaxClusterChunks && hasProducerWarp(loader) &&
+      dev.arch() >= 90)
+    kernel.merge = kMergeCluster;
   if (kernel.merge == kMergeCluster) {
     if (dev.arch() < 90) {
       *whyNot = concat("the cluster merge needs sm_90+ (device sm_", dev.arch(), ")");
@@ -564,6 +568,9 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
     }
   }
   kernel.merge = kMergeSeparate;
+#if defined(FLASHATTN_DECODE_CLUSTER_MERGE)
+  kernel.clusterWhereFits = true;
+#endif
   const Instance &inst = kInstances[index];
   auto occupancy = [&](int rowTiles) { return inst.occupancy(dev, kernel.libraryVariant, rowTiles); };
   return planKernel(dev, p, kernel, occupancy, plan, whyNot);

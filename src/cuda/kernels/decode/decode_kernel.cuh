@@ -925,11 +925,37 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
 
   constexpr int kQuads = HeadDim / 4;
   if (p.clusterMerge && p.numChunks > 1) {
-    // Every CTA of the cluster has parked its warps' states; CTA `chunk` merges items chunk, chunk + numChunks, ... of
-    // the row block over (chunk, key group) in a fixed order, reading the other CTAs' states where they lie. The last
-    // barrier keeps each CTA's shared memory alive until the others have read it.
+    // Step 1, in each CTA: its key groups' states combined per row, unnormalized, over the key group 0 slot of the row
+    // (each item reads and writes only its own 4 columns there) with (m, l) beside; step 2, after a cluster barrier:
+    // CTA `chunk` takes items chunk, chunk + numChunks, ... of the row block and merges the numChunks combined states
+    // in chunk order, all of a row's loads from the other CTAs' shared memory in flight at once. The last barrier
+    // keeps each CTA's shared memory alive until the others have read it.
+    float *clusterStats = scratchStats + Warps * kRowsPerTile * 2;  // [rowsPerCta][2]: (m log2 units, l)
+    for (int item = tid; item < rowsPerCta * kQuads; item += kThreads) {
+      const int localRow = item / kQuads;
+      const int d = (item - localRow * kQuads) * 4;
+      if (firstRow + localRow >= p.rows || d >= p.headDim) continue;
+      const int tile = localRow / kRowsPerTile;
+      const int inTile = localRow - tile * kRowsPerTile;
+      float maxAll = negInf();
+      for (int kg = 0; kg < p.keyGroups; ++kg)
+        maxAll = fmaxf(maxAll, scratchStats[((kg * rowTiles + tile) * kRowsPerTile + inTile) * 2]);
+      float total = 0.f;
+      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (maxAll != negInf()) {
+        for (int kg = 0; kg < p.keyGroups; ++kg) {
+          const int w = kg * rowTiles + tile;
+          const float weight = exp2f(scratchStats[(w * kRowsPerTile + inTile) * 2] - maxAll);
+          total += weight * scratchStats[(w * kRowsPerTile + inTile) * 2 + 1];
+          const float4 part = *reinterpret_cast<const float4 *>(scratchO + (w * kRowsPerTile + inTile) * kScratchRow + d);
+          o.x += weight * part.x, o.y += weight * part.y, o.z += weight * part.z, o.w += weight * part.w;
+        }
+      }
+      *reinterpret_cast<float4 *>(scratchO + (tile * kRowsPerTile + inTile) * kScratchRow + d) = o;
+      if (d == 0) clusterStats[localRow * 2] = maxAll, clusterStats[localRow * 2 + 1] = total;
+    }
     clusterSync();
-    const uint32_t statsBase = prim::smemAddress(scratchStats);
+    const uint32_t statsBase = prim::smemAddress(clusterStats);
     const uint32_t oBase = prim::smemAddress(scratchO);
     for (int item = chunk * kThreads + tid; item < rowsPerCta * kQuads; item += p.numChunks * kThreads) {
       const int localRow = item / kQuads;
@@ -938,30 +964,33 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       if (row >= p.rows || d >= p.headDim) continue;
       const int tile = localRow / kRowsPerTile;
       const int inTile = localRow - tile * kRowsPerTile;
-      float maxAll = negInf();
-      for (int c = 0; c < p.numChunks; ++c)
-        for (int kg = 0; kg < p.keyGroups; ++kg) {
-          const int w = kg * rowTiles + tile;
-          maxAll = fmaxf(maxAll, clusterLoad(clusterAddress(statsBase + uint32_t((w * kRowsPerTile + inTile) * 2) * 4u,
-                                                            uint32_t(c))));
+      const uint32_t statsAt = statsBase + uint32_t(localRow * 2) * 4u;
+      const uint32_t oAt = oBase + uint32_t((tile * kRowsPerTile + inTile) * kScratchRow + d) * 4u;
+      float m[kMaxClusterChunks], l[kMaxClusterChunks];
+      float4 part[kMaxClusterChunks];
+#pragma unroll
+      for (int c = 0; c < kMaxClusterChunks; ++c) {
+        m[c] = negInf(), l[c] = 0.f, part[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (c < p.numChunks) {
+          const uint32_t rank = uint32_t(c);
+          m[c] = clusterLoad(clusterAddress(statsAt, rank));
+          l[c] = clusterLoad(clusterAddress(statsAt + 4u, rank));
+          part[c] = clusterLoad4(clusterAddress(oAt, rank));
         }
+      }
+      float maxAll = negInf();
+#pragma unroll
+      for (int c = 0; c < kMaxClusterChunks; ++c) maxAll = fmaxf(maxAll, m[c]);
       float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
       float lse = negInf();
       if (maxAll != negInf()) {
         float total = 0.f;
-        for (int c = 0; c < p.numChunks; ++c)
-          for (int kg = 0; kg < p.keyGroups; ++kg) {
-            const int w = kg * rowTiles + tile;
-            const uint32_t stats = clusterAddress(statsBase + uint32_t((w * kRowsPerTile + inTile) * 2) * 4u, uint32_t(c));
-            const float weight = exp2f(clusterLoad(stats) - maxAll);  // 0 for a state that saw no visible key
-            total += weight * clusterLoad(stats + 4u);
-            const float4 part = clusterLoad4(
-                clusterAddress(oBase + uint32_t((w * kRowsPerTile + inTile) * kScratchRow + d) * 4u, uint32_t(c)));
-            o0 += weight * part.x;
-            o1 += weight * part.y;
-            o2 += weight * part.z;
-            o3 += weight * part.w;
-          }
+#pragma unroll
+        for (int c = 0; c < kMaxClusterChunks; ++c) {
+          const float weight = exp2f(m[c] - maxAll);  // 0 for a chunk that saw no visible key (and past numChunks)
+          total += weight * l[c];
+          o0 += weight * part[c].x, o1 += weight * part[c].y, o2 += weight * part[c].z, o3 += weight * part[c].w;
+        }
         const float inv = 1.f / total;
         o0 *= inv, o1 *= inv, o2 *= inv, o3 *= inv;
         lse = (maxAll + log2f(total)) * prim::kLn2;

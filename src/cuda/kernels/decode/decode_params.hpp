@@ -132,9 +132,11 @@ constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int ti
   const bool tensor = isTensorLoader(loader);
   const std::size_t stageBytes = tensor ? std::size_t(stages) * 2 * keys * std::size_t(headDim) * elementBytes + 1024
                                         : std::size_t(stages) * 2 * keys * row;
-  // Epilogue: per warp 16 rows of (headDim + 4) floats plus (m, l) per row.
+  // Epilogue: per warp 16 rows of (headDim + 4) floats plus (m, l) per row; then the cluster merge's (m, l) per row of
+  // the CTA's combined state.
   const std::size_t epilogueBytes = std::size_t(warps) * kRowsPerTile * (std::size_t(headDim) + 4) * 4 +
-                                    std::size_t(warps) * kRowsPerTile * 2 * 4;
+                                    std::size_t(warps) * kRowsPerTile * 2 * 4 +
+                                    std::size_t(kMaxRowTilesPerCta) * kRowsPerTile * 2 * 4;
   s.q = 0;
   s.kv = alignUp(qBytes, 128);
   s.kvBytes = stageBytes > epilogueBytes ? stageBytes : epilogueBytes;
