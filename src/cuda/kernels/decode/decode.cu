@@ -4,9 +4,10 @@
 // the loader (tensor-map copies for dense FP16/BF16 caches on sm90, cp.async otherwise), the row tiling of the GQA group times query tokens, and
 // the chunk count from host values only (the lengths and the block table stay on the device): each CTA finds its own
 // key range from the real length when it runs. Split KV ranges are merged by a second kernel launched as a programmatic
-// dependent of the decode kernel (on sm90 it is resident before the decode grid ends); the fused merge (the last CTA
-// of each unit merges, counted in self-resetting tagged words of the workspace, no memset) is the planner's other mode,
-// measured slower where it would matter (NOTES.md).
+// dependent of the decode kernel (on sm90 it is resident before the decode grid ends), or, on sm90 with the
+// producer-warp loader where it measured faster (clusterMergePays), inside the decode kernel by a cluster of the
+// unit's chunks through distributed shared memory; the fused merge (the last CTA of each unit merges, counted in
+// self-resetting tagged words of the workspace, no memset) is kept for planDecodeWith, measured slower (NOTES.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -160,7 +161,7 @@ struct PlannedKernel {
   int headDim = 0;         // of the kernel (>= the problem's)
   Variant variant;         // tileKeys resolved
   int merge = kMergeFused;
-  bool clusterWhereFits = false;  // planDecode: the cluster merge where the chunks fit a cluster (else `merge`)
+  bool clusterWhereFits = false;  // planDecode: the cluster merge where clusterMergePays (else `merge`)
 };
 
 int32_t packConfig(const PlannedKernel &k) {
@@ -416,6 +417,17 @@ std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const Planne
   return name;
 }
 
+// Whether the library merges `chunks` chunks over a cache of `tiles` key tiles in a cluster rather than with the merge
+// kernel. H200, one call, flashattn-bench per call (NOTES.md, fourth pass): pairs of chunks gain at any length (B8 L8k
+// +3.6%, L32k +1%); 16-chunk clusters gain on short chunks (B1 L8k, 8 tiles each: +5%) and lose on long ones (B1 L64k
+// -4.5%, L128k -8%: a 16-CTA cluster is placed within one GPC, and its CTAs wait for the slowest), so they are taken
+// where the chunk is a few tiles, the saved merge launch being a large part of the call.
+bool clusterMergePays(int64_t chunks, int64_t tiles) {
+  if (chunks < 2 || chunks > kMaxClusterChunks) return false;
+  const int64_t tilesPerChunk = (tiles + chunks - 1) / chunks;
+  return chunks <= 2 || tilesPerChunk <= 8;
+}
+
 bool multiplyFits(std::size_t a, std::size_t b, std::size_t *out) {
   if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a) return false;
   *out = a * b;
@@ -460,8 +472,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
   const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (hasProducerWarp(kernel.variant.loader) ? 1 : ctasPerSM);
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
-  if (kernel.clusterWhereFits && chunks > 1 && chunks <= kMaxClusterChunks && hasProducerWarp(loader) &&
-      dev.arch() >= 90)
+  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.arch() >= 90 && clusterMergePays(chunks, maxChunks))
     kernel.merge = kMergeCluster;
   if (kernel.merge == kMergeCluster) {
     if (dev.arch() < 90) {
@@ -568,9 +579,7 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
     }
   }
   kernel.merge = kMergeSeparate;
-#if defined(FLASHATTN_DECODE_CLUSTER_MERGE)
   kernel.clusterWhereFits = true;
-#endif
   const Instance &inst = kInstances[index];
   auto occupancy = [&](int rowTiles) { return inst.occupancy(dev, kernel.libraryVariant, rowTiles); };
   return planKernel(dev, p, kernel, occupancy, plan, whyNot);

@@ -18,8 +18,9 @@
 // epilogue are shared. Each warp keeps an online-softmax state (row max m, row sum l, FP32 O) for 16 rows over the
 // keys it saw; at the end the warps of one row tile combine through shared memory, and the CTA writes either O (one
 // chunk) or the chunk's partial O and LSE. Partial states are merged in chunk order, either by the last CTA of the
-// (batch, KV head, row block) to finish (fused, counted in a self-resetting tagged word) or by decodeMergeKernel; the order never depends on timing, so the
-// result is bitwise deterministic.
+// (batch, KV head, row block) to finish (fused, counted in a self-resetting tagged word), by decodeMergeKernel, or
+// (cluster merge) by the CTAs of a cluster of the unit's chunks reading each other's shared memory; the order never
+// depends on timing, so the result is bitwise deterministic.
 #pragma once
 
 #include <cuda_bf16.h>
