@@ -410,6 +410,17 @@ std::vector<DecodeCase> gridCases() {
     d.name = "cache_shorter_than_tile", d.batch = 2, d.heads = 8, d.kvHeads = 2, d.sq = 2, d.cap = 40;
     d.lens = {33, 40}, d.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, d.chunks = {0, 1, 2}, d.seed = seed++;
     cases.push_back(d);
+    // The producer-warp loader's views: head dim 120 on the 128-wide kernel (no whole-row view: 64-column boxes, the
+    // columns past 120 zero), and whole 256-column rows of a BSHD cache in one copy (the boxes' dimension beside a
+    // head stride smaller than the key stride), both with NaN past each sequence's end.
+    DecodeCase e;
+    e.name = "tail_d120_boxes_bf16", e.headDim = 120, e.batch = 2, e.heads = 8, e.kvHeads = 2, e.cap = 300;
+    e.lens = {300, 129}, e.chunks = {0, 1, 3}, e.seed = seed++;
+    cases.push_back(e);
+    DecodeCase w;
+    w.name = "wide_d256_bshd_bf16", w.headDim = 256, w.batch = 3, w.heads = 8, w.kvHeads = 2, w.cap = 300;
+    w.order = Order::BSHD, w.lens = {231, 0, 300}, w.chunks = {0, 2}, w.seed = seed++;
+    cases.push_back(w);
   }
   {
     DecodeCase c;
@@ -466,8 +477,10 @@ TEST(DecodeSupport, SeqQ64IsRefusedAndOutputsStayUntouched) {
 // The size query is exact: 0 for one chunk, partial O and LSE (256-byte aligned each) for more; one byte less is
 // refused before anything is written.
 TEST(DecodeSupport, WorkspaceIsExact) {
+  // A paged cache: its split KV ranges always go through partial states in the workspace (a dense FP16/BF16 cache on
+  // sm90 may be merged in a cluster, without any).
   DecodeCase c;
-  c.batch = 2, c.heads = 8, c.kvHeads = 2, c.sq = 3, c.cap = 1000;
+  c.batch = 2, c.heads = 8, c.kvHeads = 2, c.sq = 3, c.cap = 1000, c.paged = true;
   DecodeFixture f(c);
   size_t bytes = 0;
   ASSERT_EQ(f.run(1, &bytes), FLASHATTN_STATUS_SUCCESS) << lastError();

@@ -4,9 +4,10 @@
 // the loader (tensor-map copies for dense FP16/BF16 caches on sm90, cp.async otherwise), the row tiling of the GQA group times query tokens, and
 // the chunk count from host values only (the lengths and the block table stay on the device): each CTA finds its own
 // key range from the real length when it runs. Split KV ranges are merged by a second kernel launched as a programmatic
-// dependent of the decode kernel (on sm90 it is resident before the decode grid ends); the fused merge (the last CTA
-// of each unit merges, counted in self-resetting tagged words of the workspace, no memset) is the planner's other mode,
-// measured slower where it would matter (NOTES.md).
+// dependent of the decode kernel (on sm90 it is resident before the decode grid ends), or, on sm90 with the
+// producer-warp loader where it measured faster (clusterMergePays), inside the decode kernel by a cluster of the
+// unit's chunks through distributed shared memory; the fused merge (the last CTA of each unit merges, counted in
+// self-resetting tagged words of the workspace, no memset) is kept for planDecodeWith, measured slower (NOTES.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -160,12 +161,13 @@ struct PlannedKernel {
   int headDim = 0;         // of the kernel (>= the problem's)
   Variant variant;         // tileKeys resolved
   int merge = kMergeFused;
+  bool clusterWhereFits = false;  // planDecode: the cluster merge where clusterMergePays (else `merge`)
 };
 
 int32_t packConfig(const PlannedKernel &k) {
   return int32_t(uint32_t(k.instance) | uint32_t(k.libraryVariant) << 6 | uint32_t(k.headDim / 16 - 1) << 7 |
                  uint32_t(k.variant.warps / 4 - 1) << 11 | uint32_t(k.variant.tileKeys / 16 - 1) << 12 |
-                 uint32_t(k.variant.stages - 2) << 14 | uint32_t(k.variant.loader) << 17 | uint32_t(k.merge) << 18);
+                 uint32_t(k.variant.stages - 2) << 14 | uint32_t(k.variant.loader) << 17 | uint32_t(k.merge) << 20);  // merge: 2 bits
 }
 
 PlannedKernel unpackConfig(int32_t config) {
@@ -177,8 +179,8 @@ PlannedKernel unpackConfig(int32_t config) {
   k.variant.warps = int(((c >> 11) & 1u) + 1) * 4;
   k.variant.tileKeys = int(((c >> 12) & 3u) + 1) * 16;
   k.variant.stages = int((c >> 14) & 7u) + 2;
-  k.variant.loader = int((c >> 17) & 1u);
-  k.merge = int((c >> 18) & 1u);
+  k.variant.loader = int((c >> 17) & 7u);
+  k.merge = int((c >> 20) & 3u);
   return k;
 }
 
@@ -208,9 +210,12 @@ Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v) {
   return s;
 }
 
-// Chunk count: as many chunks as fit beside the problem's units in one wave of resident CTAs, at least two key tiles
-// each (H200 sweep in NOTES.md: every count that spills into a second, partial wave was 10-30% slower, and counts below
-// one full wave lost up to 10%). A count just over 32 is trimmed to 32, which the merge reads in one pass.
+// Chunk count: as many chunks as fit beside the problem's units in one wave of `slots` CTAs, at least two key tiles
+// each (H200 sweep in NOTES.md: every count that spills into a second, partial wave was 10-30% slower). A count just
+// over 32 is trimmed to 32, which the merge reads in one pass. The slots: every resident CTA for the loaders that keep
+// Stages - 1 tiles in flight (counts below one full wave lost up to 10%), one CTA per SM for the producer-warp loader,
+// whose CTA has its whole ring in flight (B1 L8k / L64k / L128k: 16 chunks beat 32 by 8 / 3.5 / 1.3%, B8 L8k 2 beat 4
+// by 1.6%).
 int64_t chooseChunks(int64_t units, int64_t tiles, int64_t slots) {
   int64_t chunks = std::max<int64_t>(1, slots / std::max<int64_t>(units, 1));
   chunks = std::min(chunks, std::max<int64_t>(1, tiles / 2));
@@ -237,13 +242,19 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
   return encoder;
 }
 
+// How a map views a row: 64-column boxes (one copy per box), or rank-5 views whose one copy takes every box of a tile:
+// wide lands the boxes one after another ([box][key][64], as the boxes do), rows lands whole rows ([key][box][64]).
+enum MapView : int { kMapBoxes = 0, kMapWide = 1, kMapRows = 2 };
+
 // Everything a cache's tensor map depends on (a map is a pure function of it).
 struct CacheMapKey {
   const void *base = nullptr;
   int64_t dtype = 0, tileKeys = 0, headDim = 0, seqK = 0, kvHeads = 0, batch = 0;
   int64_t rowStride = 0, headStride = 0, batchStride = 0;  // elements
+  int64_t view = 0;  // MapView
   bool operator==(const CacheMapKey &o) const {
-    return base == o.base && dtype == o.dtype && tileKeys == o.tileKeys && headDim == o.headDim && seqK == o.seqK &&
+    return base == o.base && view == o.view && dtype == o.dtype && tileKeys == o.tileKeys && headDim == o.headDim &&
+           seqK == o.seqK &&
            kvHeads == o.kvHeads && batch == o.batch && rowStride == o.rowStride && headStride == o.headStride &&
            batchStride == o.batchStride;
   }
@@ -264,7 +275,7 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
   thread_local Entry cache[kEntries];
   uint64_t hash = 1469598103934665603ull;
   for (int64_t v : {int64_t(reinterpret_cast<uintptr_t>(key.base)), key.dtype, key.tileKeys, key.headDim, key.seqK,
-                    key.kvHeads, key.batch, key.rowStride, key.headStride, key.batchStride})
+                    key.kvHeads, key.batch, key.rowStride, key.headStride, key.batchStride, key.view})
     hash = (hash ^ uint64_t(v)) * 1099511628211ull;
   Entry &e = cache[(hash ^ (hash >> 29)) % kEntries];
   if (e.used && e.key == key) {
@@ -295,19 +306,38 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
     if ((a.size == 1) != (b.size == 1)) return b.size == 1;
     return a.stride < b.stride;
   });
-  cuuint64_t globalDim[4] = {cuuint64_t(key.headDim), dims[0].size, dims[1].size, dims[2].size};
-  cuuint64_t globalStrides[3] = {dims[0].stride, dims[1].stride, dims[2].stride};
-  cuuint32_t box[4] = {64, 1, 1, 1};
-  cuuint32_t elementStrides[4] = {1, 1, 1, 1};
+  // Dimension 0: the head dim, or for the rank-5 views its first 64 columns, the boxes being a dimension of their own
+  // (stride 128 bytes): right after the keys (wide: shared layout [box][key][64]) or before them (rows: [key][box][64]).
+  const bool rank5 = key.view != kMapBoxes;
+  const int64_t boxes = key.headDim / 64;
+  if (rank5 && (key.headDim % 64 != 0 || boxes < 1)) return false;
+  cuuint64_t globalDim[5] = {cuuint64_t(rank5 ? 64 : key.headDim), 1, 1, 1, 1};
+  cuuint64_t globalStrides[4] = {0, 0, 0, 0};
+  cuuint32_t box[5] = {64, 1, 1, 1, 1};
+  cuuint32_t elementStrides[5] = {1, 1, 1, 1, 1};
   TensorMapSlots s;
+  s.rank = int8_t(rank5 ? 5 : 4);
+  int next = 1;
+  auto addBoxes = [&] {
+    globalDim[next] = cuuint64_t(boxes);
+    globalStrides[next - 1] = 64 * elementBytes;
+    box[next] = cuuint32_t(boxes);
+    ++next;
+  };
+  if (key.view == kMapRows) addBoxes();
   for (int i = 0; i < 3; ++i) {
-    if (dims[i].which == 0) s.key = int8_t(i + 1), box[i + 1] = cuuint32_t(key.tileKeys);
-    if (dims[i].which == 1) s.head = int8_t(i + 1);
-    if (dims[i].which == 2) s.batch = int8_t(i + 1);
+    globalDim[next] = dims[i].size;
+    globalStrides[next - 1] = dims[i].stride;
+    if (dims[i].which == 0) s.key = int8_t(next), box[next] = cuuint32_t(key.tileKeys);
+    if (dims[i].which == 1) s.head = int8_t(next);
+    if (dims[i].which == 2) s.batch = int8_t(next);
+    ++next;
+    if (dims[i].which == 0 && key.view == kMapWide) addBoxes();
   }
   const CUresult r = encode(&e.map, key.dtype == int64_t(DType::FP16) ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
                                                                         : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                            4, const_cast<void *>(key.base), globalDim, globalStrides, box, elementStrides,
+                            cuuint32_t(s.rank), const_cast<void *>(key.base), globalDim, globalStrides, box,
+                            elementStrides,
                             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                             CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   e.slots = s;
@@ -317,8 +347,10 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
   return e.ok;
 }
 
-CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys) {
+CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys,
+                        int view) {
   CacheMapKey k;
+  k.view = view;
   k.base = base;
   k.dtype = int64_t(p.dtype);
   k.tileKeys = tileKeys;
@@ -332,10 +364,25 @@ CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &la
   return k;
 }
 
+// The K and V maps of a tensor loader, in the loader's view: the rank-5 views need the problem's head dim to be the
+// kernel's (their boxes are whole 64-column pieces of real rows); the wide loader falls back to 64-column boxes (the
+// same shared layout) where its view cannot be had, so K and V always come in maps of one rank.
+bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t kvHeads, int tileKeys, int loader,
+                     int kernelHeadDim, DecodeParams *d) {
+  const bool exact = p.headDim == kernelHeadDim;
+  auto both = [&](int view) {
+    return encodeCacheMap(cacheMapKey(p, k, p.k, kvHeads, tileKeys, view), &d->kMap, &d->kSlots) &&
+           encodeCacheMap(cacheMapKey(p, v, p.v, kvHeads, tileKeys, view), &d->vMap, &d->vSlots);
+  };
+  if (loader == kLoaderTensorWSRows) return exact && both(kMapRows);
+  if (loader == kLoaderTensorWSWide && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
+  return both(kMapBoxes);
+}
+
 // Whether the tensor loader serves this problem on this kernel: sm90, a dense 16-bit cache, a kernel head dim of whole
 // boxes, and strides the encoder accepts (tried on an aligned stand-in address, the real one is only known at launch).
 bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelHeadDim, int64_t kvHeads, int tileKeys,
-                        std::string *whyNot) {
+                        int loader, std::string *whyNot) {
   if (dev.arch() < 90 || p.paged || !tensorLoadable(int(dtypeSize(p.dtype)), kernelHeadDim)) {
     *whyNot = concat("the tensor-map loader needs sm_90+ (device sm_", dev.arch(), "), a dense cache (",
                      p.paged ? "paged" : "dense", ") and FP16/BF16 with a kernel head dim that is a multiple of 64 (",
@@ -343,15 +390,42 @@ bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelH
     return false;
   }
   const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
-  CUtensorMap map;
-  TensorMapSlots slots;
-  if (!encodeCacheMap(cacheMapKey(p, standIn, p.k, kvHeads, tileKeys), &map, &slots) ||
-      !encodeCacheMap(cacheMapKey(p, standIn, p.v, kvHeads, tileKeys), &map, &slots)) {
+  DecodeParams scratch;
+  if (!encodeCacheMaps(p, standIn, standIn, kvHeads, tileKeys, loader, kernelHeadDim, &scratch)) {
     *whyNot = concat("the K/V strides (", p.k.batch, ", ", p.k.head, ", ", p.k.row, ") / (", p.v.batch, ", ", p.v.head,
-                     ", ", p.v.row, ") have no tensor map");
+                     ", ", p.v.row, ") with headDim ", p.headDim, " on the d", kernelHeadDim,
+                     " kernel have no tensor map of loader ", loader);
     return false;
   }
   return true;
+}
+
+// The plan description's words for the loader (with the view the maps of this problem take).
+std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &k, int64_t kvHeads) {
+  const int loader = k.variant.loader;
+  if (!isTensorLoader(loader)) return "cp.async";
+  std::string name = hasProducerWarp(loader) ? "tensor-map copies (full/empty ring)" : "tensor-map copies";
+  if (loader == kLoaderTensorWSWide || loader == kLoaderTensorWSRows) {
+    DecodeParams scratch;
+    const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
+    const bool ok = dev.arch() >= 90 && encodeCacheMaps(p, standIn, standIn, kvHeads, k.variant.tileKeys, loader,
+                                                        k.headDim, &scratch);
+    name += ok && scratch.kSlots.rank == 5 ? (loader == kLoaderTensorWSRows ? " whole rows, one copy per tile"
+                                                                            : " one copy per tile")
+                                           : " 64-column boxes";
+  }
+  return name;
+}
+
+// Whether the library merges `chunks` chunks over a cache of `tiles` key tiles in a cluster rather than with the merge
+// kernel. H200, one call, flashattn-bench per call (NOTES.md, fourth pass): pairs of chunks gain at any length (B8 L8k
+// +3.6%, L32k +1%); 16-chunk clusters gain on short chunks (B1 L8k, 8 tiles each: +5%) and lose on long ones (B1 L64k
+// -4.5%, L128k -8%: a 16-CTA cluster is placed within one GPC, and its CTAs wait for the slowest), so they are taken
+// where the chunk is a few tiles, the saved merge launch being a large part of the call.
+bool clusterMergePays(int64_t chunks, int64_t tiles) {
+  if (chunks < 2 || chunks > kMaxClusterChunks) return false;
+  const int64_t tilesPerChunk = (tiles + chunks - 1) / chunks;
+  return chunks <= 2 || tilesPerChunk <= 8;
 }
 
 bool multiplyFits(std::size_t a, std::size_t b, std::size_t *out) {
@@ -369,8 +443,9 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int elementBytes = int(dtypeSize(p.dtype));
   kernel.variant.tileKeys = resolvedTileKeys(kernel.variant, elementBytes, kernel.headDim);
   const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
-  if (kernel.variant.loader == kLoaderTensor &&
-      !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, kernel.variant.tileKeys, whyNot))
+  const int loader = kernel.variant.loader;
+  if (isTensorLoader(loader) &&
+      !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, kernel.variant.tileKeys, loader, whyNot))
     return false;
   const int tileKeys = kernel.variant.tileKeys;
   if (p.seqK > kInt32Max - 2 * tileKeys) {
@@ -395,9 +470,17 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int64_t maxChunks = std::max<int64_t>(1, (p.seqK + tileKeys - 1) / tileKeys);
   const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
   const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
-  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * ctasPerSM;
-  const int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks)
-                                         : chooseChunks(units, maxChunks, slots);
+  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (hasProducerWarp(kernel.variant.loader) ? 1 : ctasPerSM);
+  int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
+  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.arch() >= 90 && clusterMergePays(chunks, maxChunks))
+    kernel.merge = kMergeCluster;
+  if (kernel.merge == kMergeCluster) {
+    if (dev.arch() < 90) {
+      *whyNot = concat("the cluster merge needs sm_90+ (device sm_", dev.arch(), ")");
+      return false;
+    }
+    chunks = std::min<int64_t>(chunks, kMaxClusterChunks);
+  }
   if (units > kInt32Max / chunks) {
     *whyNot = concat("the decode grid would have ", units, " x ", chunks, " CTAs, more than one launch addresses");
     return false;
@@ -407,7 +490,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   plan->config = packConfig(kernel);
   plan->numChunks = int32_t(chunks);
   plan->deterministic = true;
-  if (chunks > 1) {
+  if (chunks > 1 && kernel.merge != kMergeCluster) {
     std::size_t stateRows = 0, partialO = 0, partialLse = 0;
     bool fits = multiplyFits(std::size_t(chunks), std::size_t(p.batch), &stateRows) &&
                 multiplyFits(stateRows, std::size_t(p.heads), &stateRows) &&
@@ -426,11 +509,14 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
     plan->workspaceBytes = plan->workspaceOffset[2] + alignWorkspace(counters);
   }
   const bool tensorCores = p.dtype != DType::FP32;
-  const char *merge = chunks == 1 ? "" : kernel.merge == kMergeFused ? " merged by the last CTA" : " + merge kernel";
+  const char *merge = chunks == 1                     ? ""
+                      : kernel.merge == kMergeFused   ? " merged by the last CTA"
+                      : kernel.merge == kMergeCluster ? " merged in a cluster of the chunks"
+                                                      : " + merge kernel";
   plan->description =
       concat("cuda.decode.", tensorCores ? "mma_sync" : "simt_fp32", " ", dtypeName(p.dtype), " d", kernel.headDim,
-             " (headDim ", p.headDim, "): ", kernel.variant.loader == kLoaderTensor ? "tensor-map copies" : "cp.async", ", ",
-             kernel.variant.warps, " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
+             " (headDim ", p.headDim, "): ", loaderName(dev, p, kernel, shape.kvHeads), ", ", kernel.variant.warps,
+             hasProducerWarp(loader) ? " consumer warps + a producer warp, " : " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
              " key groups per CTA, ", tileKeys, "-key tiles, ", kernel.variant.stages, " stages, ", chunks,
              " KV chunks", merge, ", ", ctasPerSM, " CTAs/SM; fp32 accumulate; deterministic");
   return true;
@@ -461,7 +547,7 @@ cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Pla
   cudaError_t err = buildDecodeParams(p, plan, buf, workspace, &d);
   if (err != cudaSuccess) return err;
   err = launchKernel(d, stream);
-  if (err != cudaSuccess || plan.numChunks == 1 || d.arrivals) return err;
+  if (err != cudaSuccess || plan.numChunks == 1 || d.arrivals || d.clusterMerge) return err;
   return launchDecodeMergeKernel(p.dtype, d, dev.arch() >= 90, stream);
 }
 
@@ -487,12 +573,13 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
     const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
     std::string ignored;
     const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
-    if (!tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, &ignored)) {
+    if (!tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
       kernel.libraryVariant = 0;
       kernel.variant = libraryVariant(0);
     }
   }
   kernel.merge = kMergeSeparate;
+  kernel.clusterWhereFits = true;
   const Instance &inst = kInstances[index];
   auto occupancy = [&](int rowTiles) { return inst.occupancy(dev, kernel.libraryVariant, rowTiles); };
   return planKernel(dev, p, kernel, occupancy, plan, whyNot);
@@ -527,7 +614,8 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.v = buf.v;
   d.o = buf.o;
   d.lse = p.hasLse ? buf.lse : nullptr;
-  if (plan.numChunks > 1) {
+  d.clusterMerge = kernel.merge == kMergeCluster && plan.numChunks > 1;
+  if (plan.numChunks > 1 && !d.clusterMerge) {
     auto *base = static_cast<unsigned char *>(workspace);
     d.partialO = reinterpret_cast<float *>(base + plan.workspaceOffset[0]);
     d.partialLse = reinterpret_cast<float *>(base + plan.workspaceOffset[1]);
@@ -564,10 +652,9 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.windowRight = p.windowRight;
   d.alibiSlopes = p.alibiSlopes;
   d.alibiBatchStride = p.alibiBatchStride;
-  if (kernel.variant.loader == kLoaderTensor) {
-    const int tileKeys = kernel.variant.tileKeys;
-    if (!encodeCacheMap(cacheMapKey(p, buf.k, p.k, shape.kvHeads, tileKeys), &d.kMap, &d.kSlots) ||
-        !encodeCacheMap(cacheMapKey(p, buf.v, p.v, shape.kvHeads, tileKeys), &d.vMap, &d.vSlots))
+  if (isTensorLoader(kernel.variant.loader)) {
+    if (!encodeCacheMaps(p, buf.k, buf.v, shape.kvHeads, kernel.variant.tileKeys, kernel.variant.loader,
+                         kernel.headDim, &d))
       return cudaErrorInvalidValue;  // the plan tried these strides; only a misaligned address gets here
   }
   return cudaSuccess;

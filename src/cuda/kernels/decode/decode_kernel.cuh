@@ -6,18 +6,21 @@
 //     thread per key into a small table, then every thread issues 16-byte cp.async copies into padded rows.
 //   Tensor (sm90, dense FP16/BF16 caches): thread 0 issues one cp.async.bulk.tensor copy per 64-column box of K and V
 //     through tensor maps (kernel parameters), 128-byte swizzled; each stage has an mbarrier that completes with the
-//     bytes, so no warp waits on per-thread copies and one CTA barrier per tile remains.
+//     bytes, so no warp waits on per-thread copies and one CTA barrier per tile remains. The warp-specialized variants
+//     give the copies to a producer warp that refills each stage once its "empty" mbarrier says every consumer warp
+//     has read it: no CTA barrier in the main loop, and the whole ring in flight.
 // Keys outside the chunk or in a page whose id is out of range are marked absent in a per-tile bit mask (their scores
 // become -inf) and their V rows are zero in shared memory (cp.async zero-fills them; the tensor loader's last partial
-// tile is zeroed after it lands), so neither NaN in unused cache slots nor a bad block id can reach the output.
+// tile is zeroed after it lands, or with a producer warp cleared in the V fragments), so neither NaN in unused cache slots nor a bad block id can reach the output.
 //
 // Compute engines: FP16/BF16 use mma.sync m16n8k16 (Q K^T with K through ldmatrix, P from registers times V through
 // ldmatrix.trans); FP32 storage uses CUDA-core FMAs in the same fragment layout so that the softmax, masking and the
 // epilogue are shared. Each warp keeps an online-softmax state (row max m, row sum l, FP32 O) for 16 rows over the
 // keys it saw; at the end the warps of one row tile combine through shared memory, and the CTA writes either O (one
 // chunk) or the chunk's partial O and LSE. Partial states are merged in chunk order, either by the last CTA of the
-// (batch, KV head, row block) to finish (fused, counted in a self-resetting tagged word) or by decodeMergeKernel; the order never depends on timing, so the
-// result is bitwise deterministic.
+// (batch, KV head, row block) to finish (fused, counted in a self-resetting tagged word), by decodeMergeKernel, or
+// (cluster merge) by the CTAs of a cluster of the unit's chunks reading each other's shared memory; the order never
+// depends on timing, so the result is bitwise deterministic.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -67,8 +70,11 @@ __device__ __forceinline__ void storeOut4<__nv_bfloat16>(__nv_bfloat16 *dst, flo
 // bytes each, whose 16-byte chunk c of key k sits at chunk c ^ (k % 8) (the copy engine's 128-byte swizzle). The lane's
 // key % 8 is lane % 8 in both ldmatrix patterns, and its chunk within a row is 2 * (step % 4) plus one lane bit, so the
 // swizzled chunk is (2 * (step % 4)) ^ (lane bit ^ lane % 8).
-template <typename Element, int HeadDim, int BoxKeys = 0>
+// RowsLayout (TensorWSRows): keys are whole rows of HeadDim / 64 boxes, [key][box][64]; the 128-byte line of (key, box)
+// is key * boxes + box, and the swizzle XORs the chunk with that line index % 8.
+template <typename Element, int HeadDim, int BoxKeys = 0, bool RowsLayout = false>
 struct MmaEngine {
+  static constexpr int kBoxes = HeadDim / 64;
   static constexpr int kRow = smemRowElements(int(sizeof(Element)), HeadDim);
   static constexpr int kKSteps = HeadDim / 16;
   // Q fragments stay in registers when they fit beside the O accumulators; wider heads reload them per key tile.
@@ -90,10 +96,15 @@ struct MmaEngine {
     }
   }
 
-  // Shared address of 16-byte chunk `chunkPair * 2 + laneBit` (row-relative) of this lane's key row.
+  // Shared address of 16-byte chunk `chunkPair * 2 + laneBit` (row-relative) of this lane's key row. laneXor: boxed,
+  // laneBit ^ key % 8; rows layout, laneBit ^ (key * boxes) % 8 (the box is added here: chunkPair is a constant).
   static __device__ __forceinline__ uint32_t chunkAddress(uint32_t rowAddress, int chunkPair, uint32_t laneXor) {
     if constexpr (BoxKeys == 0) {
       return rowAddress + uint32_t(chunkPair) * 32u;
+    } else if constexpr (RowsLayout) {
+      const uint32_t box = uint32_t(chunkPair / 4);
+      const uint32_t line = ((laneXor >> 1) + box) & 7u;  // (key * boxes + box) % 8
+      return rowAddress + box * 128u + (((2u * uint32_t(chunkPair % 4) + (laneXor & 1u)) ^ line) << 4);
     } else {
       return rowAddress + uint32_t(chunkPair / 4) * uint32_t(BoxKeys * 128) +
              (((2u * uint32_t(chunkPair % 4)) ^ laneXor) << 4);
@@ -105,8 +116,10 @@ struct MmaEngine {
     const int key = ((lane >> 4) << 3) + (lane & 7);
     const int laneBit = (lane >> 3) & 1;
     const uint32_t kAddress = BoxKeys == 0 ? prim::smemAddress(kTile + key * kRow + laneBit * 8)
+                              : RowsLayout ? prim::smemAddress(kTile + key * HeadDim)
                                            : prim::smemAddress(kTile + key * 64);
-    const uint32_t laneXor = uint32_t(laneBit ^ (lane & 7));
+    const uint32_t laneXor = RowsLayout ? (uint32_t((key * kBoxes) & 7) << 1) | uint32_t(laneBit)
+                                        : uint32_t(laneBit ^ (lane & 7));
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
       uint32_t a[4];
@@ -126,8 +139,10 @@ struct MmaEngine {
   }
 
   // o += P V for the 16 keys starting at vTile; p in the accumulator layout of scores().
+  // keep[0] / keep[1]: bit masks over this lane's V fragment registers of keys 2t, 2t + 1 / 8 + 2t, 9 + 2t (the
+  // ldmatrix.trans B layout), all ones but for absent keys whose rows the loader did not zero.
   __device__ __forceinline__ void accumulate(const float (&p)[2][4], const Element *vTile, int lane,
-                                             float (&o)[HeadDim / 8][4], float *) const {
+                                             float (&o)[HeadDim / 8][4], float *, const uint32_t (&keep)[2]) const {
     uint32_t a[4];
     a[0] = prim::packFloat2<Element>(p[0][0], p[0][1]);
     a[1] = prim::packFloat2<Element>(p[0][2], p[0][3]);
@@ -136,14 +151,16 @@ struct MmaEngine {
     const int key = (((lane >> 3) & 1) << 3) + (lane & 7);
     const int laneBit = lane >> 4;
     const uint32_t vAddress = BoxKeys == 0 ? prim::smemAddress(vTile + key * kRow + laneBit * 8)
+                              : RowsLayout ? prim::smemAddress(vTile + key * HeadDim)
                                            : prim::smemAddress(vTile + key * 64);
-    const uint32_t laneXor = uint32_t(laneBit ^ (lane & 7));
+    const uint32_t laneXor = RowsLayout ? (uint32_t((key * kBoxes) & 7) << 1) | uint32_t(laneBit)
+                                        : uint32_t(laneBit ^ (lane & 7));
 #pragma unroll
     for (int dp = 0; dp < HeadDim / 16; ++dp) {
       uint32_t b[4];
       prim::ldmatrixX4Trans(b, chunkAddress(vAddress, dp, laneXor));
-      const uint32_t b0[2] = {b[0], b[1]};
-      const uint32_t b1[2] = {b[2], b[3]};
+      const uint32_t b0[2] = {b[0] & keep[0], b[1] & keep[1]};
+      const uint32_t b1[2] = {b[2] & keep[0], b[3] & keep[1]};
       prim::mmaM16N8K16<Element>(o[2 * dp], a, b0);
       prim::mmaM16N8K16<Element>(o[2 * dp + 1], a, b1);
     }
@@ -189,7 +206,7 @@ struct SimtEngine {
 
   // P goes through the warp's 16 x 20 float scratch so every lane sees its two rows whole.
   __device__ __forceinline__ void accumulate(const float (&p)[2][4], const float *vTile, int lane,
-                                             float (&o)[HeadDim / 8][4], float *pScratch) const {
+                                             float (&o)[HeadDim / 8][4], float *pScratch, const uint32_t (&)[2]) const {
     constexpr int kP = 20;
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
@@ -225,9 +242,9 @@ struct SimtEngine {
   }
 };
 
-template <typename Element, int HeadDim, int BoxKeys>
-using Engine =
-    std::conditional_t<std::is_same_v<Element, float>, SimtEngine<HeadDim>, MmaEngine<Element, HeadDim, BoxKeys>>;
+template <typename Element, int HeadDim, int BoxKeys, bool RowsLayout>
+using Engine = std::conditional_t<std::is_same_v<Element, float>, SimtEngine<HeadDim>,
+                                  MmaEngine<Element, HeadDim, BoxKeys, RowsLayout>>;
 
 struct KeyOffsets {
   int64_t k;
@@ -327,6 +344,73 @@ __device__ __forceinline__ void tensorCopy4dHinted(uint32_t destination, const C
 #endif
 }
 
+// One copy through a rank-5 map (the wide and rows views: every 64-column box of a tile's rows at once).
+__device__ __forceinline__ void tensorCopy5d(uint32_t destination, const CUtensorMap *tensorMap, int c1, int c2, int c3,
+                                             int c4, uint32_t barrier) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], "
+      "[%7];\n" ::"r"(destination),
+      "l"(reinterpret_cast<uint64_t>(tensorMap)), "r"(0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(barrier)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+
+// A plain arrival (release: this warp's reads of the stage are done before the producer refills it).
+__device__ __forceinline__ void mbarrierArrive(uint32_t barrier) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+#else
+  __trap();
+#endif
+}
+
+// Cluster merge (sm90): a barrier over every thread of the cluster (release / acquire: the shared-memory states written
+// before it are visible to the other CTAs' reads after it), and loads from another CTA's shared memory.
+__device__ __forceinline__ void clusterSync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// The address in CTA `rank` of the cluster of this CTA's shared address `local`.
+__device__ __forceinline__ uint32_t clusterAddress(uint32_t local, uint32_t rank) {
+  uint32_t remote = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+#else
+  __trap();
+#endif
+  return remote;
+}
+
+__device__ __forceinline__ float clusterLoad(uint32_t address) {
+  float x = 0.f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(x) : "r"(address) : "memory");
+#else
+  __trap();
+#endif
+  return x;
+}
+
+__device__ __forceinline__ float4 clusterLoad4(uint32_t address) {
+  float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w)
+               : "r"(address)
+               : "memory");
+#else
+  __trap();
+#endif
+  return x;
+}
+
 // K/V bytes are read once per launch: an evict-first policy keeps them from pushing the partial states (and whatever
 // the caller reads next) out of L2.
 __device__ __forceinline__ uint64_t createL2EvictFirstPolicy() {
@@ -391,10 +475,13 @@ __device__ __forceinline__ void mergeChunksOfRow(const DecodeParams &p, int batc
 }  // namespace detail
 
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, int LoaderKind>
-__global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(const __grid_constant__ DecodeParams p) {
+__global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 : 1)
+    decodeKernel(const __grid_constant__ DecodeParams p) {
   using namespace detail;
-  constexpr int kThreads = Warps * 32;
-  constexpr bool kTensor = LoaderKind == kLoaderTensor;
+  constexpr int kThreads = ctaThreads(Warps, LoaderKind);
+  constexpr bool kTensor = isTensorLoader(LoaderKind);
+  constexpr bool kProducerWarp = hasProducerWarp(LoaderKind);
+  constexpr bool kRowsLayout = LoaderKind == kLoaderTensorWSRows;
   constexpr int kElementBytes = int(sizeof(Element));
   constexpr int kVec = 16 / kElementBytes;  // elements per 16-byte copy
   constexpr int kChunksPerRow = HeadDim / kVec;
@@ -402,7 +489,7 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
   constexpr int kSubTiles = TileKeys / 16;
   constexpr int kMaskSlots = maskSlots(Stages, LoaderKind);
   // Elements from one key's row to the next in a K/V tile, and from K to V in a stage.
-  constexpr int kKeyStride = kTensor ? 64 : kRow;
+  constexpr int kKeyStride = kRowsLayout ? HeadDim : kTensor ? 64 : kRow;
   constexpr int kBoxes = HeadDim / 64;  // tensor loader: 64-column boxes per row
   constexpr int kStageHalf = kTensor ? kBoxes * TileKeys * 64 : TileKeys * kRow;
   static_assert(HeadDim % 16 == 0 && TileKeys % 16 == 0 && TileKeys <= 64 && Stages >= 2, "tile shape");
@@ -425,18 +512,28 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
   KeyOffsets *offsetTable = reinterpret_cast<KeyOffsets *>(smem + layout.offsets);
   uint32_t *validMask = reinterpret_cast<uint32_t *>(smem + layout.validMask);
   float *pScratchAll = reinterpret_cast<float *>(smem + layout.pScratch);
-  const uint32_t barrierBase = prim::smemAddress(smem + layout.barriers);
+  const uint32_t barrierBase = prim::smemAddress(smem + layout.barriers);  // full barriers, then (producer) empty
+  const uint32_t emptyBase = barrierBase + 8u * uint32_t(Stages);
 
   const int tid = int(threadIdx.x);
   const int warp = tid >> 5;
   const int lane = tid & 31;
 
-  // Block -> (row block, chunk, KV head, batch); the row block varies fastest so CTAs sharing K/V run together.
+  // Block -> (row block, chunk, KV head, batch); the row block varies fastest so CTAs sharing K/V run together, except
+  // for the cluster merge, whose clusters are consecutive blocks: the chunk varies fastest there (rank = chunk).
   uint32_t block = blockIdx.x;
-  const int rowBlock = int(block % uint32_t(p.rowBlocks));
-  block /= uint32_t(p.rowBlocks);
-  const int chunk = int(block % uint32_t(p.numChunks));
-  block /= uint32_t(p.numChunks);
+  int rowBlock = 0, chunk = 0;
+  if (p.clusterMerge) {
+    chunk = int(block % uint32_t(p.numChunks));
+    block /= uint32_t(p.numChunks);
+    rowBlock = int(block % uint32_t(p.rowBlocks));
+    block /= uint32_t(p.rowBlocks);
+  } else {
+    rowBlock = int(block % uint32_t(p.rowBlocks));
+    block /= uint32_t(p.rowBlocks);
+    chunk = int(block % uint32_t(p.numChunks));
+    block /= uint32_t(p.numChunks);
+  }
   const int kvHead = int(block % uint32_t(p.kvHeads));
   const int batch = int(block / uint32_t(p.kvHeads));
 
@@ -524,17 +621,27 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
     const int slot = x % Stages;
     const uint32_t barrier = barrierBase + 8u * uint32_t(slot);
     const int key0 = keyBegin + x * TileKeys;
-    const int present = min(TileKeys, keyEnd - key0);
-    validMask[slot * 2] = present >= 32 ? 0xffffffffu : (1u << present) - 1u;
-    validMask[slot * 2 + 1] = present >= 64 ? 0xffffffffu : present > 32 ? (1u << (present - 32)) - 1u : 0u;
+    if constexpr (!kProducerWarp) {  // the consumers of the warp-specialized loaders derive the mask themselves
+      const int present = min(TileKeys, keyEnd - key0);
+      validMask[slot * 2] = present >= 32 ? 0xffffffffu : (1u << present) - 1u;
+      validMask[slot * 2 + 1] = present >= 64 ? 0xffffffffu : present > 32 ? (1u << (present - 32)) - 1u : 0u;
+    }
     mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
     const uint32_t kTile = prim::smemAddress(kvSmem + slot * 2 * kStageHalf);
     const uint32_t vTile = kTile + uint32_t(kStageHalf * kElementBytes);
+    // The box dimension of a rank-5 map (the one not named) takes coordinate 0.
     auto coordinate = [&](const TensorMapSlots &slots, int dim) {
-      return slots.key == dim ? key0 : slots.head == dim ? kvHead : batch;
+      return slots.key == dim ? key0 : slots.head == dim ? kvHead : slots.batch == dim ? batch : 0;
     };
     const int k1 = coordinate(p.kSlots, 1), k2 = coordinate(p.kSlots, 2), k3 = coordinate(p.kSlots, 3);
     const int v1 = coordinate(p.vSlots, 1), v2 = coordinate(p.vSlots, 2), v3 = coordinate(p.vSlots, 3);
+    if constexpr (LoaderKind == kLoaderTensorWSWide || kRowsLayout) {
+      if (kRowsLayout || p.kSlots.rank == 5) {  // the planner gives K and V maps of the same rank
+        tensorCopy5d(kTile, &p.kMap, k1, k2, k3, coordinate(p.kSlots, 4), barrier);
+        tensorCopy5d(vTile, &p.vMap, v1, v2, v3, coordinate(p.vSlots, 4), barrier);
+        return;
+      }
+    }
     // K's boxes back to back, then V's: the two halves of a 256-byte row go out together, so the second finds the
     // first's (256-byte promoted) L2 fill under way.
     if (p.evictFirst) {
@@ -555,13 +662,18 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
     }
   };
 
+  // The thread that issues the tensor copies: thread 0, or the producer warp's first lane.
+  constexpr int kIssuer = kProducerWarp ? Warps * 32 : 0;
   if constexpr (kTensor) {
-    if (tid == 0) {
+    if (tid == kIssuer) {
       prefetchTensorMap(&p.kMap);  // the descriptors' first fetch overlaps the barrier setup
       prefetchTensorMap(&p.vMap);
       for (int st = 0; st < Stages; ++st) mbarrierInit(barrierBase + 8u * uint32_t(st), 1u);
+      if constexpr (kProducerWarp)
+        for (int st = 0; st < Stages; ++st) mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
       fenceBarrierInit();
-      for (int x = 0; x < Stages - 1 && x < numTiles; ++x) issueTensor(x);
+      // With a producer warp every stage starts empty: the whole ring goes out before anything else.
+      for (int x = 0; x < (kProducerWarp ? Stages : Stages - 1) && x < numTiles; ++x) issueTensor(x);
     }
   }
 
@@ -617,7 +729,7 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
     }
   }
 
-  Engine<Element, HeadDim, kTensor ? TileKeys : 0> engine;
+  Engine<Element, HeadDim, kTensor ? TileKeys : 0, kRowsLayout> engine;
   engine.init(qSmem + rowTile * kRowsPerTile * kRow, lane);
   float *pScratch = pScratchAll + warp * kRowsPerTile * 20;
 
@@ -632,11 +744,10 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
   const bool alibi = p.alibiSlopes != nullptr;
 
   // Online softmax over this warp's sub-tiles of tile `it`, held in stage `slot`.
-  auto consume = [&](int it, int slot, int maskSlot) {
+  // present: bit k for key k of the tile that exists (in the chunk, in a valid page).
+  auto consume = [&](int it, int slot, uint64_t present) {
     const Element *kTile = kvSmem + slot * 2 * kStageHalf;
     const Element *vTile = kTile + kStageHalf;
-    const uint32_t *bits = validMask + maskSlot * 2;
-    const uint64_t present = uint64_t(bits[0]) | (uint64_t(bits[1]) << 32);
     const int tileKey0 = keyBegin + it * TileKeys;
 
     for (int sub = keyGroup; sub < kSubTiles; sub += p.keyGroups) {
@@ -690,11 +801,57 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
           acc[n][2 * half + 1] *= rescale;
         }
       }
-      engine.accumulate(s, vTile + sub * 16 * kKeyStride, lane, acc, pScratch);
+      // The warp-specialized loaders leave the rows of absent keys as they came (a cache slot past the sequence may
+      // hold NaN, and NaN * 0 is NaN): their halves of this lane's V fragments are cleared in registers instead, so
+      // that no thread writes a stage the copy engine fills.
+      uint32_t keep[2] = {~0u, ~0u};
+      if constexpr (kProducerWarp) {
+        const uint32_t pair0 = uint32_t(present >> (sub * 16 + 2 * t)) & 3u;
+        const uint32_t pair1 = uint32_t(present >> (sub * 16 + 8 + 2 * t)) & 3u;
+        keep[0] = ((pair0 & 1u) ? 0x0000ffffu : 0u) | ((pair0 & 2u) ? 0xffff0000u : 0u);
+        keep[1] = ((pair1 & 1u) ? 0x0000ffffu : 0u) | ((pair1 & 2u) ? 0xffff0000u : 0u);
+      }
+      engine.accumulate(s, vTile + sub * 16 * kKeyStride, lane, acc, pScratch, keep);
     }
   };
 
-  if constexpr (kTensor) {
+  // Tile it's key presence: the keys before the chunk's end (dense caches: every key there exists).
+  auto tilePresence = [&](int it) -> uint64_t {
+    const int present = min(TileKeys, keyEnd - (keyBegin + it * TileKeys));
+    return present >= 64 ? ~0ull : (1ull << present) - 1ull;
+  };
+
+  if constexpr (kProducerWarp) {
+    // Q and the barriers' initialization are visible to every warp after this one CTA barrier; from here on the
+    // producer and the consumers meet only at the stages' full / empty barriers.
+    prim::cpAsyncCommit();
+    prim::cpAsyncWaitAll();
+    __syncthreads();
+    if (warp == Warps) {
+      if (lane == 0) {
+        for (int x = Stages; x < numTiles; ++x) {
+          const int slot = x % Stages;
+          // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
+          const uint32_t parity = uint32_t(x / Stages - 1) & 1u;
+          while (!mbarrierTryWait(emptyBase + 8u * uint32_t(slot), parity)) {
+          }
+          issueTensor(x);
+        }
+      }
+      __syncwarp();
+    } else {
+      engine.loadQ();
+      for (int it = 0; it < numTiles; ++it) {
+        const int slot = it % Stages;
+        const uint32_t parity = uint32_t(it / Stages) & 1u;
+        while (!mbarrierTryWait(barrierBase + 8u * uint32_t(slot), parity)) {
+        }
+        if (computes) consume(it, slot, tilePresence(it));
+        __syncwarp();
+        if (lane == 0) mbarrierArrive(emptyBase + 8u * uint32_t(slot));
+      }
+    }
+  } else if constexpr (kTensor) {
     prim::cpAsyncCommit();
     // One barrier per tile: it frees the stage consumed in the previous iteration for tile it + Stages - 1 and orders
     // the presence mask of tile it (written by thread 0 at least one iteration earlier) before its reads.
@@ -722,7 +879,7 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
         }
         __syncthreads();
       }
-      if (computes) consume(it, slot, slot);
+      if (computes) consume(it, slot, uint64_t(validMask[slot * 2]) | (uint64_t(validMask[slot * 2 + 1]) << 32));
     }
   } else {
     // Iterations before 0 only fill the pipeline. Iteration it issues tile it + Stages - 1 (copy group
@@ -739,7 +896,8 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
       prim::cpAsyncWait<Stages - 1>();
       __syncthreads();
       if (it == 0) engine.loadQ();
-      if (computes) consume(it, it % Stages, it % kMaskSlots);
+      const uint32_t *bits = validMask + (it % kMaskSlots) * 2;
+      if (computes) consume(it, it % Stages, uint64_t(bits[0]) | (uint64_t(bits[1]) << 32));
     }
   }
 
@@ -766,8 +924,91 @@ __global__ void __launch_bounds__(Warps * 32, Warps >= 8 ? 2 : 1) decodeKernel(c
   }
   __syncthreads();
 
-  const bool direct = p.numChunks == 1;
   constexpr int kQuads = HeadDim / 4;
+  if (p.clusterMerge && p.numChunks > 1) {
+    // Step 1, in each CTA: its key groups' states combined per row, unnormalized, over the key group 0 slot of the row
+    // (each item reads and writes only its own 4 columns there) with (m, l) beside; step 2, after a cluster barrier:
+    // CTA `chunk` takes items chunk, chunk + numChunks, ... of the row block and merges the numChunks combined states
+    // in chunk order, all of a row's loads from the other CTAs' shared memory in flight at once. The last barrier
+    // keeps each CTA's shared memory alive until the others have read it.
+    float *clusterStats = scratchStats + Warps * kRowsPerTile * 2;  // [rowsPerCta][2]: (m log2 units, l)
+    for (int item = tid; item < rowsPerCta * kQuads; item += kThreads) {
+      const int localRow = item / kQuads;
+      const int d = (item - localRow * kQuads) * 4;
+      if (firstRow + localRow >= p.rows || d >= p.headDim) continue;
+      const int tile = localRow / kRowsPerTile;
+      const int inTile = localRow - tile * kRowsPerTile;
+      float maxAll = negInf();
+      for (int kg = 0; kg < p.keyGroups; ++kg)
+        maxAll = fmaxf(maxAll, scratchStats[((kg * rowTiles + tile) * kRowsPerTile + inTile) * 2]);
+      float total = 0.f;
+      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (maxAll != negInf()) {
+        for (int kg = 0; kg < p.keyGroups; ++kg) {
+          const int w = kg * rowTiles + tile;
+          const float weight = exp2f(scratchStats[(w * kRowsPerTile + inTile) * 2] - maxAll);
+          total += weight * scratchStats[(w * kRowsPerTile + inTile) * 2 + 1];
+          const float4 part = *reinterpret_cast<const float4 *>(scratchO + (w * kRowsPerTile + inTile) * kScratchRow + d);
+          o.x += weight * part.x, o.y += weight * part.y, o.z += weight * part.z, o.w += weight * part.w;
+        }
+      }
+      *reinterpret_cast<float4 *>(scratchO + (tile * kRowsPerTile + inTile) * kScratchRow + d) = o;
+      if (d == 0) clusterStats[localRow * 2] = maxAll, clusterStats[localRow * 2 + 1] = total;
+    }
+    clusterSync();
+    const uint32_t statsBase = prim::smemAddress(clusterStats);
+    const uint32_t oBase = prim::smemAddress(scratchO);
+    for (int item = chunk * kThreads + tid; item < rowsPerCta * kQuads; item += p.numChunks * kThreads) {
+      const int localRow = item / kQuads;
+      const int d = (item - localRow * kQuads) * 4;
+      const int row = firstRow + localRow;
+      if (row >= p.rows || d >= p.headDim) continue;
+      const int tile = localRow / kRowsPerTile;
+      const int inTile = localRow - tile * kRowsPerTile;
+      const uint32_t statsAt = statsBase + uint32_t(localRow * 2) * 4u;
+      const uint32_t oAt = oBase + uint32_t((tile * kRowsPerTile + inTile) * kScratchRow + d) * 4u;
+      float m[kMaxClusterChunks], l[kMaxClusterChunks];
+      float4 part[kMaxClusterChunks];
+#pragma unroll
+      for (int c = 0; c < kMaxClusterChunks; ++c) {
+        m[c] = negInf(), l[c] = 0.f, part[c] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (c < p.numChunks) {
+          const uint32_t rank = uint32_t(c);
+          m[c] = clusterLoad(clusterAddress(statsAt, rank));
+          l[c] = clusterLoad(clusterAddress(statsAt + 4u, rank));
+          part[c] = clusterLoad4(clusterAddress(oAt, rank));
+        }
+      }
+      float maxAll = negInf();
+#pragma unroll
+      for (int c = 0; c < kMaxClusterChunks; ++c) maxAll = fmaxf(maxAll, m[c]);
+      float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
+      float lse = negInf();
+      if (maxAll != negInf()) {
+        float total = 0.f;
+#pragma unroll
+        for (int c = 0; c < kMaxClusterChunks; ++c) {
+          const float weight = exp2f(m[c] - maxAll);  // 0 for a chunk that saw no visible key (and past numChunks)
+          total += weight * l[c];
+          o0 += weight * part[c].x, o1 += weight * part[c].y, o2 += weight * part[c].z, o3 += weight * part[c].w;
+        }
+        const float inv = 1.f / total;
+        o0 *= inv, o1 *= inv, o2 *= inv, o3 *= inv;
+        lse = (maxAll + log2f(total)) * prim::kLn2;
+      }
+      const int groupHead = row / p.seqQ;
+      const int token = row - groupHead * p.seqQ;
+      const int64_t head = int64_t(kvHead) * p.groupSize + groupHead;
+      Element *out =
+          static_cast<Element *>(p.o) + int64_t(batch) * p.oBatch + head * p.oHead + int64_t(token) * p.oRow + d;
+      storeOut4<Element>(out, o0, o1, o2, o3);
+      if (p.lse && d == 0) p.lse[int64_t(batch) * p.lseBatch + head * p.lseHead + int64_t(token) * p.lseRow] = lse;
+    }
+    clusterSync();
+    return;
+  }
+
+  const bool direct = p.numChunks == 1;
   for (int item = tid; item < rowsPerCta * kQuads; item += kThreads) {
     const int localRow = item / kQuads;
     const int d = (item - localRow * kQuads) * 4;
@@ -873,7 +1114,7 @@ __global__ void __launch_bounds__(128) decodeMergeKernel(const __grid_constant__
 // One kernel configuration: launch, shared-memory limit, and resident CTAs per SM.
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, int LoaderKind>
 struct DecodeKernel {
-  static constexpr int kThreads = Warps * 32;
+  static constexpr int kThreads = ctaThreads(Warps, LoaderKind);
 
   static std::size_t smemBytes(int rowTilesPerCta) {
     return smemLayout(int(sizeof(Element)), HeadDim, Warps, TileKeys, Stages, LoaderKind, rowTilesPerCta).total;
@@ -902,8 +1143,32 @@ struct DecodeKernel {
     err = prepare(device);
     if (err != cudaSuccess) return err;
     const int64_t blocks = int64_t(params.rowBlocks) * params.numChunks * params.kvHeads * params.batch;
-    decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>
-        <<<dim3(uint32_t(blocks)), dim3(kThreads), smemBytes(params.rowTilesPerCta), stream>>>(params);
+    auto *kernel = decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>;
+    if (params.clusterMerge && params.numChunks > 1) {
+      // Clusters of more than 8 CTAs are a per-kernel opt-in (sm90); the planner caps the chunks at kMaxClusterChunks.
+      static bool nonPortable[64] = {};
+      if (params.numChunks > 8 && !(device >= 0 && device < 64 && nonPortable[device])) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        if (err != cudaSuccess) return err;
+        if (device >= 0 && device < 64) nonPortable[device] = true;
+      }
+      cudaLaunchConfig_t config = {};
+      config.gridDim = dim3(uint32_t(blocks));
+      config.blockDim = dim3(kThreads);
+      config.dynamicSmemBytes = smemBytes(params.rowTilesPerCta);
+      config.stream = stream;
+      cudaLaunchAttribute attribute[1];
+      attribute[0].id = cudaLaunchAttributeClusterDimension;
+      attribute[0].val.clusterDim.x = uint32_t(params.numChunks);
+      attribute[0].val.clusterDim.y = 1;
+      attribute[0].val.clusterDim.z = 1;
+      config.attrs = attribute;
+      config.numAttrs = 1;
+      err = cudaLaunchKernelEx(&config, kernel, params);
+      if (err != cudaSuccess) return err;
+      return cudaGetLastError();
+    }
+    kernel<<<dim3(uint32_t(blocks)), dim3(kThreads), smemBytes(params.rowTilesPerCta), stream>>>(params);
     return cudaGetLastError();
   }
 

@@ -32,14 +32,37 @@ constexpr int kRowsPerTile = 16;
 //     through a tensor map of the dense cache, completing on an mbarrier per stage (sm90+, FP16/BF16, kernel head dim
 //     a multiple of 64). Four requests move a 64-key tile of K and V at head dim 128, where per-row or per-thread copies
 //     need hundreds; columns past the head dim and keys past the capacity arrive as zeros.
-enum Loader : int { kLoaderCpAsync = 0, kLoaderTensor = 1 };
+//   TensorWS: the tensor loader with a producer warp beside the Warps consumer warps: each stage has a "full" mbarrier
+//     (the copies' bytes) and an "empty" one (every consumer warp arrives once it has read the stage), so the producer
+//     refills a stage as soon as it is free and no warp waits for the slowest one at a CTA barrier per tile.
+//   TensorWSWide: TensorWS with one copy per K (and V) tile where the encoder takes a {64 columns, keys, boxes} view
+//     of the cache (the same shared layout as the 64-column boxes, a quarter of the requests at head dim 128); where
+//     it does not (the problem's head dim is narrower than the kernel's, or the strides), the 64-column boxes.
+//   TensorWSRows: TensorWS over a {64 columns, boxes, keys} view: a tile lands as whole rows [key][boxes][64], one
+//     contiguous copy; the ldmatrix rows of one 8-key group then share swizzle phases (bank conflicts at head dim
+//     > 64). Only where the problem's head dim equals the kernel's.
+enum Loader : int {
+  kLoaderCpAsync = 0,
+  kLoaderTensor = 1,
+  kLoaderTensorWS = 2,
+  kLoaderTensorWSWide = 3,
+  kLoaderTensorWSRows = 4
+};
+constexpr bool isTensorLoader(int loader) { return loader >= kLoaderTensor; }
+constexpr bool hasProducerWarp(int loader) { return loader >= kLoaderTensorWS; }
+// Threads of a CTA: the consumer warps (Variant::warps), plus the producer warp of the warp-specialized loaders.
+constexpr int ctaThreads(int warps, int loader) { return (warps + (hasProducerWarp(loader) ? 1 : 0)) * 32; }
 
 // How the partial states of a split KV range are combined.
 //   Fused: the last CTA of a (batch, KV head, row block) to finish merges the chunks in chunk order inside the decode
 //     kernel. Arrivals are counted in a tagged 64-bit word per unit in the workspace (ArrivalWord) that the last CTA
 //     leaves at zero arrivals: no memset per call, whatever the workspace held before.
 //   Separate: a merge kernel launched after the decode kernel (as a programmatic dependent on sm90).
-enum MergeMode : int { kMergeFused = 0, kMergeSeparate = 1 };
+//   Cluster (sm90, <= kMaxClusterChunks chunks): the chunks of a unit are one thread-block cluster; each CTA parks its
+//     warps' states in its shared memory, and after a cluster barrier the CTAs merge a share of the rows each, reading
+//     every chunk's states through distributed shared memory: one launch, no partial states in global memory.
+enum MergeMode : int { kMergeFused = 0, kMergeSeparate = 1, kMergeCluster = 2 };
+constexpr int kMaxClusterChunks = 16;  // the largest (non-portable) cluster on sm90
 
 // The fused merge's arrival word: tag in the high half, arrivals so far in the low half. A word whose high half is not
 // the tag, or whose count is not below the launch's chunk count, is memory no decode launch has counted in yet (a new
@@ -70,7 +93,7 @@ constexpr int resolvedTileKeys(const Variant &v, int elementBytes, int headDim) 
 // The variants the library instances compile, by index: the portable one first (any sm80+ GPU), then the Hopper one.
 constexpr int kLibraryVariantCount = 2;
 constexpr Variant libraryVariant(int index) {
-  return index == 0 ? Variant{4, 0, 3, kLoaderCpAsync} : Variant{4, 0, 3, kLoaderTensor};
+  return index == 0 ? Variant{4, 0, 3, kLoaderCpAsync} : Variant{4, 0, 3, kLoaderTensorWSWide};
 }
 
 // Shared-memory row of a K, V or Q tile: the instance head dim plus 16 bytes, so the 8 rows one ldmatrix (or one
@@ -82,14 +105,15 @@ constexpr bool tensorLoadable(int elementBytes, int headDim) { return elementByt
 
 // Byte layout of the dynamic shared memory. The epilogue's per-warp partial states reuse the K/V stages.
 //   cp.async: a stage is [2 (K, V)][tileKeys][rowElements] (padded rows).
-//   tensor: a stage is [2 (K, V)][headDim / 64 boxes][tileKeys][64 elements], 128-byte swizzled; the region starts at
-//     the next 1024-byte boundary of the shared window at run time (the swizzle pattern is 1024 bytes), hence the slack.
+//   tensor: a stage is [2 (K, V)][headDim / 64 boxes][tileKeys][64 elements] (TensorWSRows: [2][tileKeys][boxes][64]),
+//     128-byte swizzled; the region starts at the next 1024-byte boundary of the shared window at run time (the swizzle
+//     pattern is 1024 bytes), hence the slack.
 struct SmemLayout {
   std::size_t q = 0;          // [rowsPerCta][rowElements]
   std::size_t kv = 0;         // K/V stages (tensor: before the run-time 1024-byte alignment)
   std::size_t offsets = 0;    // cp.async: [2][tileKeys] pairs of int64 (K, V element offsets), by tile parity
   std::size_t validMask = 0;  // [maskSlots][2] uint32: which keys of a tile exist (in range, valid page)
-  std::size_t barriers = 0;   // tensor: [stages] mbarriers
+  std::size_t barriers = 0;   // tensor: [stages] mbarriers (full); with a producer warp then [stages] (empty)
   std::size_t pScratch = 0;   // FP32 engine: [warps][16][16 + 4] floats of P
   std::size_t total = 0;
   std::size_t kvBytes = 0;
@@ -97,7 +121,7 @@ struct SmemLayout {
 
 constexpr std::size_t alignUp(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
 
-constexpr int maskSlots(int stages, int loader) { return loader == kLoaderTensor ? stages : stages + 1; }
+constexpr int maskSlots(int stages, int loader) { return isTensorLoader(loader) ? stages : stages + 1; }
 
 constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int tileKeys, int stages, int loader,
                                 int rowTilesPerCta) {
@@ -105,19 +129,22 @@ constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int ti
   const std::size_t row = std::size_t(smemRowElements(elementBytes, headDim)) * std::size_t(elementBytes);
   const std::size_t keys = std::size_t(tileKeys);
   const std::size_t qBytes = std::size_t(rowTilesPerCta) * kRowsPerTile * row;
-  const bool tensor = loader == kLoaderTensor;
+  const bool tensor = isTensorLoader(loader);
   const std::size_t stageBytes = tensor ? std::size_t(stages) * 2 * keys * std::size_t(headDim) * elementBytes + 1024
                                         : std::size_t(stages) * 2 * keys * row;
-  // Epilogue: per warp 16 rows of (headDim + 4) floats plus (m, l) per row.
+  // Epilogue: per warp 16 rows of (headDim + 4) floats plus (m, l) per row; then the cluster merge's (m, l) per row of
+  // the CTA's combined state.
   const std::size_t epilogueBytes = std::size_t(warps) * kRowsPerTile * (std::size_t(headDim) + 4) * 4 +
-                                    std::size_t(warps) * kRowsPerTile * 2 * 4;
+                                    std::size_t(warps) * kRowsPerTile * 2 * 4 +
+                                    std::size_t(kMaxRowTilesPerCta) * kRowsPerTile * 2 * 4;
   s.q = 0;
   s.kv = alignUp(qBytes, 128);
   s.kvBytes = stageBytes > epilogueBytes ? stageBytes : epilogueBytes;
   s.offsets = alignUp(s.kv + s.kvBytes, 16);
   s.validMask = s.offsets + (tensor ? 0 : 2 * keys * 16);
   s.barriers = alignUp(s.validMask + std::size_t(maskSlots(stages, loader)) * 2 * 4, 16);
-  s.pScratch = alignUp(s.barriers + (tensor ? std::size_t(stages) * 8 : 0), 16);
+  const std::size_t barrierCount = hasProducerWarp(loader) ? 2 * std::size_t(stages) : tensor ? std::size_t(stages) : 0;
+  s.pScratch = alignUp(s.barriers + barrierCount * 8, 16);
   const std::size_t pBytes = elementBytes == 4 ? std::size_t(warps) * kRowsPerTile * (16 + 4) * 4 : 0;
   s.total = alignUp(s.pScratch + pBytes, 128);
   return s;
@@ -125,10 +152,13 @@ constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int ti
 
 // Which tensor-map dimension (1..3; 0 is the head dim) holds the key, KV head and batch coordinate: the map lists them
 // by increasing stride, as the tensor-map encoder wants.
+// Rank 5 maps (the wide and rows views) also have a dimension of the 64-column boxes of a row (stride 128 bytes); its
+// coordinate is always 0, since one copy takes every box.
 struct TensorMapSlots {
   int8_t key = 1;
   int8_t head = 2;
   int8_t batch = 3;
+  int8_t rank = 4;
 };
 
 struct DecodeParams {
@@ -144,6 +174,7 @@ struct DecodeParams {
   float *partialLse = nullptr;  // numChunks > 1: [chunk][batch][heads][seqQ]
   unsigned long long *arrivals = nullptr;  // fused merge: [batch][kvHeads][rowBlocks] arrival words (kArrivalTag)
   bool evictFirst = false;  // tensor loader: K/V copies carry an L2 evict-first policy (streamed once)
+  bool clusterMerge = false;  // kMergeCluster: launched in clusters of numChunks CTAs, the chunk varying fastest
 
   int64_t qBatch = 0, qHead = 0, qRow = 0;
   int64_t kBatch = 0, kHead = 0, kRow = 0;  // paged: kBatch is the page stride, kRow the row stride in a page
