@@ -131,6 +131,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   const int32_t steps = blocksPerHead * p.headsPerKvHead;
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
   const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
+  DqTurns<Deterministic> turns;
 
   float dv[64], dk[64];
 #pragma unroll
@@ -225,6 +226,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     // The next block's copies go out once the tensor cores have work (its stage was last read in step t - 1).
     if (t + 1 < steps) loadStep(t + 1);
     prim::cpAsyncCommit();
+    turns.flush(w.keyBlock);  // the previous step's hand-over, under this step's products
 
     const float *lseRow = sLse + stage * kBlockM + queryCol0;
     const float *dotRow = sRowDot + stage * kBlockM + queryCol0;
@@ -325,6 +327,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
       prim::WgmmaOp<Element, 128>::template ssTransposed<1, 1>(dq, prim::wgmmaDescriptorAdvance(dSDesc, uint32_t(kk) * 2048),
                            prim::wgmmaDescriptorAdvance(kColsDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
     prim::wgmmaCommitGroup();
+    turns.peek(p, w.batch, h, sb.mBlock, w.keyBlock, order);
     {
       // k = the 64 queries: 16 per step, 32 bytes along the K-major P^T / dS^T rows, 16 rows (2048 bytes) down the
       // MN-major dO / Q slabs of this warpgroup's 128 columns.
@@ -342,12 +345,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     prim::wgmmaCommitGroup();
     prim::wgmmaWaitGroup<1>();
     prim::wgmmaFenceOperands(dq);
-    // Deterministic: the turn is taken and handed on while dV and dK still run on the tensor cores.
-    int32_t *turn = nullptr;
-    if constexpr (Deterministic) {
-      turn = p.dqTurn + (int64_t(w.batch) * p.heads + h) * p.queryBlocks + sb.mBlock;
-      backward::waitForTurn(turn, w.keyBlock, sb.mBlock > order.predecessorLast);
-    }
+    turns.acquire(w.keyBlock);  // while dV and dK still run on the tensor cores
 
     // dQ rows 16 * warp + lane / 4 + 8h of the block, columns 128g + 8j + 2 quad.
 #pragma unroll
@@ -358,11 +356,12 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
 #pragma unroll
       for (int j = 0; j < 16; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
     }
-    if constexpr (Deterministic) backward::passTurn(turn, w.keyBlock);
+    turns.release();
     prim::wgmmaWaitGroup<0>();
     prim::wgmmaFenceOperands(dv);
     prim::wgmmaFenceOperands(dk);
   }
+  turns.flush(w.keyBlock);
   prim::cpAsyncWait<0>();
 
   // dK, dV rows of this CTA (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).

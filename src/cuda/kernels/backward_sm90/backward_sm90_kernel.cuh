@@ -149,6 +149,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   const int32_t steps = blocksPerHead * p.headsPerKvHead;
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
   const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
+  DqTurns<Deterministic> turns;
 
   float dv[D / 2], dk[D / 2];
 #pragma unroll
@@ -244,6 +245,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
                                           prim::wgmmaDescriptorSw128(dOTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
     }
     prim::wgmmaCommitGroup();
+    turns.flush(w.keyBlock);  // the previous step's hand-over, under this step's products
     if constexpr (kPipelined) {
       prim::wgmmaWaitGroup<1>();
       prim::wgmmaFenceOperands(s);
@@ -414,6 +416,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       }
     }
     prim::wgmmaCommitGroup();
+    turns.peek(p, w.batch, h, sb.mBlock, w.keyBlock, order);
     prim::wgmmaWaitGroup<0>();
     prim::wgmmaFenceOperands(dq);
     prim::wgmmaFenceOperands(dv);
@@ -424,11 +427,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       prim::wgmmaFenceOperands(dsA);
     }
 
-    int32_t *turn = nullptr;
-    if constexpr (Deterministic) {
-      turn = p.dqTurn + (int64_t(w.batch) * p.heads + h) * p.queryBlocks + sb.mBlock;
-      backward::waitForTurn(turn, w.keyBlock, sb.mBlock > order.predecessorLast);
-    }
+    turns.acquire(w.keyBlock);
     {
       // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
       const int colBase = D == 128 ? 64 * group : 0;
@@ -442,8 +441,9 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
         for (int j = 0; j < 8; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
       }
     }
-    if constexpr (Deterministic) backward::passTurn(turn, w.keyBlock);
+    turns.release();
   }
+  turns.flush(w.keyBlock);
   prim::cpAsyncWait<0>();
 
   // dK, dV rows this CTA owns (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).

@@ -56,4 +56,50 @@ __device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t, in
   }
 }
 
+// Deterministic mode's ordered dQ additions for one CTA (Enabled = false: nothing, and no registers). The turn
+// counters and their rule are backward_common.cuh's; what differs from the portable kernel is where the two memory
+// round trips of each hand-over go, so that they overlap tensor-core work instead of stalling the CTA:
+//   peek     thread 0's acquiring read of the counter, issued right after the dQ product is queued;
+//   acquire  the whole CTA, before its red.global additions: spins only if the peek was early, then a CTA barrier
+//            (skipped where this key block is the query block's first adder);
+//   release  the additions' fence and the counter's release store, deferred to the next step, after that step's S^T
+//            and dP^T products are queued (flush), or to the end of the CTA's walk.
+// The deferral delays the next key block by the time to queue those products, not by a step.
+template <bool Enabled>
+struct DqTurns {
+  __device__ __forceinline__ void peek(const backward::BackwardParams &, int32_t, int32_t, int32_t, int32_t,
+                                       const StepOrder &) {}
+  __device__ __forceinline__ void acquire(int32_t) {}
+  __device__ __forceinline__ void release() {}
+  __device__ __forceinline__ void flush(int32_t) {}
+};
+
+template <>
+struct DqTurns<true> {
+  int32_t *current = nullptr;  // counter of the query block being added into
+  int32_t *pending = nullptr;  // counter whose additions are issued but not yet handed on
+  bool first = false;          // key block n - 1 does not see the block: no wait
+  bool seen = false;           // thread 0: the peek already found our turn
+
+  __device__ __forceinline__ void peek(const backward::BackwardParams &p, int32_t batch, int32_t head, int32_t mBlock,
+                                       int32_t keyBlock, const StepOrder &order) {
+    current = p.dqTurn + (int64_t(batch) * p.heads + head) * p.queryBlocks + mBlock;
+    first = mBlock > order.predecessorLast;
+    seen = first || (threadIdx.x == 0 && backward::loadAcquire(current) == keyBlock);
+  }
+  __device__ __forceinline__ void acquire(int32_t keyBlock) {
+    if (first) return;
+    if (threadIdx.x == 0 && !seen) {
+      while (backward::loadAcquire(current) != keyBlock) __nanosleep(64);
+    }
+    __syncthreads();
+  }
+  __device__ __forceinline__ void release() { pending = current; }
+  __device__ __forceinline__ void flush(int32_t keyBlock) {
+    if (pending == nullptr) return;
+    backward::passTurn(pending, keyBlock);
+    pending = nullptr;
+  }
+};
+
 }  // namespace flashattn::cuda::backward_sm90
