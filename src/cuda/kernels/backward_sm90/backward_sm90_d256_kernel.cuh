@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   const int32_t steps = blocksPerHead * p.headsPerKvHead;
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
   const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
-  DqTurns<Deterministic> turns;
+  DqTurns<Deterministic, false> turns;
 
   float dv[64], dk[64];
 #pragma unroll
@@ -226,7 +226,6 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     // The next block's copies go out once the tensor cores have work (its stage was last read in step t - 1).
     if (t + 1 < steps) loadStep(t + 1);
     prim::cpAsyncCommit();
-    turns.flush(w.keyBlock);  // the previous step's hand-over, under this step's products
 
     const float *lseRow = sLse + stage * kBlockM + queryCol0;
     const float *dotRow = sRowDot + stage * kBlockM + queryCol0;
@@ -345,7 +344,8 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     prim::wgmmaCommitGroup();
     prim::wgmmaWaitGroup<1>();
     prim::wgmmaFenceOperands(dq);
-    turns.acquire(w.keyBlock);  // while dV and dK still run on the tensor cores
+    // Deterministic: the turn is taken, and handed on below, while dV and dK still run on the tensor cores.
+    turns.acquire(w.keyBlock);
 
     // dQ rows 16 * warp + lane / 4 + 8h of the block, columns 128g + 8j + 2 quad.
 #pragma unroll
@@ -356,12 +356,11 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
 #pragma unroll
       for (int j = 0; j < 16; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
     }
-    turns.release();
+    turns.release(w.keyBlock);
     prim::wgmmaWaitGroup<0>();
     prim::wgmmaFenceOperands(dv);
     prim::wgmmaFenceOperands(dk);
   }
-  turns.flush(w.keyBlock);
   prim::cpAsyncWait<0>();
 
   // dK, dV rows of this CTA (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).

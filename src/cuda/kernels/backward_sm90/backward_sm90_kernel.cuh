@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   const int32_t steps = blocksPerHead * p.headsPerKvHead;
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
   const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
-  DqTurns<Deterministic> turns;
+  DqTurns<Deterministic, true> turns;
 
   float dv[D / 2], dk[D / 2];
 #pragma unroll
@@ -441,7 +441,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
         for (int j = 0; j < 8; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
       }
     }
-    turns.release();
+    turns.release(w.keyBlock);
   }
   turns.flush(w.keyBlock);
   prim::cpAsyncWait<0>();

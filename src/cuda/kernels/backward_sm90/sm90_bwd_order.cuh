@@ -62,20 +62,24 @@ __device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t, in
 //   peek     thread 0's acquiring read of the counter, issued right after the dQ product is queued;
 //   acquire  the whole CTA, before its red.global additions: spins only if the peek was early, then a CTA barrier
 //            (skipped where this key block is the query block's first adder);
-//   release  the additions' fence and the counter's release store, deferred to the next step, after that step's S^T
-//            and dP^T products are queued (flush), or to the end of the CTA's walk.
-// The deferral delays the next key block by the time to queue those products, not by a step.
-template <bool Enabled>
+//   release  the additions' fence (every thread waits for its reductions) and the counter's release store.
+// Deferred = true (d64/d128, whose reductions go out after every product of the step has landed): the release waits
+// for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the fence runs under
+// them; it delays the next key block by the time to queue those products. Deferred = false (d256, whose reductions go
+// out while dV and dK still run): released at once, the fence already runs under dV and dK; deferring it would hold
+// the next key block back by dV and dK as well (measured: -16% at S8k causal, where every link of the key-block chain
+// adds its delay; +6% without the causal mask).
+template <bool Enabled, bool Deferred>
 struct DqTurns {
   __device__ __forceinline__ void peek(const backward::BackwardParams &, int32_t, int32_t, int32_t, int32_t,
                                        const StepOrder &) {}
   __device__ __forceinline__ void acquire(int32_t) {}
-  __device__ __forceinline__ void release() {}
+  __device__ __forceinline__ void release(int32_t) {}
   __device__ __forceinline__ void flush(int32_t) {}
 };
 
-template <>
-struct DqTurns<true> {
+template <bool Deferred>
+struct DqTurns<true, Deferred> {
   int32_t *current = nullptr;  // counter of the query block being added into
   int32_t *pending = nullptr;  // counter whose additions are issued but not yet handed on
   bool first = false;          // key block n - 1 does not see the block: no wait
@@ -94,9 +98,15 @@ struct DqTurns<true> {
     }
     __syncthreads();
   }
-  __device__ __forceinline__ void release() { pending = current; }
+  __device__ __forceinline__ void release(int32_t keyBlock) {
+    if constexpr (Deferred) {
+      pending = current;
+    } else {
+      backward::passTurn(current, keyBlock);
+    }
+  }
   __device__ __forceinline__ void flush(int32_t keyBlock) {
-    if (pending == nullptr) return;
+    if (!Deferred || pending == nullptr) return;
     backward::passTurn(pending, keyBlock);
     pending = nullptr;
   }
