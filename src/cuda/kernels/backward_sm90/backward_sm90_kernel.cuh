@@ -18,6 +18,8 @@
 // other half of a double buffer while the current one computes. Rows past the sequence arrive as zeros; per-element
 // masking only runs on blocks that are not fully visible (backward_common.cuh's rules), so rows with no visible key
 // (LSE*log2 e = +inf from the preprocess) and keys past seqK contribute nothing.
+// Deterministic mode (template flag; the unordered kernel is unchanged): the dQ additions of a query block are ordered
+// by key block through the workspace's turn counters, and the walk order changes (sm90_bwd_order.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
