@@ -438,14 +438,21 @@ class TensorDesc {
 
 class AttnDesc {
  public:
-  explicit AttnDesc(bool causal) {
+  explicit AttnDesc(bool causal, bool deterministic = false) {
     apiCheck(flashAttnCreateAttentionDescriptor(&d_), "flashAttnCreateAttentionDescriptor");
+    flashAttnStatus_t s = FLASHATTN_STATUS_SUCCESS;
+    const char *what = "";
     if (causal) {
-      const flashAttnStatus_t s = flashAttnSetAttentionMask(d_, FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT);
-      if (s != FLASHATTN_STATUS_SUCCESS) {
-        flashAttnDestroyAttentionDescriptor(d_);
-        apiCheck(s, "flashAttnSetAttentionMask");
-      }
+      s = flashAttnSetAttentionMask(d_, FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT);
+      what = "flashAttnSetAttentionMask";
+    }
+    if (s == FLASHATTN_STATUS_SUCCESS && deterministic) {
+      s = flashAttnSetAttentionDeterministic(d_, 1);
+      what = "flashAttnSetAttentionDeterministic";
+    }
+    if (s != FLASHATTN_STATUS_SUCCESS) {
+      flashAttnDestroyAttentionDescriptor(d_);
+      apiCheck(s, what);
     }
   }
   ~AttnDesc() { flashAttnDestroyAttentionDescriptor(d_); }
@@ -595,7 +602,7 @@ bool sameBytes(const HostBlock &a, const HostBlock &b) {
 // Results
 
 struct Row {
-  std::string kind, op;  // prefill fwd|bwd, decode decode
+  std::string kind, op;  // prefill fwd|bwd|bwd-det (deterministic backward), decode decode
   flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
   int64_t B = 0, H = 0, HK = 0, Sq = 0, Sk = 0, D = 0;
   bool causal = false;
@@ -734,6 +741,7 @@ struct Options {
   Layout layout = Layout::BHSD;
   double checkGflop = 2.0;
   bool check = true;
+  bool deterministic = false;  // prefill: also time the deterministic backward (rows "bwd-det")
   std::string backend = "auto";
   int device = -1;
   bool demo = true;  // until an option names a shape, an operation or a sweep
@@ -757,6 +765,8 @@ void usage(FILE *f) {
                "  --json FILE                 write the result rows (rewritten after every shape)\n"
                "  --check-gflop G             host work allowed per correctness check (default 2)\n"
                "  --no-check                  skip the HOST comparison\n"
+               "  --deterministic             prefill: also time the deterministic backward (rows bwd-det, same FLOPs;\n"
+               "                              checked like bwd, and bitwise equal after the timed calls)\n"
                "  --backend auto|cuda|host    handle to benchmark (default auto)\n"
                "  --device N                  CUDA device to use\n"
                "Without shape, operation or sweep options a short demo runs (small shapes when no GPU is usable).\n"
@@ -860,7 +870,9 @@ Options parseOptions(int argc, char **argv) {
       o.checkGflop = std::strtod(v, &end);
       if (!end || *end || !(o.checkGflop > 0))
         throw std::invalid_argument(std::string("--check-gflop ") + v + ": expected a number > 0");
-    } else if (a == "--no-check")
+    } else if (a == "--deterministic")
+      o.deterministic = true;
+    else if (a == "--no-check")
       o.check = false;
     else if (a == "--backend") {
       o.backend = value();
@@ -1270,104 +1282,140 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
     bwd.error = "forward failed: " + fwd.error;
     bwd.notSupported = fwd.notSupported;
     record(bwd);
+    if (opt_.deterministic) {
+      bwd.op = "bwd-det";
+      record(bwd);
+    }
     return;
   }
 
-  try {
-    bwd.kernel = support(FLASHATTN_OP_BACKWARD, *attn, nullptr, *qD, *kD, *vD, *oD);
-    HostBlock hdo = randomTensor(s.dtype, qv.extent(), 4);
-    Buffer ddo(mem_, bytesOf(qv)), ddq(mem_, bytesOf(qv)), ddk(mem_, bytesOf(kv)), ddv(mem_, bytesOf(kv));
-    ddo.upload(hdo);
-    TensorDesc dOD(s.dtype, qv), dQD(s.dtype, qv), dKD(s.dtype, kv), dVD(s.dtype, kv);
-    size_t wsBytes = 0;
-    apiCheck(flashAttnBackwardGetWorkspaceSize(handle_, *attn, nullptr, *qD, *kD, *vD, *oD, *lD, &wsBytes),
-             "flashAttnBackwardGetWorkspaceSize");
-    Buffer ws(mem_, wsBytes);
-    auto run = [&](int64_t) {
-      return flashAttnBackward(handle_, *attn, nullptr, *qD, dq->get(), *kD, dk->get(), *vD, dv->get(), *oD,
-                               dout->get(), dOD, ddo.get(), *lD, static_cast<const float *>(dlse->get()), dQD,
-                               ddq.get(), dKD, ddk.get(), dVD, ddv.get(), ws.get(), wsBytes);
-    };
-    ddq.poison();
-    ddk.poison();
-    ddv.poison();
-    apiCheck(run(0), "flashAttnBackward");
-    mem_.synchronize();
-
-    if (opt_.check) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const HostBlock gq = ddq.download(), gk = ddk.download(), gv = ddv.download();
-      // The O and LSE the device backward read (the timed forwards rewrote them).
-      ho = dout->download();
-      hl = dlse->download();
-      ErrorStats eq, ek, ev;
-      std::vector<std::string> scope;
-      // One HOST backward over a slice: Q rows `rows` against keys `keys`. P is recomputed from the saved LSE, so
-      // a slice of keys gives exact dK/dV for those keys and a slice of rows exact dQ for those rows.
-      auto hostBackward = [&](const Pick &batch, const HeadPick &heads, const Pick &rows, const Pick &keys, bool wantDq,
-                              bool wantDkv) {
-        const View q1 = qv.pick(0, batch).pick(1, heads.q).pick(2, rows);
-        const View k1 = kv.pick(0, batch).pick(1, heads.kv).pick(2, keys);
-        const View l1 = lv.pick(0, batch).pick(1, heads.q).pick(2, rows);
-        const View qRef = q1.compact(), kRef = k1.compact(), lRef = l1.compact();
-        HostBlock lse1 = gatherFloats(reinterpret_cast<const float *>(hl.data()), l1);
-        HostBlock rq(size_t(qRef.elements()) * es), rk(size_t(kRef.elements()) * es), rv(size_t(kRef.elements()) * es);
-        TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), l1D(FLASHATTN_DATA_FP32, lRef), qRD(s.dtype, qRef),
-            kRD(s.dtype, kRef);
-        size_t hostWs = 0;
-        apiCheck(flashAttnBackwardGetWorkspaceSize(host_, *attn, nullptr, q1D, k1D, k1D, q1D, l1D, &hostWs),
-                 "HOST flashAttnBackwardGetWorkspaceSize");
-        HostBlock hws(hostWs);
-        const size_t qo = size_t(q1.offset) * es, ko = size_t(k1.offset) * es;
-        apiCheck(
-            flashAttnBackward(host_, *attn, nullptr, q1D, hq.data() + qo, k1D, hk.data() + ko, k1D, hv.data() + ko, q1D,
-                              ho.data() + qo, q1D, hdo.data() + qo, l1D, reinterpret_cast<const float *>(lse1.data()),
-                              qRD, rq.data(), kRD, rk.data(), kRD, rv.data(), hostWs ? hws.data() : nullptr, hostWs),
-            "HOST flashAttnBackward");
-        if (wantDq) eq = compare(gq.data(), q1, rq.data(), qRef, s.dtype);
-        if (wantDkv) {
-          ek = compare(gk.data(), k1, rk.data(), kRef, s.dtype);
-          ev = compare(gv.data(), k1, rv.data(), kRef, s.dtype);
-        }
-        scope.push_back(std::string(wantDq && wantDkv ? "dQ dK dV"
-                                    : wantDq          ? "dQ"
-                                                      : "dK dV") +
-                        " on " + pickText("batch", "batches", batch, s.B) + ", " +
-                        pickText("head", "heads", heads.q, s.H) + ", " + pickText("row", "rows", rows, s.Sq) + ", " +
-                        pickText("key", "keys", keys, s.Sk));
+  // One backward row: the attention descriptor says whether it is the deterministic one.
+  auto backward = [&](Row &row, const AttnDesc &ad) {
+    try {
+      row.kernel = support(FLASHATTN_OP_BACKWARD, ad, nullptr, *qD, *kD, *vD, *oD);
+      HostBlock hdo = randomTensor(s.dtype, qv.extent(), 4);
+      Buffer ddo(mem_, bytesOf(qv)), ddq(mem_, bytesOf(qv)), ddk(mem_, bytesOf(kv)), ddv(mem_, bytesOf(kv));
+      ddo.upload(hdo);
+      TensorDesc dOD(s.dtype, qv), dQD(s.dtype, qv), dKD(s.dtype, kv), dVD(s.dtype, kv);
+      size_t wsBytes = 0;
+      apiCheck(flashAttnBackwardGetWorkspaceSize(handle_, ad, nullptr, *qD, *kD, *vD, *oD, *lD, &wsBytes),
+               "flashAttnBackwardGetWorkspaceSize");
+      Buffer ws(mem_, wsBytes);
+      auto run = [&](int64_t) {
+        return flashAttnBackward(handle_, ad, nullptr, *qD, dq->get(), *kD, dk->get(), *vD, dv->get(), *oD,
+                                 dout->get(), dOD, ddo.get(), *lD, static_cast<const float *>(dlse->get()), dQD,
+                                 ddq.get(), dKD, ddk.get(), dVD, ddv.get(), ws.get(), wsBytes);
       };
-      const double perPair = double(s.D) * 10;  // recompute S and dP, then dS, dQ, dK, dV
-      if (double(s.B) * s.H * s.Sq * s.Sk * perPair <= budgetFlops()) {
-        hostBackward(allOf(s.B), HeadPick{allOf(s.H), allOf(s.HK)}, allOf(s.Sq), allOf(s.Sk), true, true);
-      } else {
-        const Pick batch{s.B - 1, 1, 1};
-        const SliceChoice r =
-            chooseSlice(s.H, s.HK, pairOfHeads(s.H, s.HK), s.Sq, double(s.Sk) * perPair, budgetFlops());
-        const SliceChoice k = chooseSlice(s.H, s.HK, lastGroup(s.H, s.HK), s.Sk, double(s.Sq) * perPair, budgetFlops());
-        hostBackward(batch, r.heads, s.causal ? tail(s.Sq, r.count) : spread(s.Sq, r.count), allOf(s.Sk), true, false);
-        hostBackward(batch, k.heads, allOf(s.Sq), s.causal ? tail(s.Sk, k.count) : spread(s.Sk, k.count), false, true);
+      ddq.poison();
+      ddk.poison();
+      ddv.poison();
+      apiCheck(run(0), "flashAttnBackward");
+      mem_.synchronize();
+
+      if (opt_.check) {
+        const auto t0 = std::chrono::steady_clock::now();
+        const HostBlock gq = ddq.download(), gk = ddk.download(), gv = ddv.download();
+        // The O and LSE the device backward read (the timed forwards rewrote them).
+        ho = dout->download();
+        hl = dlse->download();
+        ErrorStats eq, ek, ev;
+        std::vector<std::string> scope;
+        // One HOST backward over a slice: Q rows `rows` against keys `keys`. P is recomputed from the saved LSE, so
+        // a slice of keys gives exact dK/dV for those keys and a slice of rows exact dQ for those rows.
+        auto hostBackward = [&](const Pick &batch, const HeadPick &heads, const Pick &rows, const Pick &keys, bool wantDq,
+                                bool wantDkv) {
+          const View q1 = qv.pick(0, batch).pick(1, heads.q).pick(2, rows);
+          const View k1 = kv.pick(0, batch).pick(1, heads.kv).pick(2, keys);
+          const View l1 = lv.pick(0, batch).pick(1, heads.q).pick(2, rows);
+          const View qRef = q1.compact(), kRef = k1.compact(), lRef = l1.compact();
+          HostBlock lse1 = gatherFloats(reinterpret_cast<const float *>(hl.data()), l1);
+          HostBlock rq(size_t(qRef.elements()) * es), rk(size_t(kRef.elements()) * es), rv(size_t(kRef.elements()) * es);
+          TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), l1D(FLASHATTN_DATA_FP32, lRef), qRD(s.dtype, qRef),
+              kRD(s.dtype, kRef);
+          size_t hostWs = 0;
+          apiCheck(flashAttnBackwardGetWorkspaceSize(host_, ad, nullptr, q1D, k1D, k1D, q1D, l1D, &hostWs),
+                   "HOST flashAttnBackwardGetWorkspaceSize");
+          HostBlock hws(hostWs);
+          const size_t qo = size_t(q1.offset) * es, ko = size_t(k1.offset) * es;
+          apiCheck(
+              flashAttnBackward(host_, ad, nullptr, q1D, hq.data() + qo, k1D, hk.data() + ko, k1D, hv.data() + ko, q1D,
+                                ho.data() + qo, q1D, hdo.data() + qo, l1D, reinterpret_cast<const float *>(lse1.data()),
+                                qRD, rq.data(), kRD, rk.data(), kRD, rv.data(), hostWs ? hws.data() : nullptr, hostWs),
+              "HOST flashAttnBackward");
+          if (wantDq) eq = compare(gq.data(), q1, rq.data(), qRef, s.dtype);
+          if (wantDkv) {
+            ek = compare(gk.data(), k1, rk.data(), kRef, s.dtype);
+            ev = compare(gv.data(), k1, rv.data(), kRef, s.dtype);
+          }
+          scope.push_back(std::string(wantDq && wantDkv ? "dQ dK dV"
+                                      : wantDq          ? "dQ"
+                                                        : "dK dV") +
+                          " on " + pickText("batch", "batches", batch, s.B) + ", " +
+                          pickText("head", "heads", heads.q, s.H) + ", " + pickText("row", "rows", rows, s.Sq) + ", " +
+                          pickText("key", "keys", keys, s.Sk));
+        };
+        const double perPair = double(s.D) * 10;  // recompute S and dP, then dS, dQ, dK, dV
+        if (double(s.B) * s.H * s.Sq * s.Sk * perPair <= budgetFlops()) {
+          hostBackward(allOf(s.B), HeadPick{allOf(s.H), allOf(s.HK)}, allOf(s.Sq), allOf(s.Sk), true, true);
+        } else {
+          const Pick batch{s.B - 1, 1, 1};
+          const SliceChoice r =
+              chooseSlice(s.H, s.HK, pairOfHeads(s.H, s.HK), s.Sq, double(s.Sk) * perPair, budgetFlops());
+          const SliceChoice k = chooseSlice(s.H, s.HK, lastGroup(s.H, s.HK), s.Sk, double(s.Sq) * perPair, budgetFlops());
+          hostBackward(batch, r.heads, s.causal ? tail(s.Sq, r.count) : spread(s.Sq, r.count), allOf(s.Sk), true, false);
+          hostBackward(batch, k.heads, allOf(s.Sq), s.causal ? tail(s.Sk, k.count) : spread(s.Sk, k.count), false, true);
+        }
+        row.checked = true;
+        row.maxErr = std::max({eq.maxAbs, ek.maxAbs, ev.maxAbs});
+        row.normwise = std::max({eq.normwise(), ek.normwise(), ev.normwise()});
+        const int64_t nonFinite = eq.nonFinite + ek.nonFinite + ev.nonFinite;
+        if (nonFinite) row.maxErr = INFINITY;
+        row.pass = row.normwise <= normwiseGate(s.dtype);
+        char worst[160];
+        std::snprintf(worst, sizeof worst, "normwise dQ %.2e dK %.2e dV %.2e", eq.normwise(), ek.normwise(),
+                      ev.normwise());
+        row.checkScope = worst;
+        for (const auto &part : scope) row.checkScope += "; " + part;
+        if (nonFinite) row.checkScope += "; " + std::to_string(nonFinite) + " non-finite gradients";
+        row.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
-      bwd.checked = true;
-      bwd.maxErr = std::max({eq.maxAbs, ek.maxAbs, ev.maxAbs});
-      bwd.normwise = std::max({eq.normwise(), ek.normwise(), ev.normwise()});
-      const int64_t nonFinite = eq.nonFinite + ek.nonFinite + ev.nonFinite;
-      if (nonFinite) bwd.maxErr = INFINITY;
-      bwd.pass = bwd.normwise <= normwiseGate(s.dtype);
-      char worst[160];
-      std::snprintf(worst, sizeof worst, "normwise dQ %.2e dK %.2e dV %.2e", eq.normwise(), ek.normwise(),
-                    ev.normwise());
-      bwd.checkScope = worst;
-      for (const auto &part : scope) bwd.checkScope += "; " + part;
-      if (nonFinite) bwd.checkScope += "; " + std::to_string(nonFinite) + " non-finite gradients";
-      bwd.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      // Deterministic mode promises bitwise equal gradients run to run: the first call's bytes are kept to compare with
+      // what the last timed call leaves.
+      HostBlock firstQ, firstK, firstV;
+      if (row.op == "bwd-det") {
+        firstQ = ddq.download();
+        firstK = ddk.download();
+        firstV = ddv.download();
+      }
+      row.ms = median(timeCalls(run, 1, "flashAttnBackward"));
+      row.backToBackMs = backToBackMs_;
+      row.tflops = 2.5 * fwdFlops / (row.ms * 1e-3) / 1e12;
+      if (row.op == "bwd-det") {
+        row.deterministic = sameBytes(firstQ, ddq.download()) && sameBytes(firstK, ddk.download()) &&
+                            sameBytes(firstV, ddv.download());
+        if (!row.deterministic) {
+          row.pass = false;
+          row.checkScope += "; the gradients of the last timed call differ bitwise from the first call's";
+        }
+      }
+    } catch (const std::exception &e) {
+      fail(bwd, e);
     }
-    bwd.ms = median(timeCalls(run, 1, "flashAttnBackward"));
-    bwd.backToBackMs = backToBackMs_;
-    bwd.tflops = 2.5 * fwdFlops / (bwd.ms * 1e-3) / 1e12;
+    record(row);
+  };
+  backward(bwd, *attn);
+  if (!opt_.deterministic) return;
+  Row det = base;
+  det.op = "bwd-det";
+  std::unique_ptr<AttnDesc> detAttn;
+  try {
+    detAttn = std::make_unique<AttnDesc>(s.causal, true);
   } catch (const std::exception &e) {
-    fail(bwd, e);
+    fail(det, e);
+    record(det);
+    return;
   }
-  record(bwd);
+  backward(det, *detAttn);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -1536,7 +1584,8 @@ struct Plan {
   std::vector<PrefillShape> prefill;
   bool fwd = false, bwd = false;
   std::vector<DecodeShape> decode;
-  size_t rows() const { return prefill.size() * (size_t(fwd) + size_t(bwd)) + decode.size(); }
+  bool bwdDet = false;  // --deterministic: a bwd-det row after each bwd row
+  size_t rows() const { return prefill.size() * (size_t(fwd) + size_t(bwd) + size_t(bwd && bwdDet)) + decode.size(); }
 };
 
 // Shape options not given: a GPU default, or one the HOST backend finishes in seconds.
@@ -1553,6 +1602,7 @@ Plan makePlan(const Options &o, bool cuda) {
   p.fwd = o.op == "fwd" || o.op == "all";
   p.bwd = o.op == "bwd" || o.op == "all";
   const bool decodeOp = o.op == "decode" || o.op == "all";
+  p.bwdDet = o.deterministic;
   if (o.demo) {
     p.fwd = p.bwd = true;
     if (cuda) {

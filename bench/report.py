@@ -2,7 +2,8 @@
 """Join flashattn-bench rows (ours.json) with the peers' rows (peers.json, from peers.py) and print a table.
 
 Prefill rows join on (dtype, D, S, B, H, causal) and the operation (peers carry fwd_* and bwd_* in one row); decode
-rows on (B, L, heads, KV heads, D). Either file may be missing or lack a shape: the table keeps the rows it has and
+rows on (B, L, heads, KV heads, D). Deterministic backward rows (op "bwd-det", flashattn-bench --deterministic) have
+no peers: they show the ratio to our own bwd row of the same shape instead (column "det/bwd"). Either file may be missing or lack a shape: the table keeps the rows it has and
 shows '-' for the other side. Decode rows also show the fraction of the measured copy bandwidth (peers.py's
 device-to-device copy, read + write counted) that the KV read reaches.
 
@@ -112,9 +113,9 @@ def build(ours, peers):
     prefill_rows = []
     keys = set(k for k, _ in our_prefill) | set(peer_prefill)
     for key in sorted(keys, key=lambda k: (k[0], k[1], k[5], k[2])):
-        for op in ("fwd", "bwd"):
+        for op in ("fwd", "bwd", "bwd-det"):
             mine = our_prefill.get((key, op))
-            theirs = peer_prefill.get(key, {})
+            theirs = peer_prefill.get(key, {}) if op != "bwd-det" else {}
             peer_vals = {}
             for p in PEERS:
                 pr = theirs.get(p)
@@ -122,11 +123,15 @@ def build(ours, peers):
             if mine is None and all(v is None for v in peer_vals.values()):
                 continue
             value, text = ours_cell(mine, "tflops")
+            vs_bwd = None
+            if op == "bwd-det":
+                plain, _ = ours_cell(our_prefill.get((key, "bwd")), "tflops")
+                vs_bwd = ratio(value, plain)
             dtype, D, S, B, H, causal = key
             prefill_rows.append(dict(
                 shape=f"{op} {dtype} D{D} S{S} B{B} H{H}{' causal' if causal else ''}", ours=value, ours_text=text,
                 flash=peer_vals["flash"], cudnn=peer_vals["cudnn"], vs_flash=ratio(value, peer_vals["flash"]),
-                vs_cudnn=ratio(value, peer_vals["cudnn"]), check=check_cell(mine)))
+                vs_cudnn=ratio(value, peer_vals["cudnn"]), vs_bwd=vs_bwd, check=check_cell(mine)))
 
     decode_rows = []
     for key in sorted(set(our_decode) | set(peer_decode)):
@@ -174,6 +179,10 @@ def summary_lines(rows, unit):
     missing = sum(1 for r in rows if r["ours"] is None)
     if missing:
         lines.append(f"{missing} {unit} rows without a figure of ours (missing, not supported or failed)")
+    dets = [r.get("vs_bwd") for r in rows if r.get("vs_bwd") is not None]
+    if dets:
+        lines.append(f"deterministic backward / backward: geometric mean {geomean(dets):.2f} over {len(dets)} shapes, "
+                     f"range {min(dets):.2f}..{max(dets):.2f}")
     failed = sum(1 for r in rows if r["check"].startswith("FAIL"))
     if failed:
         lines.append(f"{failed} {unit} rows FAILED the correctness check")
@@ -207,6 +216,10 @@ def main():
     p_header = ["shape", "ours TFLOP/s", "FLASH", "CUDNN", "ours/FLASH", "ours/CUDNN", "check"]
     p_cells = [[r["shape"], r["ours_text"], fmt(r["flash"], 1), fmt(r["cudnn"], 1), fmt(r["vs_flash"], 2),
                 fmt(r["vs_cudnn"], 2), r["check"]] for r in prefill_rows]
+    if any(r["shape"].startswith("bwd-det") for r in prefill_rows):
+        p_header.insert(6, "det/bwd")
+        for r, cells in zip(prefill_rows, p_cells):
+            cells.insert(6, fmt(r["vs_bwd"], 2))
     d_header = ["shape", "ours GB/s", "FLASH", "CUDNN", "ours/FLASH", "ours/CUDNN", "of copy BW", "check"]
     d_cells = [[r["shape"], r["ours_text"], fmt(r["flash"]), fmt(r["cudnn"]), fmt(r["vs_flash"], 2),
                 fmt(r["vs_cudnn"], 2), fmt(None if r["of_copy"] is None else 100 * r["of_copy"]) +

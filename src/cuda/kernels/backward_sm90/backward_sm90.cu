@@ -52,7 +52,6 @@ bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::stri
                          " has no wgmma backward kernel (built: d64, d128, d256 with headDimV == headDim)"));
   if (p.softcap > 0.f) return refuse(concat("softcap ", p.softcap, " runs on the portable backward kernel"));
   if (p.alibiSlopes != nullptr) return refuse("ALiBi slopes run on the portable backward kernel");
-  if (p.deterministic) return refuse("deterministic mode runs on the portable backward kernel (ordered dQ additions)");
   if (p.paged) return refuse("paged K/V caches are not supported by the backward kernels");
   const std::size_t sharedBytes =
       p.headDim == 256 ? d256::Layout::kDynamicBytes : SharedLayout<128>::kDynamicBytes;

@@ -28,6 +28,7 @@
 
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/kernels/backward_sm90/sm90_bwd_order.cuh"
 #include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/ldmatrix.cuh"
@@ -102,7 +103,8 @@ __device__ __forceinline__ void storeHalfRows(const float (&acc)[64], Element *b
 
 }  // namespace d256
 
-template <typename Element>
+// Deterministic: the dQ additions of one query block are ordered by key block (sm90_bwd_order.cuh).
+template <typename Element, bool Deterministic>
 __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_constant__ BackwardParams p) {
   using L = d256::Layout;
   constexpr int kBlockM = L::kBlockM;
@@ -128,6 +130,8 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   const int32_t blocksPerHead = qb.last >= qb.first ? qb.last - qb.first + 1 : 0;
   const int32_t steps = blocksPerHead * p.headsPerKvHead;
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
+  const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
+  DqTurns<Deterministic, false> turns;
 
   float dv[64], dk[64];
 #pragma unroll
@@ -137,9 +141,9 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   const Element *const dOBase = static_cast<const Element *>(p.dO);
 
   auto loadStep = [&](int32_t t) {
-    const int32_t g = t / blocksPerHead;
-    const int32_t m0 = (qb.first + (t - g * blocksPerHead)) * kBlockM;
-    const int32_t h = headBase + g;
+    const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
+    const int32_t m0 = sb.mBlock * kBlockM;
+    const int32_t h = headBase + sb.head;
     const int stage = t & 1;
     const int64_t row0 = e.qStart + m0;
     const int valid = sq - m0;
@@ -194,9 +198,9 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     prim::fenceProxyAsyncShared();
     __syncthreads();
 
-    const int32_t g = t / blocksPerHead;
-    const int32_t m0 = (qb.first + (t - g * blocksPerHead)) * kBlockM;
-    const int32_t h = headBase + g;
+    const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
+    const int32_t m0 = sb.mBlock * kBlockM;
+    const int32_t h = headBase + sb.head;
     const uint32_t qTile = base + L::kQ + stage * L::kTileBytes;
     const uint32_t dOTile = base + L::kDO + stage * L::kTileBytes;
 
@@ -322,6 +326,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
       prim::WgmmaOp<Element, 128>::template ssTransposed<1, 1>(dq, prim::wgmmaDescriptorAdvance(dSDesc, uint32_t(kk) * 2048),
                            prim::wgmmaDescriptorAdvance(kColsDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
     prim::wgmmaCommitGroup();
+    turns.peek(p, w.batch, h, sb.mBlock, w.keyBlock, order);
     {
       // k = the 64 queries: 16 per step, 32 bytes along the K-major P^T / dS^T rows, 16 rows (2048 bytes) down the
       // MN-major dO / Q slabs of this warpgroup's 128 columns.
@@ -339,6 +344,8 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     prim::wgmmaCommitGroup();
     prim::wgmmaWaitGroup<1>();
     prim::wgmmaFenceOperands(dq);
+    // Deterministic: the turn is taken, and handed on below, while dV and dK still run on the tensor cores.
+    turns.acquire(w.keyBlock);
 
     // dQ rows 16 * warp + lane / 4 + 8h of the block, columns 128g + 8j + 2 quad.
 #pragma unroll
@@ -349,6 +356,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
 #pragma unroll
       for (int j = 0; j < 16; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
     }
+    turns.release(w.keyBlock);
     prim::wgmmaWaitGroup<0>();
     prim::wgmmaFenceOperands(dv);
     prim::wgmmaFenceOperands(dk);
@@ -375,7 +383,8 @@ cudaError_t launchBackwardSm90D256Instance(const BackwardParams &params, cudaStr
   using L = d256::Layout;
   const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
   if (ctas <= 0) return cudaSuccess;
-  const auto kernel = backwardSm90D256Kernel<Element>;
+  const auto kernel =
+      params.deterministic ? backwardSm90D256Kernel<Element, true> : backwardSm90D256Kernel<Element, false>;
   // Per (kernel, device) and not a stream operation: allowed during graph capture.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kDynamicBytes));
   if (err != cudaSuccess) return err;

@@ -18,6 +18,8 @@
 // other half of a double buffer while the current one computes. Rows past the sequence arrive as zeros; per-element
 // masking only runs on blocks that are not fully visible (backward_common.cuh's rules), so rows with no visible key
 // (LSE*log2 e = +inf from the preprocess) and keys past seqK contribute nothing.
+// Deterministic mode (template flag; the unordered kernel is unchanged): the dQ additions of a query block are ordered
+// by key block through the workspace's turn counters, and the walk order changes (sm90_bwd_order.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,6 +32,7 @@
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
 #include "cuda/kernels/backward_sm90/backward_sm90.hpp"
+#include "cuda/kernels/backward_sm90/sm90_bwd_order.cuh"
 #include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/ldmatrix.cuh"
@@ -119,7 +122,9 @@ __device__ __forceinline__ void storeRows(const float (&acc)[Count], Element *ba
   }
 }
 
-template <typename Element, int D>
+// Deterministic = true orders the dQ additions (backward_common.cuh's turn counters) and walks the query blocks in the
+// order that keeps the ordering cheap (stepQueryBlock); false is the unordered kernel, unchanged.
+template <typename Element, int D, bool Deterministic>
 __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_constant__ BackwardParams p) {
   using L = SharedLayout<D>;
   constexpr int kBlockM = L::kBlockM;
@@ -145,6 +150,8 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   const int32_t blocksPerHead = qb.last >= qb.first ? qb.last - qb.first + 1 : 0;
   const int32_t steps = blocksPerHead * p.headsPerKvHead;
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
+  const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
+  DqTurns<Deterministic, true> turns;
 
   float dv[D / 2], dk[D / 2];
 #pragma unroll
@@ -155,9 +162,9 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
 
   // Issues the copies of step t (query head, query block) into stage t % 2.
   auto loadStep = [&](int32_t t) {
-    const int32_t g = t / blocksPerHead;
-    const int32_t m0 = (qb.first + (t - g * blocksPerHead)) * kBlockM;
-    const int32_t h = headBase + g;
+    const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
+    const int32_t m0 = sb.mBlock * kBlockM;
+    const int32_t h = headBase + sb.head;
     const int stage = t & 1;
     const int64_t row0 = e.qStart + m0;
     const int valid = sq - m0;
@@ -216,9 +223,9 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     if (t + 1 < steps) loadStep(t + 1);
     prim::cpAsyncCommit();
 
-    const int32_t g = t / blocksPerHead;
-    const int32_t m0 = (qb.first + (t - g * blocksPerHead)) * kBlockM;
-    const int32_t h = headBase + g;
+    const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
+    const int32_t m0 = sb.mBlock * kBlockM;
+    const int32_t h = headBase + sb.head;
     const uint32_t qTile = base + L::kQ + stage * L::kQBytes;
     const uint32_t dOTile = base + L::kDO + stage * L::kQBytes;
 
@@ -240,6 +247,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
                                           prim::wgmmaDescriptorSw128(dOTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
     }
     prim::wgmmaCommitGroup();
+    turns.flush(w.keyBlock);  // the previous step's hand-over, under this step's products
     if constexpr (kPipelined) {
       prim::wgmmaWaitGroup<1>();
       prim::wgmmaFenceOperands(s);
@@ -410,6 +418,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       }
     }
     prim::wgmmaCommitGroup();
+    turns.peek(p, w.batch, h, sb.mBlock, w.keyBlock, order);
     prim::wgmmaWaitGroup<0>();
     prim::wgmmaFenceOperands(dq);
     prim::wgmmaFenceOperands(dv);
@@ -420,6 +429,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       prim::wgmmaFenceOperands(dsA);
     }
 
+    turns.acquire(w.keyBlock);
     {
       // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
       const int colBase = D == 128 ? 64 * group : 0;
@@ -433,7 +443,9 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
         for (int j = 0; j < 8; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
       }
     }
+    turns.release(w.keyBlock);
   }
+  turns.flush(w.keyBlock);
   prim::cpAsyncWait<0>();
 
   // dK, dV rows this CTA owns (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).
@@ -456,7 +468,8 @@ cudaError_t launchBackwardSm90Instance(const BackwardParams &params, cudaStream_
   using L = SharedLayout<D>;
   const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
   if (ctas <= 0) return cudaSuccess;
-  const auto kernel = backwardSm90Kernel<Element, D>;
+  const auto kernel =
+      params.deterministic ? backwardSm90Kernel<Element, D, true> : backwardSm90Kernel<Element, D, false>;
   // Per (kernel, device) and not a stream operation: allowed during graph capture.
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kDynamicBytes));
   if (err != cudaSuccess) return err;

@@ -1,0 +1,115 @@
+// The order in which a CTA of the wgmma backward walks its (query head, query block) steps, and in deterministic mode
+// which query blocks it adds into first (no wait for a predecessor key block).
+//
+// Unordered mode keeps the measured order: heads of the group in turn, query blocks ascending within each.
+// Deterministic mode (dQ additions of one query block ordered by key block, backward_common.cuh's turn counters):
+// query blocks descending, every head of the group per block. Then CTA n reaches each (block, head) at the same step
+// as CTA n - 1 whenever both see the block, so it trails its predecessor only by the time of one ordered addition
+// (wait, red, fence, release), not by whole steps; under causal masks the high key blocks, which see fewer query
+// blocks, start on the same last block as the low ones and finish early instead of queueing behind them. With heads
+// in the outer loop, causal key blocks with fewer blocks per head would start each further head earlier than their
+// predecessor and wait for it there.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernels/backward/backward_common.cuh"
+#include "cuda/kernels/backward/backward_params.hpp"
+
+namespace flashattn::cuda::backward_sm90 {
+
+struct StepOrder {
+  int32_t first;            // query blocks [first, last] see this CTA's keys
+  int32_t last;
+  int32_t heads;            // query heads per KV head
+  int32_t predecessorLast;  // deterministic: last query block key block n - 1 sees (-1: none); blocks above it are ours
+                            // to add into first
+};
+
+struct StepBlock {
+  int32_t head;  // query head within the group
+  int32_t mBlock;
+};
+
+template <bool Deterministic>
+__device__ __forceinline__ StepOrder stepOrder(const backward::BackwardParams &p, const backward::SequenceExtent &e,
+                                               int32_t keyBlock, int32_t n0, backward::QueryBlocks qb, int32_t blockM,
+                                               int32_t blockN) {
+  StepOrder o{qb.first, qb.last, p.headsPerKvHead, -1};
+  if (Deterministic && keyBlock > 0) {
+    // The key blocks seeing one query block are consecutive (queryBlocksOf), and key block n - 1's range starts no
+    // later than ours: a block of ours is unseen by n - 1 exactly when it lies above n - 1's last one.
+    const backward::QueryBlocks prev = backward::queryBlocksOf(p, e, n0 - blockN, blockM, blockN);
+    o.predecessorLast = prev.first <= prev.last ? prev.last : -1;
+  }
+  return o;
+}
+
+template <bool Deterministic>
+__device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t, int32_t blocksPerHead) {
+  if constexpr (Deterministic) {
+    const int32_t r = t / o.heads;
+    return StepBlock{t - r * o.heads, o.last - r};
+  } else {
+    const int32_t g = t / blocksPerHead;
+    return StepBlock{g, o.first + (t - g * blocksPerHead)};
+  }
+}
+
+// Deterministic mode's ordered dQ additions for one CTA (Enabled = false: nothing, and no registers). The turn
+// counters and their rule are backward_common.cuh's; what differs from the portable kernel is where the two memory
+// round trips of each hand-over go, so that they overlap tensor-core work instead of stalling the CTA:
+//   peek     thread 0's acquiring read of the counter, issued right after the dQ product is queued;
+//   acquire  the whole CTA, before its red.global additions: spins only if the peek was early, then a CTA barrier
+//            (skipped where this key block is the query block's first adder);
+//   release  the additions' fence (every thread waits for its reductions) and the counter's release store.
+// Deferred = true (d64/d128, whose reductions go out after every product of the step has landed): the release waits
+// for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the fence runs under
+// them; it delays the next key block by the time to queue those products. Deferred = false (d256, whose reductions go
+// out while dV and dK still run): released at once, the fence already runs under dV and dK; deferring it would hold
+// the next key block back by dV and dK as well (measured: -16% at S8k causal, where every link of the key-block chain
+// adds its delay; +6% without the causal mask).
+template <bool Enabled, bool Deferred>
+struct DqTurns {
+  __device__ __forceinline__ void peek(const backward::BackwardParams &, int32_t, int32_t, int32_t, int32_t,
+                                       const StepOrder &) {}
+  __device__ __forceinline__ void acquire(int32_t) {}
+  __device__ __forceinline__ void release(int32_t) {}
+  __device__ __forceinline__ void flush(int32_t) {}
+};
+
+template <bool Deferred>
+struct DqTurns<true, Deferred> {
+  int32_t *current = nullptr;  // counter of the query block being added into
+  int32_t *pending = nullptr;  // counter whose additions are issued but not yet handed on
+  bool first = false;          // key block n - 1 does not see the block: no wait
+  bool seen = false;           // thread 0: the peek already found our turn
+
+  __device__ __forceinline__ void peek(const backward::BackwardParams &p, int32_t batch, int32_t head, int32_t mBlock,
+                                       int32_t keyBlock, const StepOrder &order) {
+    current = p.dqTurn + (int64_t(batch) * p.heads + head) * p.queryBlocks + mBlock;
+    first = mBlock > order.predecessorLast;
+    seen = first || (threadIdx.x == 0 && backward::loadAcquire(current) == keyBlock);
+  }
+  __device__ __forceinline__ void acquire(int32_t keyBlock) {
+    if (first) return;
+    if (threadIdx.x == 0 && !seen) {
+      while (backward::loadAcquire(current) != keyBlock) __nanosleep(64);
+    }
+    __syncthreads();
+  }
+  __device__ __forceinline__ void release(int32_t keyBlock) {
+    if constexpr (Deferred) {
+      pending = current;
+    } else {
+      backward::passTurn(current, keyBlock);
+    }
+  }
+  __device__ __forceinline__ void flush(int32_t keyBlock) {
+    if (!Deferred || pending == nullptr) return;
+    backward::passTurn(pending, keyBlock);
+    pending = nullptr;
+  }
+};
+
+}  // namespace flashattn::cuda::backward_sm90
