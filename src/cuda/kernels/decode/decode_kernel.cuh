@@ -111,11 +111,8 @@ struct MmaEngine {
     }
   }
 
-  // s[n][.] = Q K^T for the 16 keys starting at kTile (two n8 tiles). Even and odd k-steps accumulate apart and are
-  // added at the end: four independent mma chains of kKSteps / 2 instead of two of kKSteps, since this chain is the
-  // head of every consumer warp's per-tile path.
+  // s[n][.] = Q K^T for the 16 keys starting at kTile (two n8 tiles).
   __device__ __forceinline__ void scores(const Element *kTile, int lane, float (&s)[2][4]) const {
-    float odd[2][4] = {};
     const int key = ((lane >> 4) << 3) + (lane & 7);
     const int laneBit = (lane >> 3) & 1;
     const uint32_t kAddress = BoxKeys == 0 ? prim::smemAddress(kTile + key * kRow + laneBit * 8)
@@ -136,14 +133,9 @@ struct MmaEngine {
       prim::ldmatrixX4(b, chunkAddress(kAddress, kk, laneXor));
       const uint32_t b0[2] = {b[0], b[1]};
       const uint32_t b1[2] = {b[2], b[3]};
-      float (&sum)[2][4] = kk % 2 == 0 ? s : odd;
-      prim::mmaM16N8K16<Element>(sum[0], a, b0);
-      prim::mmaM16N8K16<Element>(sum[1], a, b1);
+      prim::mmaM16N8K16<Element>(s[0], a, b0);
+      prim::mmaM16N8K16<Element>(s[1], a, b1);
     }
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) s[n][i] += odd[n][i];
   }
 
   // o += P V for the 16 keys starting at vTile; p in the accumulator layout of scores().
@@ -482,11 +474,8 @@ __device__ __forceinline__ void mergeChunksOfRow(const DecodeParams &p, int batc
 
 }  // namespace detail
 
-// Two CTAs per SM are asked of the producer-warp kernels up to head dim 128 (their registers then stay at or below 168:
-// 3 warps of one scheduler share its 16K registers); wider heads would spill, and run one CTA per SM.
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, int LoaderKind>
-__global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind),
-                                  Warps >= 8 || (hasProducerWarp(LoaderKind) && HeadDim <= 128) ? 2 : 1)
+__global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 : 1)
     decodeKernel(const __grid_constant__ DecodeParams p) {
   using namespace detail;
   constexpr int kThreads = ctaThreads(Warps, LoaderKind);
@@ -755,11 +744,8 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind),
   const bool alibi = p.alibiSlopes != nullptr;
 
   // Online softmax over this warp's sub-tiles of tile `it`, held in stage `slot`.
-  // present: bit k for key k of the tile that exists (in the chunk, in a valid page). General (std::true_type) applies
-  // the soft cap and ALiBi; the plain instance has no per-element branch on them, so the common path is straight-line
-  // code (the branches cost issue slots and instruction fetches on every score).
-  auto consume = [&](int it, int slot, uint64_t present, auto general) {
-    constexpr bool kGeneral = decltype(general)::value;
+  // present: bit k for key k of the tile that exists (in the chunk, in a valid page).
+  auto consume = [&](int it, int slot, uint64_t present) {
     const Element *kTile = kvSmem + slot * 2 * kStageHalf;
     const Element *vTile = kTile + kStageHalf;
     const int tileKey0 = keyBegin + it * TileKeys;
@@ -780,12 +766,12 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind),
             const int keyInTile = sub * 16 + n * 8 + 2 * t + e;
             const int key = tileKey0 + keyInTile;
             float x = s[n][2 * half + e];
-            if (kGeneral && softcap) {
+            if (softcap) {
               x = p.softcap * tanhf(x * p.scale / p.softcap) * prim::kLog2e;
             } else {
               x *= scaleLog2;
             }
-            if (kGeneral && alibi) x -= rowSlope[half] * fabsf(float(key - rowAligned[half]));
+            if (alibi) x -= rowSlope[half] * fabsf(float(key - rowAligned[half]));
             const bool visible = ((present >> keyInTile) & 1u) && key >= rowLo[half] && key <= rowHi[half];
             x = visible ? x : negInf();
             s[n][2 * half + e] = x;
@@ -835,14 +821,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind),
     }
   };
 
-  auto consumeTile = [&](int it, int slot, uint64_t present) {
-    if (softcap || alibi) {
-      consume(it, slot, present, std::true_type{});
-    } else {
-      consume(it, slot, present, std::false_type{});
-    }
-  };
-
   // Tile it's key presence: the keys before the chunk's end (dense caches: every key there exists).
   auto tilePresence = [&](int it) -> uint64_t {
     const int present = min(TileKeys, keyEnd - (keyBegin + it * TileKeys));
@@ -874,7 +852,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind),
         const uint32_t parity = uint32_t(it / Stages) & 1u;
         while (!mbarrierTryWait(barrierBase + 8u * uint32_t(slot), parity)) {
         }
-        if (computes) consumeTile(it, slot, tilePresence(it));
+        if (computes) consume(it, slot, tilePresence(it));
         __syncwarp();
         if (lane == 0) mbarrierArrive(emptyBase + 8u * uint32_t(slot));
       }
@@ -907,8 +885,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind),
         }
         __syncthreads();
       }
-      if (computes)
-        consumeTile(it, slot, uint64_t(validMask[slot * 2]) | (uint64_t(validMask[slot * 2 + 1]) << 32));
+      if (computes) consume(it, slot, uint64_t(validMask[slot * 2]) | (uint64_t(validMask[slot * 2 + 1]) << 32));
     }
   } else {
     // Iterations before 0 only fill the pipeline. Iteration it issues tile it + Stages - 1 (copy group
@@ -926,7 +903,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind),
       __syncthreads();
       if (it == 0) engine.loadQ();
       const uint32_t *bits = validMask + (it % kMaskSlots) * 2;
-      if (computes) consumeTile(it, it % Stages, uint64_t(bits[0]) | (uint64_t(bits[1]) << 32));
+      if (computes) consume(it, it % Stages, uint64_t(bits[0]) | (uint64_t(bits[1]) << 32));
     }
   }
 
