@@ -795,10 +795,17 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
           }
         }
         rowSum[half] = rowSum[half] * rescale + sum;
+        // Once the running max settles (after the first few tiles of a long chunk) it rarely moves: skip the 2 x
+        // HeadDim / 8 multiplies by exactly 1 when no row of the warp moved. They sit between the scores and P V on
+        // every tile's path, and at one CTA per SM the consumers are busy ~85% of the time, so their latency per tile
+        // paces the stage ring (NOTES.md, fifth pass: +3..7% on B1 L64k / L128k and B8). The vote keeps the branch
+        // uniform; the result is bitwise the same.
+        if (!__all_sync(0xffffffffu, rescale == 1.f)) {
 #pragma unroll
-        for (int n = 0; n < HeadDim / 8; ++n) {
-          acc[n][2 * half] *= rescale;
-          acc[n][2 * half + 1] *= rescale;
+          for (int n = 0; n < HeadDim / 8; ++n) {
+            acc[n][2 * half] *= rescale;
+            acc[n][2 * half + 1] *= rescale;
+          }
         }
       }
       // The warp-specialized loaders leave the rows of absent keys as they came (a cache slot past the sequence may
