@@ -642,8 +642,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
         return;
       }
     }
-    // K's boxes back to back, then V's: the two halves of a 256-byte row go out together, so the second finds the
-    // first's (256-byte promoted) L2 fill under way.
+    // K's boxes back to back, then V's: the two halves of a 256-byte row go out close together.
     if (p.evictFirst) {
       const uint64_t policy = createL2EvictFirstPolicy();
 #pragma unroll
