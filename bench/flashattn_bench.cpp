@@ -1399,7 +1399,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
         }
       }
     } catch (const std::exception &e) {
-      fail(bwd, e);
+      fail(row, e);
     }
     record(row);
   };
