@@ -38,6 +38,13 @@ constexpr bool dtypeBuilt(DType t) {
   return false;
 }
 
+// The dynamic shared memory the launch of headDim's kernel asks for.
+std::size_t sharedBytesFor(int64_t headDim) {
+  if (headDim == 256) return d256::Layout::kDynamicBytes;
+  if (headDim == 64) return SharedLayout<64>::kDynamicBytes;
+  return SharedLayout<128>::kDynamicBytes;
+}
+
 }  // namespace
 
 bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot) {
@@ -49,12 +56,12 @@ bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::stri
   if (!dtypeBuilt(p.dtype)) return refuse(concat("data type ", dtypeName(p.dtype), " has no wgmma backward kernel"));
   if (!headDimBuilt(p.headDim) || p.headDimV != p.headDim)
     return refuse(concat("headDim ", p.headDim, " / headDimV ", p.headDimV,
-                         " has no wgmma backward kernel (built: d64, d128, d256 with headDimV == headDim)"));
+                         " has no wgmma backward kernel in this build (the family has d64, d128 and d256, with "
+                         "headDimV == headDim)"));
   if (p.softcap > 0.f) return refuse(concat("softcap ", p.softcap, " runs on the portable backward kernel"));
   if (p.alibiSlopes != nullptr) return refuse("ALiBi slopes run on the portable backward kernel");
   if (p.paged) return refuse("paged K/V caches are not supported by the backward kernels");
-  const std::size_t sharedBytes =
-      p.headDim == 256 ? d256::Layout::kDynamicBytes : SharedLayout<128>::kDynamicBytes;
+  const std::size_t sharedBytes = sharedBytesFor(p.headDim);
   if (sharedBytes > dev.smemPerBlockOptin)
     return refuse(concat("the wgmma backward needs ", sharedBytes,
                          " bytes of shared memory per block; device allows ", dev.smemPerBlockOptin));
