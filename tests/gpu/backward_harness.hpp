@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
