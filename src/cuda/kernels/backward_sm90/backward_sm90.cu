@@ -46,6 +46,35 @@ std::size_t sharedBytesFor(int64_t headDim) {
   return SharedLayout<128>::kDynamicBytes;
 }
 
+// Both kernels run one CTA per (key block, KV head, sequence).
+template <typename Kernel>
+cudaError_t launchPerKeyBlock(Kernel *kernel, int threads, std::size_t sharedBytes,
+                              const backward::BackwardParams &params, cudaStream_t stream) {
+  const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
+  if (ctas <= 0) return cudaSuccess;
+  // Per (kernel, device) and not a stream operation: allowed during graph capture.
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes));
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(unsigned(ctas)), dim3(threads), sharedBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <typename Element, int D>
+cudaError_t launchD64D128(const backward::BackwardParams &params, cudaStream_t stream) {
+  using L = SharedLayout<D>;
+  return launchPerKeyBlock(
+      params.deterministic ? backwardSm90Kernel<Element, D, true> : backwardSm90Kernel<Element, D, false>,
+      L::kThreads, L::kDynamicBytes, params, stream);
+}
+
+template <typename Element>
+cudaError_t launchD256(const backward::BackwardParams &params, cudaStream_t stream) {
+  using L = d256::Layout;
+  return launchPerKeyBlock(
+      params.deterministic ? backwardSm90D256Kernel<Element, true> : backwardSm90D256Kernel<Element, false>,
+      L::kThreads, L::kDynamicBytes, params, stream);
+}
+
 }  // namespace
 
 bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot) {
@@ -79,19 +108,19 @@ cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::Backwar
   }
 #if defined(FLASHATTN_HAS_HEADDIM_64)
 #define FLASHATTN_SM90_BWD_D64(Element) \
-  case 64: return launchBackwardSm90Instance<Element, 64>(params, stream);
+  case 64: return launchD64D128<Element, 64>(params, stream);
 #else
 #define FLASHATTN_SM90_BWD_D64(Element)
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_128)
 #define FLASHATTN_SM90_BWD_D128(Element) \
-  case 128: return launchBackwardSm90Instance<Element, 128>(params, stream);
+  case 128: return launchD64D128<Element, 128>(params, stream);
 #else
 #define FLASHATTN_SM90_BWD_D128(Element)
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_256)
 #define FLASHATTN_SM90_BWD_D256(Element) \
-  case 256: return launchBackwardSm90D256Instance<Element>(params, stream);
+  case 256: return launchD256<Element>(params, stream);
 #else
 #define FLASHATTN_SM90_BWD_D256(Element)
 #endif

@@ -345,18 +345,4 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   }
 }
 
-template <typename Element>
-cudaError_t launchBackwardSm90D256Instance(const BackwardParams &params, cudaStream_t stream) {
-  using L = d256::Layout;
-  const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
-  if (ctas <= 0) return cudaSuccess;
-  const auto kernel =
-      params.deterministic ? backwardSm90D256Kernel<Element, true> : backwardSm90D256Kernel<Element, false>;
-  // Per (kernel, device) and not a stream operation: allowed during graph capture.
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kDynamicBytes));
-  if (err != cudaSuccess) return err;
-  kernel<<<dim3(unsigned(ctas)), dim3(L::kThreads), L::kDynamicBytes, stream>>>(params);
-  return cudaGetLastError();
-}
-
 }  // namespace flashattn::cuda::backward_sm90
