@@ -765,8 +765,8 @@ void usage(FILE *f) {
                "  --json FILE                 write the result rows (rewritten after every shape)\n"
                "  --check-gflop G             host work allowed per correctness check (default 2)\n"
                "  --no-check                  skip the HOST comparison\n"
-               "  --deterministic             prefill: also time the deterministic backward (rows bwd-det, same FLOPs;\n"
-               "                              checked like bwd, and bitwise equal after the timed calls)\n"
+               "  --deterministic             prefill: also time the deterministic backward (rows bwd-det, same\n"
+               "                              FLOPs; checked like bwd, and bitwise equal after the timed calls)\n"
                "  --backend auto|cuda|host    handle to benchmark (default auto)\n"
                "  --device N                  CUDA device to use\n"
                "Without shape, operation or sweep options a short demo runs (small shapes when no GPU is usable).\n"
@@ -1302,9 +1302,9 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
                "flashAttnBackwardGetWorkspaceSize");
       Buffer ws(mem_, wsBytes);
       auto run = [&](int64_t) {
-        return flashAttnBackward(handle_, ad, nullptr, *qD, dq->get(), *kD, dk->get(), *vD, dv->get(), *oD,
-                                 dout->get(), dOD, ddo.get(), *lD, static_cast<const float *>(dlse->get()), dQD,
-                                 ddq.get(), dKD, ddk.get(), dVD, ddv.get(), ws.get(), wsBytes);
+        return flashAttnBackward(handle_, ad, nullptr, *qD, dq->get(), *kD, dk->get(), *vD, dv->get(), *oD, dout->get(),
+                                 dOD, ddo.get(), *lD, static_cast<const float *>(dlse->get()), dQD, ddq.get(), dKD,
+                                 ddk.get(), dVD, ddv.get(), ws.get(), wsBytes);
       };
       ddq.poison();
       ddk.poison();
@@ -1322,14 +1322,15 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
         std::vector<std::string> scope;
         // One HOST backward over a slice: Q rows `rows` against keys `keys`. P is recomputed from the saved LSE, so
         // a slice of keys gives exact dK/dV for those keys and a slice of rows exact dQ for those rows.
-        auto hostBackward = [&](const Pick &batch, const HeadPick &heads, const Pick &rows, const Pick &keys, bool wantDq,
-                                bool wantDkv) {
+        auto hostBackward = [&](const Pick &batch, const HeadPick &heads, const Pick &rows, const Pick &keys,
+                                bool wantDq, bool wantDkv) {
           const View q1 = qv.pick(0, batch).pick(1, heads.q).pick(2, rows);
           const View k1 = kv.pick(0, batch).pick(1, heads.kv).pick(2, keys);
           const View l1 = lv.pick(0, batch).pick(1, heads.q).pick(2, rows);
           const View qRef = q1.compact(), kRef = k1.compact(), lRef = l1.compact();
           HostBlock lse1 = gatherFloats(reinterpret_cast<const float *>(hl.data()), l1);
-          HostBlock rq(size_t(qRef.elements()) * es), rk(size_t(kRef.elements()) * es), rv(size_t(kRef.elements()) * es);
+          HostBlock rq(size_t(qRef.elements()) * es), rk(size_t(kRef.elements()) * es),
+              rv(size_t(kRef.elements()) * es);
           TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), l1D(FLASHATTN_DATA_FP32, lRef), qRD(s.dtype, qRef),
               kRD(s.dtype, kRef);
           size_t hostWs = 0;
@@ -1361,9 +1362,12 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           const Pick batch{s.B - 1, 1, 1};
           const SliceChoice r =
               chooseSlice(s.H, s.HK, pairOfHeads(s.H, s.HK), s.Sq, double(s.Sk) * perPair, budgetFlops());
-          const SliceChoice k = chooseSlice(s.H, s.HK, lastGroup(s.H, s.HK), s.Sk, double(s.Sq) * perPair, budgetFlops());
-          hostBackward(batch, r.heads, s.causal ? tail(s.Sq, r.count) : spread(s.Sq, r.count), allOf(s.Sk), true, false);
-          hostBackward(batch, k.heads, allOf(s.Sq), s.causal ? tail(s.Sk, k.count) : spread(s.Sk, k.count), false, true);
+          const SliceChoice k =
+              chooseSlice(s.H, s.HK, lastGroup(s.H, s.HK), s.Sk, double(s.Sq) * perPair, budgetFlops());
+          hostBackward(batch, r.heads, s.causal ? tail(s.Sq, r.count) : spread(s.Sq, r.count), allOf(s.Sk), true,
+                       false);
+          hostBackward(batch, k.heads, allOf(s.Sq), s.causal ? tail(s.Sk, k.count) : spread(s.Sk, k.count), false,
+                       true);
         }
         row.checked = true;
         row.maxErr = std::max({eq.maxAbs, ek.maxAbs, ev.maxAbs});
@@ -1391,15 +1395,15 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
       row.backToBackMs = backToBackMs_;
       row.tflops = 2.5 * fwdFlops / (row.ms * 1e-3) / 1e12;
       if (row.op == "bwd-det") {
-        row.deterministic = sameBytes(firstQ, ddq.download()) && sameBytes(firstK, ddk.download()) &&
-                            sameBytes(firstV, ddv.download());
+        row.deterministic =
+            sameBytes(firstQ, ddq.download()) && sameBytes(firstK, ddk.download()) && sameBytes(firstV, ddv.download());
         if (!row.deterministic) {
           row.pass = false;
           row.checkScope += "; the gradients of the last timed call differ bitwise from the first call's";
         }
       }
     } catch (const std::exception &e) {
-      fail(bwd, e);
+      fail(row, e);
     }
     record(row);
   };

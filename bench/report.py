@@ -3,9 +3,10 @@
 
 Prefill rows join on (dtype, D, S, B, H, causal) and the operation (peers carry fwd_* and bwd_* in one row); decode
 rows on (B, L, heads, KV heads, D). Deterministic backward rows (op "bwd-det", flashattn-bench --deterministic) have
-no peers: they show the ratio to our own bwd row of the same shape instead (column "det/bwd"). Either file may be missing or lack a shape: the table keeps the rows it has and
-shows '-' for the other side. Decode rows also show the fraction of the measured copy bandwidth (peers.py's
-device-to-device copy, read + write counted) that the KV read reaches.
+no peers: they show the ratio to our own bwd row of the same shape instead (column "det/bwd"). Either file may be
+missing or lack a shape: the table keeps the rows it has and shows '-' for the other side. Decode rows also show the
+fraction of the measured copy bandwidth (peers.py's device-to-device copy, read + write counted) that the KV read
+reaches.
 
 usage: report.py [--ours FILE]... [--peers FILE]... [--markdown FILE] [--json FILE]
        defaults: $OUT/ours.json, $OUT/peers.json, $OUT/report.md, no JSON ($OUT defaults to the current folder)

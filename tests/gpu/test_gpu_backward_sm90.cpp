@@ -4,21 +4,11 @@
 // normwise bound; stress inputs bounded by the rounded variant's own normwise error, as test_gpu_backward.cpp does).
 // Covers tails, every mask incl. bottom-right with seqQ > seqK (fully masked rows), windows, GQA (6,2) and (6,1),
 // ragged batches, seqlensK, both dtypes, head dims 64 and 128, and graph replay equal to eager.
-// FLASHATTN_TEST_SLICE=edge runs a few small shapes (for compute-sanitizer).
-// The case setup (strided placement, descriptors, forward then backward) follows test_gpu_backward.cpp.
-#include <cuda_runtime.h>
+// FLASHATTN_TEST_SLICE=edge runs a few small shapes (for compute-sanitizer). The case setup (strided placement,
+// descriptors, forward then backward) is backward_harness.hpp's, shared with test_gpu_backward.cpp. Deterministic mode
+// on these kernels is covered by test_gpu_backward.cpp's determinism suite; d256 by test_gpu_backward_sm90_d256.cpp.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cctype>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <future>
-#include <map>
-#include <mutex>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -33,7 +23,7 @@ using namespace fa_test::backward_harness;
 
 namespace {
 
-// ---- sm90 detection and the grid ---------------------------------------------------------------------------------
+// ---- the grid --------------------------------------------------------------------------------------------------
 
 std::vector<BwdCase> gridCases() {
   std::vector<BwdCase> cases;
@@ -201,7 +191,6 @@ TEST(BackwardSm90, OutOfScopeRoutesToPortable) {
   BwdCase c;
   c.headDim = 128;
   c.sq = c.sk = 64;
-  // (Deterministic mode runs here too now: test_gpu_backward's determinism suite checks that it names this family.)
   c.softcap = 30.f;
   auto cap = build(c);
   EXPECT_EQ(describeBackward(h, *cap).find("cuda.bwd.wgmma"), std::string::npos) << describeBackward(h, *cap);

@@ -6,15 +6,8 @@
 // tails inside a 64-row block, every mask incl. bottom-right with seqQ > seqK (fully masked rows), windows, GQA (6,2)
 // and (6,1), ragged batches with empty sequences, seqlensK, both dtypes, stress inputs, and graph replay.
 // FLASHATTN_TEST_SLICE=edge runs a few small shapes (for compute-sanitizer).
-#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cctype>
-#include <cmath>
-#include <future>
-#include <map>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -177,7 +170,6 @@ TEST(BackwardSm90D256, OutOfScopeRoutesToPortable) {
   c.name = "bf16_d256_out_of_scope";
   c.headDim = 256;
   c.sq = c.sk = 64;
-  // (Deterministic mode runs here too now: test_gpu_backward's determinism suite checks that it names this family.)
   c.softcap = 30.f;
   auto cap = build(c);
   EXPECT_EQ(describeBackward(h, *cap).find("cuda.bwd.wgmma"), std::string::npos) << describeBackward(h, *cap);

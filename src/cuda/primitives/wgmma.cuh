@@ -95,7 +95,8 @@ struct WgmmaOp<__half, 32> {
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[16], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[16], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -133,7 +134,8 @@ struct WgmmaOp<__half, 64> {
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -189,7 +191,8 @@ struct WgmmaOp<__half, 80> {
           "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[40], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[40], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -232,7 +235,8 @@ struct WgmmaOp<__half, 96> {
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[48], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[48], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -294,7 +298,8 @@ struct WgmmaOp<__half, 112> {
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[56], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[56], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -341,7 +346,8 @@ struct WgmmaOp<__half, 128> {
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -409,7 +415,8 @@ struct WgmmaOp<__half, 144> {
           "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[72], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[72], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -460,7 +467,8 @@ struct WgmmaOp<__half, 160> {
           "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[80], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[80], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -513,7 +521,8 @@ struct WgmmaOp<__half, 176> {
           "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[88], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[88], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -568,7 +577,8 @@ struct WgmmaOp<__half, 192> {
           "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[96], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[96], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -648,7 +658,8 @@ struct WgmmaOp<__half, 208> {
           "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[104], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[104], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -707,7 +718,8 @@ struct WgmmaOp<__half, 224> {
           "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[112], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[112], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -768,7 +780,8 @@ struct WgmmaOp<__half, 240> {
           "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[120], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[120], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -831,7 +844,8 @@ struct WgmmaOp<__half, 256> {
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[128], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[128], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -908,7 +922,8 @@ struct WgmmaOp<__nv_bfloat16, 32> {
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[16], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[16], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -946,7 +961,8 @@ struct WgmmaOp<__nv_bfloat16, 64> {
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[32], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1002,7 +1018,8 @@ struct WgmmaOp<__nv_bfloat16, 80> {
           "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[40], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[40], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1045,7 +1062,8 @@ struct WgmmaOp<__nv_bfloat16, 96> {
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[48], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[48], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1107,7 +1125,8 @@ struct WgmmaOp<__nv_bfloat16, 112> {
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[56], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[56], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1154,7 +1173,8 @@ struct WgmmaOp<__nv_bfloat16, 128> {
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[64], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1222,7 +1242,8 @@ struct WgmmaOp<__nv_bfloat16, 144> {
           "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[72], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[72], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1273,7 +1294,8 @@ struct WgmmaOp<__nv_bfloat16, 160> {
           "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[80], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[80], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1326,7 +1348,8 @@ struct WgmmaOp<__nv_bfloat16, 176> {
           "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[88], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[88], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1381,7 +1404,8 @@ struct WgmmaOp<__nv_bfloat16, 192> {
           "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[96], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[96], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1461,7 +1485,8 @@ struct WgmmaOp<__nv_bfloat16, 208> {
           "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[104], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[104], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1520,7 +1545,8 @@ struct WgmmaOp<__nv_bfloat16, 224> {
           "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[112], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[112], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1581,7 +1607,8 @@ struct WgmmaOp<__nv_bfloat16, 240> {
           "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[120], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[120], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"
@@ -1644,7 +1671,8 @@ struct WgmmaOp<__nv_bfloat16, 256> {
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
   }
-  static __device__ __forceinline__ void rs(float (&d)[128], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {
+  static __device__ __forceinline__ void rs(float (&d)[128], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
     asm volatile(
         "{\n"
         ".reg .pred scaleD;\n"

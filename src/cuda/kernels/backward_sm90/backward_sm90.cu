@@ -1,4 +1,5 @@
-// The Hopper backward family's chooser predicate and launcher (see backward_sm90.hpp and backward_sm90_kernel.cuh).
+// The Hopper backward family's chooser predicate and launcher (see backward_sm90.hpp, backward_sm90_kernel.cuh for d64
+// and d128, backward_sm90_d256_kernel.cuh for d256).
 // Built only into the sm_90a object library (sources.cmake), with the instances of the build's dtype/head-dim sets.
 #include "cuda/kernels/backward_sm90/backward_sm90.hpp"
 
@@ -38,6 +39,42 @@ constexpr bool dtypeBuilt(DType t) {
   return false;
 }
 
+// The dynamic shared memory the launch of headDim's kernel asks for.
+std::size_t sharedBytesFor(int64_t headDim) {
+  if (headDim == 256) return d256::Layout::kDynamicBytes;
+  if (headDim == 64) return SharedLayout<64>::kDynamicBytes;
+  return SharedLayout<128>::kDynamicBytes;
+}
+
+// Both kernels run one CTA per (key block, KV head, sequence).
+template <typename Kernel>
+cudaError_t launchPerKeyBlock(Kernel *kernel, int threads, std::size_t sharedBytes,
+                              const backward::BackwardParams &params, cudaStream_t stream) {
+  const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
+  if (ctas <= 0) return cudaSuccess;
+  // Per (kernel, device) and not a stream operation: allowed during graph capture.
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes));
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(unsigned(ctas)), dim3(threads), sharedBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <typename Element, int D>
+cudaError_t launchD64D128(const backward::BackwardParams &params, cudaStream_t stream) {
+  using L = SharedLayout<D>;
+  return launchPerKeyBlock(
+      params.deterministic ? backwardSm90Kernel<Element, D, true> : backwardSm90Kernel<Element, D, false>,
+      L::kThreads, L::kDynamicBytes, params, stream);
+}
+
+template <typename Element>
+cudaError_t launchD256(const backward::BackwardParams &params, cudaStream_t stream) {
+  using L = d256::Layout;
+  return launchPerKeyBlock(
+      params.deterministic ? backwardSm90D256Kernel<Element, true> : backwardSm90D256Kernel<Element, false>,
+      L::kThreads, L::kDynamicBytes, params, stream);
+}
+
 }  // namespace
 
 bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot) {
@@ -49,12 +86,12 @@ bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::stri
   if (!dtypeBuilt(p.dtype)) return refuse(concat("data type ", dtypeName(p.dtype), " has no wgmma backward kernel"));
   if (!headDimBuilt(p.headDim) || p.headDimV != p.headDim)
     return refuse(concat("headDim ", p.headDim, " / headDimV ", p.headDimV,
-                         " has no wgmma backward kernel (built: d64, d128, d256 with headDimV == headDim)"));
+                         " has no wgmma backward kernel in this build (the family has d64, d128 and d256, with "
+                         "headDimV == headDim)"));
   if (p.softcap > 0.f) return refuse(concat("softcap ", p.softcap, " runs on the portable backward kernel"));
   if (p.alibiSlopes != nullptr) return refuse("ALiBi slopes run on the portable backward kernel");
   if (p.paged) return refuse("paged K/V caches are not supported by the backward kernels");
-  const std::size_t sharedBytes =
-      p.headDim == 256 ? d256::Layout::kDynamicBytes : SharedLayout<128>::kDynamicBytes;
+  const std::size_t sharedBytes = sharedBytesFor(p.headDim);
   if (sharedBytes > dev.smemPerBlockOptin)
     return refuse(concat("the wgmma backward needs ", sharedBytes,
                          " bytes of shared memory per block; device allows ", dev.smemPerBlockOptin));
@@ -71,19 +108,19 @@ cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::Backwar
   }
 #if defined(FLASHATTN_HAS_HEADDIM_64)
 #define FLASHATTN_SM90_BWD_D64(Element) \
-  case 64: return launchBackwardSm90Instance<Element, 64>(params, stream);
+  case 64: return launchD64D128<Element, 64>(params, stream);
 #else
 #define FLASHATTN_SM90_BWD_D64(Element)
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_128)
 #define FLASHATTN_SM90_BWD_D128(Element) \
-  case 128: return launchBackwardSm90Instance<Element, 128>(params, stream);
+  case 128: return launchD64D128<Element, 128>(params, stream);
 #else
 #define FLASHATTN_SM90_BWD_D128(Element)
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_256)
 #define FLASHATTN_SM90_BWD_D256(Element) \
-  case 256: return launchBackwardSm90D256Instance<Element>(params, stream);
+  case 256: return launchD256<Element>(params, stream);
 #else
 #define FLASHATTN_SM90_BWD_D256(Element)
 #endif

@@ -2,7 +2,8 @@
 // family. planBackward asks sm90BackwardSupports on an sm90 device; when it says yes the plan carries
 // kSm90BackwardTile as its tile index, the workspace is laid out for sm90BackwardTileFor(headDim).blockM query rows
 // per block, and launchBackward runs the same memset, preprocess and convert kernels around launchBackwardSm90
-// instead of the portable main kernel. A new head dim gets its own entry in sm90BackwardTileFor and its launcher case.
+// instead of the portable main kernel. A new head dim gets its own entry in sm90BackwardTileFor, and its launcher case
+// and shared-memory size in backward_sm90.cu.
 #pragma once
 
 #include <cuda_runtime.h>

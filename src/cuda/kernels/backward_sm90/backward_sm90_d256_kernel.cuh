@@ -28,8 +28,10 @@
 
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/kernels/backward_sm90/backward_sm90.hpp"
 #include "cuda/kernels/backward_sm90/sm90_bwd_order.cuh"
 #include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
+#include "cuda/kernels/backward_sm90/sm90_bwd_tiles.cuh"
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
@@ -50,9 +52,11 @@ namespace d256 {
 // Byte offsets from a 1024-aligned base. 16-bit tiles are stacks of 128-byte-swizzled slabs [D / 64][rows][64].
 struct Layout {
   static constexpr int kD = 256;
-  static constexpr int kBlockM = 64;
-  static constexpr int kBlockN = 64;
-  static constexpr int kThreads = 256;
+  static constexpr int kBlockM = sm90BackwardTileFor(kD).blockM;
+  static constexpr int kBlockN = sm90BackwardTileFor(kD).blockN;
+  static constexpr int kThreads = 32 * sm90BackwardTileFor(kD).warps;
+  static_assert(kBlockM == 64 && kBlockN == 64 && kThreads == 256,
+                "64 keys and 64 query rows per step, each product split by columns between two warpgroups");
   static constexpr uint32_t kSlab = 64u * 128u;  // one slab of a 64-row tile
   static constexpr uint32_t kTileBytes = uint32_t(kBlockM) * kD * 2;
   static constexpr uint32_t kK = 0;
@@ -66,40 +70,6 @@ struct Layout {
   static constexpr uint32_t kEnd = kRowDot + 2 * kBlockM * 4;
   static constexpr std::size_t kDynamicBytes = std::size_t(kEnd) + 1024;  // room to align the base
 };
-
-// 64 rows x 256 columns into the slab stack at `tile` with all 256 threads; rows >= validRows become zeros.
-template <typename Element>
-__device__ __forceinline__ void loadRows64(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
-                                           int thread, const void *safeAddress) {
-  const int chunk = thread % 32;  // 16-byte chunk of a 512-byte row
-  int row = thread / 32;
-  const uint32_t slab = tile + uint32_t(chunk / 8) * Layout::kSlab;
-  const uint32_t chunkInSlab = uint32_t(chunk % 8);
-  const Element *source = rows + int64_t(row) * rowStride + chunk * 8;
-#pragma unroll
-  for (int pass = 0; pass < 8; ++pass) {
-    const uint32_t destination = slab + uint32_t(row) * 128 + ((chunkInSlab ^ uint32_t(row & 7)) << 4);
-    const bool valid = row < validRows;
-    prim::cpAsync16(destination, valid ? static_cast<const void *>(source) : safeAddress, valid);
-    row += 8;
-    source += 8 * rowStride;
-  }
-}
-
-// A 64 x 128 accumulator (rows keyInGroup + 8h, columns 8j + 2 quad) into rows of `base` starting at column 0.
-template <typename Element>
-__device__ __forceinline__ void storeHalfRows(const float (&acc)[64], Element *base, int64_t rowStride, int rowInTile,
-                                              int rowsLeft, int quad) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = rowInTile + 8 * h;
-    if (row >= rowsLeft) continue;
-    Element *out = base + int64_t(row) * rowStride + 2 * quad;
-#pragma unroll
-    for (int j = 0; j < 16; ++j)
-      *reinterpret_cast<uint32_t *>(out + 8 * j) = prim::packFloat2<Element>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-  }
-}
 
 }  // namespace d256
 
@@ -147,35 +117,27 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     const int stage = t & 1;
     const int64_t row0 = e.qStart + m0;
     const int valid = sq - m0;
-    d256::loadRows64<Element>(base + L::kQ + stage * L::kTileBytes,
-                              qBase + int64_t(w.batch) * p.qBatch + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow,
-                              valid, thread, qBase);
-    d256::loadRows64<Element>(base + L::kDO + stage * L::kTileBytes,
-                              dOBase + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead + row0 * p.dORow,
-                              p.dORow, valid, thread, dOBase);
-    if (thread < 2 * kBlockM) {
-      const int r = thread % kBlockM;
-      const bool isLse = thread < kBlockM;
-      const bool ok = r < valid;
-      const int64_t wsRow = backward::workspaceRow(p, w.batch, h, e, int64_t(m0) + (ok ? r : 0));
-      const float *source = (isLse ? p.lseLog2 : p.rowDot) + wsRow;
-      const uint32_t destination = base + (isLse ? L::kLse : L::kRowDot) + uint32_t(stage * kBlockM + r) * 4;
-      cpAsync4(destination, source, ok);
-    }
+    loadTile<Element, L::kD, kBlockM>(base + L::kQ + stage * L::kTileBytes,
+                                      qBase + int64_t(w.batch) * p.qBatch + int64_t(h) * p.qHead + row0 * p.qRow,
+                                      p.qRow, valid, thread, qBase);
+    loadTile<Element, L::kD, kBlockM>(base + L::kDO + stage * L::kTileBytes,
+                                      dOBase + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead + row0 * p.dORow,
+                                      p.dORow, valid, thread, dOBase);
+    loadRowStatistics<kBlockM>(p, w.batch, h, e, m0, valid, base, L::kLse, L::kRowDot, stage, thread);
   };
 
   if (steps > 0) {
     const Element *const kBase = static_cast<const Element *>(p.k);
     const Element *const vBase = static_cast<const Element *>(p.v);
     const int validKeys = sk - n0;
-    d256::loadRows64<Element>(base + L::kK,
-                              kBase + int64_t(w.batch) * p.kBatch + int64_t(w.kvHead) * p.kHead +
-                                  (e.kStart + n0) * p.kRow,
-                              p.kRow, validKeys, thread, kBase);
-    d256::loadRows64<Element>(base + L::kV,
-                              vBase + int64_t(w.batch) * p.vBatch + int64_t(w.kvHead) * p.vHead +
-                                  (e.kStart + n0) * p.vRow,
-                              p.vRow, validKeys, thread, vBase);
+    loadTile<Element, L::kD, kBlockN>(base + L::kK,
+                                      kBase + int64_t(w.batch) * p.kBatch + int64_t(w.kvHead) * p.kHead +
+                                          (e.kStart + n0) * p.kRow,
+                                      p.kRow, validKeys, thread, kBase);
+    loadTile<Element, L::kD, kBlockN>(base + L::kV,
+                                      vBase + int64_t(w.batch) * p.vBatch + int64_t(w.kvHead) * p.vHead +
+                                          (e.kStart + n0) * p.vRow,
+                                      p.vRow, validKeys, thread, vBase);
     loadStep(0);
   }
   prim::cpAsyncCommit();
@@ -212,14 +174,14 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
       for (int ks = 0; ks < 16; ++ks) {
         const uint32_t offset = uint32_t(ks / 4) * L::kSlab + uint32_t(ks % 4) * 32;
         prim::WgmmaOp<Element, 32>::ss(s, prim::wgmmaDescriptorAdvance(kRowsDesc, offset),
-                     prim::wgmmaDescriptorSw128(qTile + bRows + offset, 16, 1024), ks > 0 ? 1u : 0u);
+                                       prim::wgmmaDescriptorSw128(qTile + bRows + offset, 16, 1024), ks > 0 ? 1u : 0u);
       }
       prim::wgmmaCommitGroup();
 #pragma unroll
       for (int ks = 0; ks < 16; ++ks) {
         const uint32_t offset = uint32_t(ks / 4) * L::kSlab + uint32_t(ks % 4) * 32;
         prim::WgmmaOp<Element, 32>::ss(dp, prim::wgmmaDescriptorAdvance(vRowsDesc, offset),
-                     prim::wgmmaDescriptorSw128(dOTile + bRows + offset, 16, 1024), ks > 0 ? 1u : 0u);
+                                       prim::wgmmaDescriptorSw128(dOTile + bRows + offset, 16, 1024), ks > 0 ? 1u : 0u);
       }
       prim::wgmmaCommitGroup();
     }
@@ -323,8 +285,9 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     // k = the 64 keys: dS read M-major from the dS^T rows and K MN-major, 16 key rows (2048 bytes) per step.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      prim::WgmmaOp<Element, 128>::template ssTransposed<1, 1>(dq, prim::wgmmaDescriptorAdvance(dSDesc, uint32_t(kk) * 2048),
-                           prim::wgmmaDescriptorAdvance(kColsDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
+      prim::WgmmaOp<Element, 128>::template ssTransposed<1, 1>(
+          dq, prim::wgmmaDescriptorAdvance(dSDesc, uint32_t(kk) * 2048),
+          prim::wgmmaDescriptorAdvance(kColsDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
     prim::wgmmaCommitGroup();
     turns.peek(p, w.batch, h, sb.mBlock, w.keyBlock, order);
     {
@@ -334,12 +297,14 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
       const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile + halfOffset, L::kSlab, 1024);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        prim::WgmmaOp<Element, 128>::template ssTransposed<0, 1>(dv, prim::wgmmaDescriptorAdvance(pTDesc, uint32_t(kk) * 32),
-                            prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048), 1u);
+        prim::WgmmaOp<Element, 128>::template ssTransposed<0, 1>(
+            dv, prim::wgmmaDescriptorAdvance(pTDesc, uint32_t(kk) * 32),
+            prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048), 1u);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        prim::WgmmaOp<Element, 128>::template ssTransposed<0, 1>(dk, prim::wgmmaDescriptorAdvance(dSTDesc, uint32_t(kk) * 32),
-                            prim::wgmmaDescriptorAdvance(qDesc, uint32_t(kk) * 2048), 1u);
+        prim::WgmmaOp<Element, 128>::template ssTransposed<0, 1>(
+            dk, prim::wgmmaDescriptorAdvance(dSTDesc, uint32_t(kk) * 32),
+            prim::wgmmaDescriptorAdvance(qDesc, uint32_t(kk) * 2048), 1u);
     }
     prim::wgmmaCommitGroup();
     prim::wgmmaWaitGroup<1>();
@@ -352,7 +317,8 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     for (int hh = 0; hh < 2; ++hh) {
       const int32_t i = m0 + 16 * warp + lane / 4 + 8 * hh;
       if (i >= sq) continue;
-      float *row = p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.headDim) + 128 * group + 2 * quad;
+      float *row =
+          p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.headDim) + 128 * group + 2 * quad;
 #pragma unroll
       for (int j = 0; j < 16; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
     }
@@ -367,29 +333,16 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   const int32_t rowsLeft = e.rowsK - n0;
   if (rowsLeft > 0) {
     const int64_t key0 = e.kStart + n0;
-    d256::storeHalfRows<Element>(dk,
-                                 static_cast<Element *>(p.dK) + int64_t(w.batch) * p.dKBatch +
-                                     int64_t(w.kvHead) * p.dKHead + key0 * p.dKRow + 128 * group,
-                                 p.dKRow, keyInTile, rowsLeft, quad);
-    d256::storeHalfRows<Element>(dv,
-                                 static_cast<Element *>(p.dV) + int64_t(w.batch) * p.dVBatch +
-                                     int64_t(w.kvHead) * p.dVHead + key0 * p.dVRow + 128 * group,
-                                 p.dVRow, keyInTile, rowsLeft, quad);
+    // Each warpgroup holds 128 of the 256 columns of its 64 keys' dK and dV.
+    storeRows<Element, L::kD / 2>(dk,
+                                  static_cast<Element *>(p.dK) + int64_t(w.batch) * p.dKBatch +
+                                      int64_t(w.kvHead) * p.dKHead + key0 * p.dKRow + 128 * group,
+                                  p.dKRow, keyInTile, rowsLeft, quad);
+    storeRows<Element, L::kD / 2>(dv,
+                                  static_cast<Element *>(p.dV) + int64_t(w.batch) * p.dVBatch +
+                                      int64_t(w.kvHead) * p.dVHead + key0 * p.dVRow + 128 * group,
+                                  p.dVRow, keyInTile, rowsLeft, quad);
   }
-}
-
-template <typename Element>
-cudaError_t launchBackwardSm90D256Instance(const BackwardParams &params, cudaStream_t stream) {
-  using L = d256::Layout;
-  const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
-  if (ctas <= 0) return cudaSuccess;
-  const auto kernel =
-      params.deterministic ? backwardSm90D256Kernel<Element, true> : backwardSm90D256Kernel<Element, false>;
-  // Per (kernel, device) and not a stream operation: allowed during graph capture.
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kDynamicBytes));
-  if (err != cudaSuccess) return err;
-  kernel<<<dim3(unsigned(ctas)), dim3(L::kThreads), L::kDynamicBytes, stream>>>(params);
-  return cudaGetLastError();
 }
 
 }  // namespace flashattn::cuda::backward_sm90

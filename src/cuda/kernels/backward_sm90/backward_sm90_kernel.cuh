@@ -1,4 +1,5 @@
-// The Hopper (sm_90a) backward main kernel: FlashAttention backward with wgmma for FP16/BF16 storage.
+// The Hopper (sm_90a) backward main kernel for head dims 64 and 128: FlashAttention backward with wgmma for FP16/BF16
+// storage (d256 has its own kernel: backward_sm90_d256_kernel.cuh).
 //
 // A CTA owns BlockN = 128 keys of one (sequence, KV head): K and V stay in shared memory (loaded once), dK and dV stay
 // in registers, and the CTA walks every query block of every query head of the KV head's group that can see its keys
@@ -34,6 +35,7 @@
 #include "cuda/kernels/backward_sm90/backward_sm90.hpp"
 #include "cuda/kernels/backward_sm90/sm90_bwd_order.cuh"
 #include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
+#include "cuda/kernels/backward_sm90/sm90_bwd_tiles.cuh"
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
@@ -72,29 +74,6 @@ struct SharedLayout {
   static constexpr std::size_t kDynamicBytes = std::size_t(kEnd) + 1024;  // room to align the base
 };
 
-// Copies Rows x D elements into the slab stack at `tile` with all 256 threads; rows >= validRows become zeros.
-template <typename Element, int D, int Rows>
-__device__ __forceinline__ void loadTile(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
-                                         int thread, const void *safeAddress) {
-  constexpr int kChunksPerRow = D / 8;
-  constexpr int kRowsPerPass = 256 / kChunksPerRow;
-  static_assert(Rows % kRowsPerPass == 0, "tile rows must split into whole passes");
-  const int chunk = thread % kChunksPerRow;
-  int row = thread / kChunksPerRow;
-  const uint32_t slab = tile + uint32_t(chunk / 8) * Rows * 128;
-  const uint32_t chunkInSlab = uint32_t(chunk % 8);
-  const Element *source = rows + int64_t(row) * rowStride + chunk * 8;
-  const int64_t passStride = int64_t(kRowsPerPass) * rowStride;
-#pragma unroll
-  for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {
-    const uint32_t destination = slab + uint32_t(row) * 128 + ((chunkInSlab ^ uint32_t(row & 7)) << 4);
-    const bool valid = row < validRows;
-    prim::cpAsync16(destination, valid ? static_cast<const void *>(source) : safeAddress, valid);
-    row += kRowsPerPass;
-    source += passStride;
-  }
-}
-
 // The two 8-column accumulator blocks 2kk, 2kk + 1 of a 64 x N accumulator are the A fragment of k-step kk.
 template <typename Element, int Count>
 __device__ __forceinline__ void toFragments(const float (&s)[Count], uint32_t (&a)[Count / 8][4]) {
@@ -107,23 +86,8 @@ __device__ __forceinline__ void toFragments(const float (&s)[Count], uint32_t (&
   }
 }
 
-template <typename Element, int D, int Count>
-__device__ __forceinline__ void storeRows(const float (&acc)[Count], Element *base, int64_t rowStride, int rowInTile,
-                                          int rowsLeft, int quad) {
-  static_assert(Count == D / 2, "accumulator of 64 x D");
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int row = rowInTile + 8 * h;
-    if (row >= rowsLeft) continue;
-    Element *out = base + int64_t(row) * rowStride + 2 * quad;
-#pragma unroll
-    for (int j = 0; j < D / 8; ++j)
-      *reinterpret_cast<uint32_t *>(out + 8 * j) = prim::packFloat2<Element>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-  }
-}
-
 // Deterministic = true orders the dQ additions (backward_common.cuh's turn counters) and walks the query blocks in the
-// order that keeps the ordering cheap (stepQueryBlock); false is the unordered kernel, unchanged.
+// order that keeps the ordering cheap (stepBlock); false is the unordered kernel, unchanged.
 template <typename Element, int D, bool Deterministic>
 __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_constant__ BackwardParams p) {
   using L = SharedLayout<D>;
@@ -174,15 +138,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     loadTile<Element, D, kBlockM>(base + L::kDO + stage * L::kQBytes,
                                   dOBase + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead + row0 * p.dORow,
                                   p.dORow, valid, thread, dOBase);
-    if (thread < 2 * kBlockM) {
-      const int r = thread % kBlockM;
-      const bool isLse = thread < kBlockM;
-      const bool ok = r < valid;
-      const int64_t wsRow = backward::workspaceRow(p, w.batch, h, e, int64_t(m0) + (ok ? r : 0));
-      const float *source = (isLse ? p.lseLog2 : p.rowDot) + wsRow;
-      const uint32_t destination = base + (isLse ? L::kLse : L::kRowDot) + uint32_t(stage * kBlockM + r) * 4;
-      cpAsync4(destination, source, ok);
-    }
+    loadRowStatistics<kBlockM>(p, w.batch, h, e, m0, valid, base, L::kLse, L::kRowDot, stage, thread);
   };
 
   if (steps > 0) {
@@ -403,8 +359,8 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
         const uint64_t dsDesc = prim::wgmmaDescriptorSw128(
             base + L::kDS + uint32_t(kk / 4) * kBlockM * 128 + uint32_t(kk % 4) * 32, 16, 1024);
-        prim::WgmmaOp<Element, 64>::template ssTransposed<0, 1>(dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048),
-                                      kk > 0 ? 1u : 0u);
+        prim::WgmmaOp<Element, 64>::template ssTransposed<0, 1>(
+            dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
       }
     } else {
       const uint64_t kDesc = prim::wgmmaDescriptorSw128(base + L::kK, kBlockN * 128, 1024);
@@ -413,8 +369,8 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
         const uint64_t dsDesc = prim::wgmmaDescriptorSw128(base + L::kDS + uint32_t(kk / 4) * kBlockM * 128 +
                                                                uint32_t(group) * 64 * 128 + uint32_t(kk % 4) * 32,
                                                            16, 1024);
-        prim::WgmmaOp<Element, 64>::template ssTransposed<0, 1>(dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048),
-                                      kk > 0 ? 1u : 0u);
+        prim::WgmmaOp<Element, 64>::template ssTransposed<0, 1>(
+            dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
       }
     }
     prim::wgmmaCommitGroup();
@@ -461,20 +417,6 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
                               key0 * p.dVRow,
                           p.dVRow, keyInGroup, rowsLeft, quad);
   }
-}
-
-template <typename Element, int D>
-cudaError_t launchBackwardSm90Instance(const BackwardParams &params, cudaStream_t stream) {
-  using L = SharedLayout<D>;
-  const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
-  if (ctas <= 0) return cudaSuccess;
-  const auto kernel =
-      params.deterministic ? backwardSm90Kernel<Element, D, true> : backwardSm90Kernel<Element, D, false>;
-  // Per (kernel, device) and not a stream operation: allowed during graph capture.
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(L::kDynamicBytes));
-  if (err != cudaSuccess) return err;
-  kernel<<<dim3(unsigned(ctas)), dim3(L::kThreads), L::kDynamicBytes, stream>>>(params);
-  return cudaGetLastError();
 }
 
 }  // namespace flashattn::cuda::backward_sm90

@@ -1,6 +1,6 @@
-// sm_90a instructions the backward family needs beyond src/cuda/primitives (whose wgmma.cuh has the transposed
-// shared-memory forms dQ = dS K uses): the transposing 8x8 matrix store that writes dS^T accumulator fragments as dS
-// rows, and a 4-byte cp.async for the per-row FP32 statistics.
+// Instructions the backward family needs beyond src/cuda/primitives (whose wgmma.cuh has the transposed
+// shared-memory forms dQ = dS K uses): the transposing 8x8 matrix store (sm_90) that writes dS^T accumulator fragments
+// as dS rows, and a 4-byte cp.async for the per-row FP32 statistics.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -97,7 +97,8 @@ def operand_list(first, count):
 
 
 def accumulator_outputs(regs):
-    return ",\n          ".join(", ".join('"+f"(d[%d])' % (i + j) for j in range(min(8, regs - i))) for i in range(0, regs, 8))
+    rows = (", ".join('"+f"(d[%d])' % (i + j) for j in range(min(8, regs - i))) for i in range(0, regs, 8))
+    return ",\n          ".join(rows)
 
 
 def ss(ctype, ptx, n):
@@ -129,7 +130,7 @@ def ss_transposed(ctype, ptx, n):
   }}'''
 
 
-def rs(ctype, ptx, n):
+def rs_trans_b(ctype, ptx, n):
     regs = n // 2
     outs = accumulator_outputs(regs)
     return f'''
@@ -147,11 +148,12 @@ def rs(ctype, ptx, n):
   }}'''
 
 
-def rs_kmajor(ctype, ptx, n):
+def rs(ctype, ptx, n):
     regs = n // 2
     outs = accumulator_outputs(regs)
     return f'''
-  static __device__ __forceinline__ void rs(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t descB, uint32_t accumulate) {{
+  static __device__ __forceinline__ void rs(float (&d)[{regs}], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {{
     asm volatile(
         "{{\\n"
         ".reg .pred scaleD;\\n"
@@ -173,9 +175,9 @@ def main():
             if n in SS_WIDTHS:
                 out.append(ss(ctype, ptx, n))
                 out.append(ss_transposed(ctype, ptx, n))
-                out.append(rs_kmajor(ctype, ptx, n))
-            if n in RS_WIDTHS:
                 out.append(rs(ctype, ptx, n))
+            if n in RS_WIDTHS:
+                out.append(rs_trans_b(ctype, ptx, n))
             out.append("\n};\n")
     out.append(FOOTER)
     root = os.path.dirname(os.path.abspath(__file__))

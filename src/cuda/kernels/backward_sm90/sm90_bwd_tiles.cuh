@@ -1,0 +1,77 @@
+// The copies both wgmma backward kernels make between global memory and a CTA of 256 threads: 16-bit row tiles into
+// the 128-byte-swizzled slab stacks the wgmma descriptors read, the per-row FP32 statistics of a query block, and the
+// dK/dV accumulators out to the caller's rows.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/kernels/backward/backward_common.cuh"
+#include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
+#include "cuda/primitives/cp_async.cuh"
+#include "cuda/primitives/math.cuh"
+
+namespace flashattn::cuda::backward_sm90 {
+
+// Copies Rows x D elements into the slab stack [D / 64][Rows][64] at `tile` (chunk c of row r at chunk c ^ (r % 8))
+// with all 256 threads; rows >= validRows become zeros.
+template <typename Element, int D, int Rows>
+__device__ __forceinline__ void loadTile(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
+                                         int thread, const void *safeAddress) {
+  constexpr int kChunksPerRow = D / 8;
+  constexpr int kRowsPerPass = 256 / kChunksPerRow;
+  static_assert(Rows % kRowsPerPass == 0, "tile rows must split into whole passes");
+  const int chunk = thread % kChunksPerRow;
+  int row = thread / kChunksPerRow;
+  const uint32_t slab = tile + uint32_t(chunk / 8) * Rows * 128;
+  const uint32_t chunkInSlab = uint32_t(chunk % 8);
+  const Element *source = rows + int64_t(row) * rowStride + chunk * 8;
+  const int64_t passStride = int64_t(kRowsPerPass) * rowStride;
+#pragma unroll
+  for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {
+    const uint32_t destination = slab + uint32_t(row) * 128 + ((chunkInSlab ^ uint32_t(row & 7)) << 4);
+    const bool valid = row < validRows;
+    prim::cpAsync16(destination, valid ? static_cast<const void *>(source) : safeAddress, valid);
+    row += kRowsPerPass;
+    source += passStride;
+  }
+}
+
+// LSE * log2 e and D of the query block's BlockM rows from the workspace into stage `stage` of the two FP32 row
+// arrays at base + lseOffset and base + rowDotOffset (threads 0 .. 2 BlockM - 1, one row each); rows >= validRows
+// read zeros, so no address past the sequence's rows is formed.
+template <int BlockM>
+__device__ __forceinline__ void loadRowStatistics(const backward::BackwardParams &p, int32_t batch, int32_t head,
+                                                  const backward::SequenceExtent &e, int32_t m0, int validRows,
+                                                  uint32_t base, uint32_t lseOffset, uint32_t rowDotOffset, int stage,
+                                                  int thread) {
+  if (thread < 2 * BlockM) {
+    const int r = thread % BlockM;
+    const bool isLse = thread < BlockM;
+    const bool ok = r < validRows;
+    const int64_t wsRow = backward::workspaceRow(p, batch, head, e, int64_t(m0) + (ok ? r : 0));
+    const float *source = (isLse ? p.lseLog2 : p.rowDot) + wsRow;
+    const uint32_t destination = base + (isLse ? lseOffset : rowDotOffset) + uint32_t(stage * BlockM + r) * 4;
+    cpAsync4(destination, source, ok);
+  }
+}
+
+// Rows rowInTile and rowInTile + 8 of a 64 x Columns accumulator (columns 8j + 2 * quad + 0..1) into rows of `base`
+// with the storage type; rows >= rowsLeft are not written.
+template <typename Element, int Columns, int Count>
+__device__ __forceinline__ void storeRows(const float (&acc)[Count], Element *base, int64_t rowStride, int rowInTile,
+                                          int rowsLeft, int quad) {
+  static_assert(Count == Columns / 2, "accumulator of 64 x Columns");
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = rowInTile + 8 * h;
+    if (row >= rowsLeft) continue;
+    Element *out = base + int64_t(row) * rowStride + 2 * quad;
+#pragma unroll
+    for (int j = 0; j < Columns / 8; ++j)
+      *reinterpret_cast<uint32_t *>(out + 8 * j) =
+          prim::packFloat2<Element>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+  }
+}
+
+}  // namespace flashattn::cuda::backward_sm90
