@@ -185,19 +185,29 @@ TEST(BackwardSm90, GraphReplayMatchesEager) {
   expectGraphReplayMatchesEager(c, "cuda.bwd.wgmma");
 }
 
-// Problems outside the family's scope stay on the portable kernel (chooser names it), on every device.
+// Problems outside the family's scope stay on the portable kernel (chooser names it), on every device; on sm90 the
+// description also says why the wgmma kernel was not used.
 TEST(BackwardSm90, OutOfScopeRoutesToPortable) {
   Handle h(FLASHATTN_BACKEND_CUDA);
+  auto expectPortable = [&](const BwdCase &c, const std::string &reason) {
+    auto s = build(c);
+    const std::string described = describeBackward(h, *s);
+    EXPECT_EQ(described.find("cuda.bwd.wgmma"), std::string::npos) << described;
+    if (deviceIsSm90()) {
+      EXPECT_NE(described.find("wgmma kernel not used: " + reason), std::string::npos) << described;
+    }
+  };
   BwdCase c;
   c.headDim = 128;
   c.sq = c.sk = 64;
   c.softcap = 30.f;
-  auto cap = build(c);
-  EXPECT_EQ(describeBackward(h, *cap).find("cuda.bwd.wgmma"), std::string::npos) << describeBackward(h, *cap);
+  expectPortable(c, "softcap");
   c.softcap = 0.f;
+  c.alibi = 1;
+  expectPortable(c, "ALiBi");
+  c.alibi = 0;
   c.headDim = 96;
-  auto d96 = build(c);
-  EXPECT_EQ(describeBackward(h, *d96).find("cuda.bwd.wgmma"), std::string::npos) << describeBackward(h, *d96);
+  expectPortable(c, "headDim 96");
 }
 
 }  // namespace

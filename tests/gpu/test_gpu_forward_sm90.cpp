@@ -521,7 +521,8 @@ TEST(GpuForwardSm90, ChooserPicksWgmmaOnSm90) {
       ASSERT_EQ(s, FLASHATTN_STATUS_SUCCESS) << fa_test::lastError();
       const std::string description = text;
       if (d == 96) {
-        EXPECT_EQ(description.find("wgmma"), std::string::npos) << description;
+        EXPECT_EQ(description.find("cuda.fwd.wgmma"), std::string::npos) << description;
+        EXPECT_NE(description.find("wgmma kernel not used: headDim 96"), std::string::npos) << description;
       } else {
         EXPECT_NE(description.find("cuda.fwd.wgmma sm90a"), std::string::npos) << description;
         EXPECT_NE(description.find("tile"), std::string::npos) << description;
@@ -540,7 +541,8 @@ TEST(GpuForwardSm90, ChooserPicksWgmmaOnSm90) {
                                   nullptr),
             FLASHATTN_STATUS_SUCCESS)
       << fa_test::lastError();
-  EXPECT_EQ(std::string(text).find("wgmma"), std::string::npos) << text;
+  EXPECT_EQ(std::string(text).find("cuda.fwd.wgmma"), std::string::npos) << text;
+  EXPECT_NE(std::string(text).find("wgmma kernel not used: Q row stride"), std::string::npos) << text;
 }
 
 TEST(GpuForwardSm90, EdgeShapes) { runCases(edgeCases()); }

@@ -374,12 +374,18 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
                          " bytes of shared memory per block; device ", dev.device, " (", dev.name, ") allows ",
                          dev.smemPerBlockOptin));
 #if defined(FLASHATTN_HAS_SM90A_BACKWARD)
-  // The wgmma kernel takes over the main kernel where it serves the problem (same workspace scheme, own block shape).
-  const bool sm90 = p.dtype != DType::FP32 && instance == p.headDim &&
-                    backward_sm90::sm90BackwardSupports(dev, p, nullptr);
+  // The wgmma kernel takes over the main kernel where it serves the problem (same workspace scheme, own block shape);
+  // on an sm90 device the description says why it does not.
+  std::string wgmmaWhyNot;
+  bool sm90 = false;
+  if (p.dtype != DType::FP32 && instance != p.headDim)
+    wgmmaWhyNot = concat("headDim ", p.headDim, " is padded to the d", instance, " instance");
+  else if (p.dtype != DType::FP32)
+    sm90 = backward_sm90::sm90BackwardSupports(dev, p, &wgmmaWhyNot);
   if (sm90) tileIndex = backward_sm90::kSm90BackwardTile;
 #else
   const bool sm90 = false;
+  const std::string wgmmaWhyNot;
 #endif
   const BlockShape shape = blockShapeFor(p.dtype, instance, tileIndex);
 
@@ -417,6 +423,7 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
   if (p.heads != p.kvHeads) description << "; dK/dV summed over " << p.heads / p.kvHeads << " query heads on chip";
   description << (p.deterministic ? "; deterministic (dQ additions ordered by key block)"
                                   : "; not deterministic (dQ by unordered atomics)");
+  if (dev.arch() == 90 && !sm90 && !wgmmaWhyNot.empty()) description << "; wgmma kernel not used: " << wgmmaWhyNot;
 
   plan->description = description.str();
   plan->deterministic = p.deterministic;

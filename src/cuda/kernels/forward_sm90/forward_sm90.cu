@@ -89,7 +89,12 @@ bool sm90Supports(const DeviceInfo &dev, const AttnProblem &p, std::string *whyN
 }
 
 bool routeToSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan) {
-  if (!sm90Supports(dev, p, nullptr)) return false;
+  std::string whyNot;
+  if (!sm90Supports(dev, p, &whyNot)) {
+    // On an sm90 device the caller learns why its problem stays on the portable kernel (CheckSupport's text).
+    if (dev.arch() == 90 && !whyNot.empty()) plan->description += "; wgmma kernel not used: " + whyNot;
+    return false;
+  }
   const TileConfig t = tileFor(int(p.headDim));
   std::ostringstream description;
   description << "cuda.fwd.wgmma sm90a " << dtypeName(p.dtype) << " d" << p.headDim << " tile " << 64 * t.consumerGroups

@@ -26,7 +26,8 @@ constexpr int32_t portableConfig(int32_t config) { return config & 0xffff; }
 // Whether this build and device run the problem on the sm90 kernels; otherwise *whyNot names the argument and value.
 bool sm90Supports(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot);
 
-// When sm90Supports: replaces the plan's description and tags its config; returns whether it did.
+// When sm90Supports: replaces the plan's description and tags its config; returns whether it did. Otherwise, on an
+// sm90 device, appends the reason to the portable plan's description.
 bool routeToSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan);
 
 // The sm90 kernels move whole 16-byte vectors: every base pointer must be 16-byte aligned.
