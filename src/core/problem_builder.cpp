@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <string>
 #include <utility>
-#include <vector>
 
 #include "core/error.hpp"
 
@@ -53,13 +52,17 @@ void expectSameShape(const flashAttnTensorStruct &t, const char *name, const fla
 
 // An output whose elements overlap each other would be written by several threads at once. Sufficient test: with
 // the dimensions sorted by stride, each stride reaches past everything the smaller strides span.
+// On the stack: this runs on every call of every operation.
 void expectNonOverlapping(const flashAttnTensorStruct &t, const char *name) {
-  std::vector<std::pair<int64_t, int64_t>> strideDim;
-  for (int i = 0; i < t.rank; ++i)
-    if (t.dims[i] > 1) strideDim.emplace_back(t.strides[i], t.dims[i]);
-  std::sort(strideDim.begin(), strideDim.end());
+  std::pair<int64_t, int64_t> strideDim[FLASHATTN_MAX_TENSOR_RANK];
+  int n = 0;
+  for (int i = 0; i < t.rank && i < FLASHATTN_MAX_TENSOR_RANK; ++i)
+    if (t.dims[i] > 1) strideDim[n++] = {t.strides[i], t.dims[i]};
+  for (int i = 1; i < n; ++i)  // insertion sort: at most 8 entries
+    for (int j = i; j > 0 && strideDim[j] < strideDim[j - 1]; --j) std::swap(strideDim[j], strideDim[j - 1]);
   int64_t extent = 1;
-  for (auto [stride, dim] : strideDim) {
+  for (int i = 0; i < n; ++i) {
+    const auto [stride, dim] = strideDim[i];
     if (stride < extent)
       fail(FLASHATTN_STATUS_BAD_PARAM, name, " is an output whose elements overlap (a dimension of size ", dim,
            " has stride ", stride, ", below the ", extent, " elements the smaller strides span)");

@@ -495,6 +495,59 @@ TEST(DecodeSupport, WorkspaceIsExact) {
   EXPECT_TRUE(f.rawO() == before);
 }
 
+// The backend reuses the plan of a problem equal in every field to one planned before on the thread (a decode loop
+// asks for the same plan each step). Two problems of the same shapes that differ in their attention attributes, and
+// chunk counts that change call to call, must each get their own plan and result; a descriptor changed into an
+// invalid one after a successful call is refused, and the restored one runs again.
+TEST(DecodeSupport, ReusedPlansFollowEveryChange) {
+  DecodeCase a;
+  a.batch = 3, a.heads = 8, a.kvHeads = 2, a.cap = 700, a.lens = oddLengths(3, 700, 5), a.seed = 5;
+  DecodeCase b = a;
+  b.windowLeft = 90, b.softcap = 20.f, b.seed = 6;
+  DecodeFixture fa(a), fb(b);
+  const struct {
+    DecodeFixture *f;
+    int32_t chunks;
+    const char *what;
+  } steps[] = {{&fa, 0, "a auto"}, {&fb, 0, "b auto"}, {&fa, 3, "a 3 chunks"}, {&fa, 0, "a auto again"},
+               {&fb, 5, "b 5 chunks"}, {&fa, 1, "a 1 chunk"}, {&fb, 0, "b auto again"}};
+  for (const auto &st : steps) {
+    SCOPED_TRACE(st.what);
+    st.f->poisonOutputs();
+    ASSERT_EQ(st.f->run(st.chunks), FLASHATTN_STATUS_SUCCESS) << lastError();
+    bool pass = false;
+    const std::string text = st.f->check(&pass);
+    EXPECT_TRUE(pass) << text;
+  }
+
+  // O re-set to 4 heads (Q has 8) after a successful call on the same descriptors: refused, outputs untouched.
+  size_t bytes = 0;
+  ASSERT_EQ(flashAttnDecodeChunkGetWorkspaceSize(fa.handle(), fa.attn(), fa.seqDesc(), fa.q(), fa.k(), fa.v(), fa.o(),
+                                                 fa.lseDescOrNull(), 0, &bytes),
+            FLASHATTN_STATUS_SUCCESS)
+      << lastError();
+  DeviceBuffer ws(bytes);
+  auto call = [&] {
+    return flashAttnDecodeChunk(fa.handle(), fa.attn(), fa.seqDesc(), fa.q(), fa.qPtr(), fa.k(), fa.kPtr(), fa.v(),
+                                fa.vPtr(), fa.o(), fa.oPtr(), fa.lseDescOrNull(), fa.lsePtr(), 0, ws.ptr, bytes);
+  };
+  const int64_t d = a.headDim;
+  const int64_t narrowDims[4] = {a.batch, 4, 1, d}, narrowStrides[4] = {4 * d, d, d, 1};
+  const int64_t dims[4] = {a.batch, a.heads, 1, d}, strides[4] = {a.heads * d, d, d, 1};
+  ASSERT_EQ(flashAttnSetTensorDescriptor(fa.o(), a.dtype, 4, narrowDims, narrowStrides), FLASHATTN_STATUS_SUCCESS);
+  fa.poisonOutputs();
+  const std::vector<uint8_t> before = fa.rawO();
+  EXPECT_EQ(call(), FLASHATTN_STATUS_BAD_PARAM);
+  EXPECT_NE(lastError().find("heads"), std::string::npos) << lastError();
+  EXPECT_TRUE(fa.rawO() == before);
+  ASSERT_EQ(flashAttnSetTensorDescriptor(fa.o(), a.dtype, 4, dims, strides), FLASHATTN_STATUS_SUCCESS);
+  ASSERT_EQ(call(), FLASHATTN_STATUS_SUCCESS) << lastError();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  bool pass = false;
+  const std::string text = fa.check(&pass);
+  EXPECT_TRUE(pass) << "restored O: " << text;
+}
+
 TEST(DecodeSupport, CheckSupportNamesTheKernel) {
   DecodeCase c;
   DecodeFixture f(c);
