@@ -107,37 +107,14 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
 #pragma unroll
   for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.f;
 
-  const Element *const qBase = static_cast<const Element *>(p.q);
-  const Element *const dOBase = static_cast<const Element *>(p.dO);
-
+  // Issues the copies of step t (query head, query block) into stage t % 2.
   auto loadStep = [&](int32_t t) {
-    const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
-    const int32_t m0 = sb.mBlock * kBlockM;
-    const int32_t h = headBase + sb.head;
-    const int stage = t & 1;
-    const int64_t row0 = e.qStart + m0;
-    const int valid = sq - m0;
-    loadTile<Element, L::kD, kBlockM>(base + L::kQ + stage * L::kTileBytes,
-                                      qBase + int64_t(w.batch) * p.qBatch + int64_t(h) * p.qHead + row0 * p.qRow,
-                                      p.qRow, valid, thread, qBase);
-    loadTile<Element, L::kD, kBlockM>(base + L::kDO + stage * L::kTileBytes,
-                                      dOBase + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead + row0 * p.dORow,
-                                      p.dORow, valid, thread, dOBase);
-    loadRowStatistics<kBlockM>(p, w.batch, h, e, m0, valid, base, L::kLse, L::kRowDot, stage, thread);
+    loadQueryStep<Element, L::kD, kBlockM, Deterministic>(p, w, e, order, blocksPerHead, headBase, t, base, L::kQ,
+                                                          L::kDO, L::kTileBytes, L::kLse, L::kRowDot, thread);
   };
 
   if (steps > 0) {
-    const Element *const kBase = static_cast<const Element *>(p.k);
-    const Element *const vBase = static_cast<const Element *>(p.v);
-    const int validKeys = sk - n0;
-    loadTile<Element, L::kD, kBlockN>(base + L::kK,
-                                      kBase + int64_t(w.batch) * p.kBatch + int64_t(w.kvHead) * p.kHead +
-                                          (e.kStart + n0) * p.kRow,
-                                      p.kRow, validKeys, thread, kBase);
-    loadTile<Element, L::kD, kBlockN>(base + L::kV,
-                                      vBase + int64_t(w.batch) * p.vBatch + int64_t(w.kvHead) * p.vHead +
-                                          (e.kStart + n0) * p.vRow,
-                                      p.vRow, validKeys, thread, vBase);
+    loadKeyBlock<Element, L::kD, kBlockN>(p, w, e, n0, base + L::kK, base + L::kV, thread);
     loadStep(0);
   }
   prim::cpAsyncCommit();

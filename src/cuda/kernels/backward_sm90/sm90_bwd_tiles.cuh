@@ -1,12 +1,13 @@
 // The copies both wgmma backward kernels make between global memory and a CTA of 256 threads: 16-bit row tiles into
-// the 128-byte-swizzled slab stacks the wgmma descriptors read, the per-row FP32 statistics of a query block, and the
-// dK/dV accumulators out to the caller's rows.
+// the 128-byte-swizzled slab stacks the wgmma descriptors read (the CTA's K/V block, each step's Q/dO block), the
+// per-row FP32 statistics of a query block, and the dK/dV accumulators out to the caller's rows.
 #pragma once
 
 #include <cstdint>
 
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/kernels/backward_sm90/sm90_bwd_order.cuh"
 #include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/math.cuh"
@@ -54,6 +55,50 @@ __device__ __forceinline__ void loadRowStatistics(const backward::BackwardParams
     const uint32_t destination = base + (isLse ? lseOffset : rowDotOffset) + uint32_t(stage * BlockM + r) * 4;
     cpAsync4(destination, source, ok);
   }
+}
+
+// The K and V tiles of the CTA's BlockN keys (from key n0 of the sequence) into kTile and vTile; keys past seqK become
+// zeros.
+template <typename Element, int D, int BlockN>
+__device__ __forceinline__ void loadKeyBlock(const backward::BackwardParams &p, const backward::WorkItem &w,
+                                             const backward::SequenceExtent &e, int32_t n0, uint32_t kTile,
+                                             uint32_t vTile, int thread) {
+  const Element *const kBase = static_cast<const Element *>(p.k);
+  const Element *const vBase = static_cast<const Element *>(p.v);
+  const int validKeys = e.seqK - n0;
+  loadTile<Element, D, BlockN>(kTile,
+                               kBase + int64_t(w.batch) * p.kBatch + int64_t(w.kvHead) * p.kHead +
+                                   (e.kStart + n0) * p.kRow,
+                               p.kRow, validKeys, thread, kBase);
+  loadTile<Element, D, BlockN>(vTile,
+                               vBase + int64_t(w.batch) * p.vBatch + int64_t(w.kvHead) * p.vHead +
+                                   (e.kStart + n0) * p.vRow,
+                               p.vRow, validKeys, thread, vBase);
+}
+
+// Step t's query block (its head and rows from stepBlock): the Q and dO tiles into stage t % 2 of the tiles at
+// base + qOffset and base + dOOffset (stageBytes apart), and its row statistics (loadRowStatistics).
+template <typename Element, int D, int BlockM, bool Deterministic>
+__device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p, const backward::WorkItem &w,
+                                              const backward::SequenceExtent &e, const StepOrder &order,
+                                              int32_t blocksPerHead, int32_t headBase, int32_t t, uint32_t base,
+                                              uint32_t qOffset, uint32_t dOOffset, uint32_t stageBytes,
+                                              uint32_t lseOffset, uint32_t rowDotOffset, int thread) {
+  const Element *const qBase = static_cast<const Element *>(p.q);
+  const Element *const dOBase = static_cast<const Element *>(p.dO);
+  const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
+  const int32_t m0 = sb.mBlock * BlockM;
+  const int32_t h = headBase + sb.head;
+  const int stage = t & 1;
+  const int64_t row0 = e.qStart + m0;
+  const int valid = e.seqQ - m0;
+  loadTile<Element, D, BlockM>(base + qOffset + stage * stageBytes,
+                               qBase + int64_t(w.batch) * p.qBatch + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow,
+                               valid, thread, qBase);
+  loadTile<Element, D, BlockM>(base + dOOffset + stage * stageBytes,
+                               dOBase + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead + row0 * p.dORow,
+                               p.dORow, valid, thread, dOBase);
+  loadRowStatistics<BlockM>(p, w.batch, h, e, m0, valid, base, lseOffset, rowDotOffset, stage, thread);
 }
 
 // Rows rowInTile and rowInTile + 8 of a 64 x Columns accumulator (columns 8j + 2 * quad + 0..1) into rows of `base`
