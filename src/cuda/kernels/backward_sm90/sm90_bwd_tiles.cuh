@@ -11,31 +11,17 @@
 #include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/math.cuh"
+#include "cuda/primitives/slab_copy.cuh"
 
 namespace flashattn::cuda::backward_sm90 {
 
-// Copies Rows x D elements into the slab stack [D / 64][Rows][64] at `tile` (chunk c of row r at chunk c ^ (r % 8))
-// with all 256 threads; rows >= validRows become zeros.
+// Rows x D elements into the slab stack at `tile` with all 256 threads of the CTA; rows >= validRows become zeros.
 template <typename Element, int D, int Rows>
 __device__ __forceinline__ void loadTile(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
                                          int thread, const void *safeAddress) {
-  constexpr int kChunksPerRow = D / 8;
-  constexpr int kRowsPerPass = 256 / kChunksPerRow;
-  static_assert(Rows % kRowsPerPass == 0, "tile rows must split into whole passes");
-  const int chunk = thread % kChunksPerRow;
-  int row = thread / kChunksPerRow;
-  const uint32_t slab = tile + uint32_t(chunk / 8) * Rows * 128;
-  const uint32_t chunkInSlab = uint32_t(chunk % 8);
-  const Element *source = rows + int64_t(row) * rowStride + chunk * 8;
-  const int64_t passStride = int64_t(kRowsPerPass) * rowStride;
-#pragma unroll
-  for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {
-    const uint32_t destination = slab + uint32_t(row) * 128 + ((chunkInSlab ^ uint32_t(row & 7)) << 4);
-    const bool valid = row < validRows;
-    prim::cpAsync16(destination, valid ? static_cast<const void *>(source) : safeAddress, valid);
-    row += kRowsPerPass;
-    source += passStride;
-  }
+  constexpr int kRowsPerPass = 256 / (D / 8);
+  prim::cpAsyncTileToSlabs<Element, D, Rows, 256, Rows / kRowsPerPass>(tile, rows, rowStride, validRows, thread,
+                                                                        safeAddress);
 }
 
 // LSE * log2 e and D of the query block's BlockM rows from the workspace into stage `stage` of the two FP32 row

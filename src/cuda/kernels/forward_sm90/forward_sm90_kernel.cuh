@@ -33,6 +33,7 @@
 #include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/mbarrier.cuh"
+#include "cuda/primitives/slab_copy.cuh"
 #include "cuda/primitives/wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -45,29 +46,12 @@ using forward::ForwardParams;
 
 __device__ __forceinline__ float negativeInfinity() { return __int_as_float(0xff800000u); }
 
-// Copies a Rows x D tile into the swizzled slab stack at `tile` with the 128 producer threads (thread 0..127). Rows
-// >= validRows are zero-filled and read nothing. kChunksPerRow threads share a row, so a warp reads whole
-// 128..512-byte row segments; chunk c of row r lands in slab c / 8 at chunk (c % 8) ^ (r % 8).
+// A Rows x D tile into the swizzled slab stack at `tile` with the 128 producer threads (thread 0..127); rows >=
+// validRows are zero-filled and read nothing.
 template <typename Element, int D, int Rows>
 __device__ __forceinline__ void loadTileAsync(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
                                               int thread, const void *safeAddress) {
-  constexpr int kChunksPerRow = D / 8;
-  constexpr int kRowsPerPass = 128 / kChunksPerRow;
-  static_assert(Rows % kRowsPerPass == 0, "tile rows must split into whole passes");
-  const int chunk = thread % kChunksPerRow;
-  int row = thread / kChunksPerRow;
-  const uint32_t slab = tile + uint32_t(chunk / 8) * Rows * 128;
-  const uint32_t chunkInSlab = uint32_t(chunk % 8);
-  const Element *source = rows + int64_t(row) * rowStride + chunk * 8;
-  const int64_t passStride = int64_t(kRowsPerPass) * rowStride;
-#pragma unroll 4
-  for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {
-    const uint32_t destination = slab + uint32_t(row) * 128 + ((chunkInSlab ^ uint32_t(row & 7)) << 4);
-    const bool valid = row < validRows;
-    prim::cpAsync16(destination, valid ? static_cast<const void *>(source) : safeAddress, valid);
-    row += kRowsPerPass;
-    source += passStride;
-  }
+  prim::cpAsyncTileToSlabs<Element, D, Rows, 128, 4>(tile, rows, rowStride, validRows, thread, safeAddress);
 }
 
 // S = Q K^T for one consumer warpgroup: D / 16 k-steps; step ks reads slab ks / 4 at byte 32 * (ks % 4) of each row.

@@ -1,0 +1,39 @@
+// Copies of 16-bit row tiles into the layout the wgmma shared-memory descriptors read (wgmma.cuh's 128-byte swizzle):
+// a Rows x D tile is a stack of D / 64 slabs [Rows][64], and the 16-byte chunk c of row r lands in slab c / 8 at chunk
+// (c % 8) ^ (r % 8). Used by the sm90 forward (producer warpgroup) and backward (whole CTA) families.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/primitives/cp_async.cuh"
+
+namespace flashattn::cuda::prim {
+
+// Rows x D elements from `rows` (rowStride elements apart) into the slab stack at shared address `tile`, by the
+// Threads threads 0 .. Threads - 1 with cp.async. D / 8 neighbouring threads share a row, so a warp reads whole
+// 128..512-byte row segments. Rows >= validRows become zeros and read nothing (their source is `safeAddress`, any valid
+// global address). Unroll is the pass loop's unroll factor.
+template <typename Element, int D, int Rows, int Threads, int Unroll>
+__device__ __forceinline__ void cpAsyncTileToSlabs(uint32_t tile, const Element *rows, int64_t rowStride,
+                                                   int validRows, int thread, const void *safeAddress) {
+  constexpr int kChunksPerRow = D / 8;
+  constexpr int kRowsPerPass = Threads / kChunksPerRow;
+  static_assert(D % 64 == 0, "a slab is 64 elements wide");
+  static_assert(Rows % kRowsPerPass == 0, "tile rows must split into whole passes");
+  const int chunk = thread % kChunksPerRow;
+  int row = thread / kChunksPerRow;
+  const uint32_t slab = tile + uint32_t(chunk / 8) * Rows * 128;
+  const uint32_t chunkInSlab = uint32_t(chunk % 8);
+  const Element *source = rows + int64_t(row) * rowStride + chunk * 8;
+  const int64_t passStride = int64_t(kRowsPerPass) * rowStride;
+#pragma unroll Unroll
+  for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {
+    const uint32_t destination = slab + uint32_t(row) * 128 + ((chunkInSlab ^ uint32_t(row & 7)) << 4);
+    const bool valid = row < validRows;
+    cpAsync16(destination, valid ? static_cast<const void *>(source) : safeAddress, valid);
+    row += kRowsPerPass;
+    source += passStride;
+  }
+}
+
+}  // namespace flashattn::cuda::prim
