@@ -11,21 +11,9 @@
 #include "cuda/kernels/forward/forward_fp32_kernel.cuh"
 #include "cuda/kernels/forward/forward_mma_kernel.cuh"
 #include "cuda/kernels/forward/forward_params.hpp"
+#include "cuda/shared_limit.hpp"
 
 namespace flashattn::cuda::forward {
-
-// cudaFuncSetAttribute is per (kernel, device) and not a stream operation (allowed during graph capture); doing it
-// once keeps it off the launch path. `configuredDevices` must belong to this one kernel (every kernel has the same
-// function type, so the caller keeps it next to the kernel). Devices past 63 set it on every launch: merely slower.
-template <typename Kernel>
-cudaError_t ensureSharedLimit(Kernel kernel, std::size_t bytes, int device, std::atomic<uint64_t> &configuredDevices) {
-  if (bytes <= 48 * 1024) return cudaSuccess;
-  const uint64_t bit = device >= 0 && device < 64 ? (uint64_t(1) << device) : 0;
-  if (bit != 0 && (configuredDevices.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-  if (err == cudaSuccess && bit != 0) configuredDevices.fetch_or(bit, std::memory_order_acq_rel);
-  return err;
-}
 
 template <typename Element, int HeadDim>
 cudaError_t launchInstance(const ForwardParams &params, int device, cudaStream_t stream) {

@@ -10,19 +10,9 @@
 
 #include "cuda/kernels/forward_sm90/forward_sm90_kernel.cuh"
 #include "cuda/kernels/forward_sm90/forward_sm90_params.hpp"
+#include "cuda/shared_limit.hpp"
 
 namespace flashattn::cuda::forward_sm90 {
-
-// cudaFuncSetAttribute is per (kernel, device) and not a stream operation (allowed during graph capture); once per
-// device keeps it off the launch path. Devices past 63 set it on every launch: merely slower.
-template <typename Kernel>
-cudaError_t ensureSharedLimit(Kernel kernel, std::size_t bytes, int device, std::atomic<uint64_t> &configured) {
-  const uint64_t bit = device >= 0 && device < 64 ? (uint64_t(1) << device) : 0;
-  if (bit != 0 && (configured.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-  if (err == cudaSuccess && bit != 0) configured.fetch_or(bit, std::memory_order_acq_rel);
-  return err;
-}
 
 // (sequence, head) pairs per scheduling section: as many as keep their K and V within half the L2 (query heads of
 // one GQA group share theirs), at least one.

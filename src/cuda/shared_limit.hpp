@@ -1,0 +1,26 @@
+// Raising a kernel's dynamic shared-memory limit once per device, for the launch functions of the kernel families.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace flashattn::cuda {
+
+// cudaFuncSetAttribute is per (kernel, device) and not a stream operation (allowed during graph capture); doing it
+// once per device keeps it off the launch path. `configuredDevices` must belong to this one kernel (kernels of one
+// family often share a function type, so the caller keeps the flags next to the kernel: a static in the function
+// that names it). Devices past 63 set it on every launch: merely slower. Up to 48 KB needs no opt-in.
+template <typename Kernel>
+cudaError_t ensureSharedLimit(Kernel kernel, std::size_t bytes, int device, std::atomic<uint64_t> &configuredDevices) {
+  if (bytes <= 48 * 1024) return cudaSuccess;
+  const uint64_t bit = device >= 0 && device < 64 ? (uint64_t(1) << device) : 0;
+  if (bit != 0 && (configuredDevices.load(std::memory_order_acquire) & bit) != 0) return cudaSuccess;
+  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+  if (err == cudaSuccess && bit != 0) configuredDevices.fetch_or(bit, std::memory_order_acq_rel);
+  return err;
+}
+
+}  // namespace flashattn::cuda
