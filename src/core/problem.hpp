@@ -72,6 +72,27 @@ struct AttnProblem {
   int32_t numChunks = 0;  // decode: 0 = automatic
 };
 
+inline bool operator==(const Layout &a, const Layout &b) {
+  return a.batch == b.batch && a.head == b.head && a.row == b.row;
+}
+
+// Every field: a plan is a pure function of the device and the problem, so equal problems may share one (the decode
+// planner caches by this). A new field of AttnProblem must be compared here too.
+inline bool operator==(const AttnProblem &a, const AttnProblem &b) {
+  static_assert(sizeof(void *) != 8 || sizeof(AttnProblem) == 424, "AttnProblem changed: compare its new fields here");
+  return a.op == b.op && a.dtype == b.dtype && a.batch == b.batch && a.heads == b.heads && a.kvHeads == b.kvHeads &&
+         a.seqQ == b.seqQ && a.seqK == b.seqK && a.headDim == b.headDim && a.headDimV == b.headDimV &&
+         a.ragged == b.ragged && a.cuSeqlensQ == b.cuSeqlensQ && a.cuSeqlensK == b.cuSeqlensK &&
+         a.totalQ == b.totalQ && a.totalK == b.totalK && a.seqlensK == b.seqlensK && a.paged == b.paged &&
+         a.blockTable == b.blockTable && a.pageSize == b.pageSize && a.numPages == b.numPages &&
+         a.maxPagesPerSeq == b.maxPagesPerSeq && a.q == b.q && a.k == b.k && a.v == b.v && a.o == b.o &&
+         a.dO == b.dO && a.dQ == b.dQ && a.dK == b.dK && a.dV == b.dV && a.lse == b.lse && a.hasLse == b.hasLse &&
+         a.scale == b.scale && a.softcap == b.softcap && a.mask == b.mask && a.windowLeft == b.windowLeft &&
+         a.windowRight == b.windowRight && a.alibiSlopes == b.alibiSlopes &&
+         a.alibiBatchStride == b.alibiBatchStride && a.deterministic == b.deterministic &&
+         a.numChunks == b.numChunks;
+}
+
 // Merge of partial states: partialO [S, batch, heads, seqQ, headDimV] FP32, partialLse [S, batch, heads, seqQ] FP32.
 struct MergeProblem {
   int64_t states = 0;

@@ -99,60 +99,6 @@ void requireVectorAligned(const char *name, const void *ptr) {
          " is not 16-byte aligned: the CUDA kernels move rows in 16-byte vectors");
 }
 
-bool sameLayout(const Layout &a, const Layout &b) { return a.batch == b.batch && a.head == b.head && a.row == b.row; }
-
-// Every field of the problem: a plan is a pure function of the device and these.
-bool sameProblem(const AttnProblem &a, const AttnProblem &b) {
-  static_assert(sizeof(AttnProblem) == 424, "AttnProblem changed: compare its new fields here too");
-  return a.op == b.op && a.dtype == b.dtype && a.batch == b.batch && a.heads == b.heads && a.kvHeads == b.kvHeads &&
-         a.seqQ == b.seqQ && a.seqK == b.seqK && a.headDim == b.headDim && a.headDimV == b.headDimV &&
-         a.ragged == b.ragged && a.cuSeqlensQ == b.cuSeqlensQ && a.cuSeqlensK == b.cuSeqlensK &&
-         a.totalQ == b.totalQ && a.totalK == b.totalK && a.seqlensK == b.seqlensK && a.paged == b.paged &&
-         a.blockTable == b.blockTable && a.pageSize == b.pageSize && a.numPages == b.numPages &&
-         a.maxPagesPerSeq == b.maxPagesPerSeq && sameLayout(a.q, b.q) && sameLayout(a.k, b.k) &&
-         sameLayout(a.v, b.v) && sameLayout(a.o, b.o) && sameLayout(a.dO, b.dO) && sameLayout(a.dQ, b.dQ) &&
-         sameLayout(a.dK, b.dK) && sameLayout(a.dV, b.dV) && sameLayout(a.lse, b.lse) && a.hasLse == b.hasLse &&
-         a.scale == b.scale && a.softcap == b.softcap && a.mask == b.mask && a.windowLeft == b.windowLeft &&
-         a.windowRight == b.windowRight && a.alibiSlopes == b.alibiSlopes &&
-         a.alibiBatchStride == b.alibiBatchStride && a.deterministic == b.deterministic &&
-         a.numChunks == b.numChunks;
-}
-
-// The last few decode plans of this thread. A decode loop asks for the plan of the same problem every step, and
-// planning it (the chooser, the tensor-map trials, the description) costs host time that a per-call event timing
-// counts in full. Only a problem equal in every field on the same device reuses a plan; the builder's checks, the
-// stride rules and every pointer check still run on each call. Per thread, so no lock.
-class DecodePlanCache {
- public:
-  const Plan *find(int device, const AttnProblem &p) const {
-    for (const Entry &e : entries_)
-      if (e.device == device && sameProblem(e.problem, p)) return &e.plan;
-    return nullptr;
-  }
-  void insert(int device, const AttnProblem &p, const Plan &plan) {
-    Entry &e = entries_[next_];
-    next_ = (next_ + 1) % kEntries;
-    e.device = device;
-    e.problem = p;
-    e.plan = plan;
-  }
-
- private:
-  struct Entry {
-    int device = -1;  // never a device: an empty entry matches nothing
-    AttnProblem problem;
-    Plan plan;
-  };
-  static constexpr int kEntries = 4;
-  Entry entries_[kEntries];
-  int next_ = 0;
-};
-
-DecodePlanCache &decodePlanCache() {
-  thread_local DecodePlanCache cache;
-  return cache;
-}
-
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const cuda::DeviceInfo &dev) : dev_(dev) {}
@@ -176,9 +122,6 @@ class CudaBackend final : public Backend {
                             {"dQ", p.dQ, e, batchUsed, p.heads > 1, true},
                             {"dK", p.dK, e, batchUsed, p.kvHeads > 1, true},
                             {"dV", p.dV, e, batchUsed, p.kvHeads > 1, true}});
-    const bool decode = p.op == Op::DecodeChunk;
-    if (decode)
-      if (const Plan *cached = decodePlanCache().find(dev_.device, p)) return *cached;
     Plan plan;
     std::string whyNot;
     bool served = false;
@@ -189,7 +132,6 @@ class CudaBackend final : public Backend {
       case Op::MergeStates: fail(FLASHATTN_STATUS_INTERNAL_ERROR, "merge planned as an attention problem");
     }
     if (!served) fail(FLASHATTN_STATUS_NOT_SUPPORTED, whyNot.empty() ? "no CUDA kernel serves this problem" : whyNot);
-    if (decode) decodePlanCache().insert(dev_.device, p, plan);
     return plan;
   }
 

@@ -553,11 +553,42 @@ cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Pla
   return launchDecodeMergeKernel(p.dtype, d, dev.arch() >= 90, stream);
 }
 
-}  // namespace
-}  // namespace decode
+// The last few decode plans of this thread. A decode loop asks for the plan of the same problem every step, and
+// planning it (the chooser, the tensor-map trials, the description) costs host time that a per-call event timing
+// counts in full. Only a problem equal in every field on the same device reuses a plan; the builder's checks, the
+// stride rules and every pointer check still run on each call. Per thread, so no lock.
+class PlanCache {
+ public:
+  const Plan *find(int device, const AttnProblem &p) const {
+    for (const Entry &e : entries_)
+      if (e.device == device && e.problem == p) return &e.plan;
+    return nullptr;
+  }
+  void insert(int device, const AttnProblem &p, const Plan &plan) {
+    Entry &e = entries_[next_];
+    next_ = (next_ + 1) % kEntries;
+    e.device = device;
+    e.problem = p;
+    e.plan = plan;
+  }
 
-bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
-  using namespace decode;
+ private:
+  struct Entry {
+    int device = -1;  // never a device: an empty entry matches nothing
+    AttnProblem problem;
+    Plan plan;
+  };
+  static constexpr int kEntries = 4;
+  Entry entries_[kEntries];
+  int next_ = 0;
+};
+
+PlanCache &planCache() {
+  thread_local PlanCache cache;
+  return cache;
+}
+
+bool planDecodeUncached(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (!checkProblem(p, whyNot)) return false;
   const int index = findInstance(p.dtype, p.headDim);
   if (index < 0) {
@@ -585,6 +616,19 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
   const Instance &inst = kInstances[index];
   auto occupancy = [&](int rowTiles) { return inst.occupancy(dev, kernel.libraryVariant, rowTiles); };
   return planKernel(dev, p, kernel, occupancy, plan, whyNot);
+}
+
+}  // namespace
+}  // namespace decode
+
+bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
+  if (const Plan *cached = decode::planCache().find(dev.device, p)) {
+    *plan = *cached;
+    return true;
+  }
+  if (!decode::planDecodeUncached(dev, p, plan, whyNot)) return false;
+  decode::planCache().insert(dev.device, p, *plan);
+  return true;
 }
 
 namespace decode {
