@@ -30,15 +30,17 @@ namespace {
 
 using InstanceLaunchFn = cudaError_t (*)(const DecodeParams &, int, cudaStream_t);
 using InstanceOccupancyFn = int (*)(const DeviceInfo &, int, int);
+using InstanceClusterCapacityFn = int (*)(const DeviceInfo &, int, int, int);
 
 struct Instance {
   DType dtype;
   int headDim;
   InstanceLaunchFn launch;
   InstanceOccupancyFn occupancy;
+  InstanceClusterCapacityFn clusterCapacity;
 };
 
-#define INSTANCE(T, D) &launchDecodeInstance<T, D>, &occupancyDecodeInstance<T, D>
+#define INSTANCE(T, D) &launchDecodeInstance<T, D>, &occupancyDecodeInstance<T, D>, &clusterCapacityDecodeInstance<T, D>
 
 // The instances this build compiled (sources.cmake generates one file per dtype and head dim of the build's sets
 // that is a multiple of 16 from 32 to 256; these are the candidates listed here).
@@ -438,9 +440,9 @@ bool multiplyFits(std::size_t a, std::size_t b, std::size_t *out) {
 
 // Everything of planning that does not depend on where the kernel comes from. occupancy(rowTilesPerCta) gives the
 // kernel's resident CTAs per SM.
-template <typename Occupancy>
-bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kernel, Occupancy &&occupancy, Plan *plan,
-                std::string *whyNot) {
+template <typename Occupancy, typename ClusterCapacity>
+bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kernel, Occupancy &&occupancy,
+                ClusterCapacity &&clusterCapacity, Plan *plan, std::string *whyNot) {
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   const int elementBytes = int(dtypeSize(p.dtype));
   kernel.variant.tileKeys = resolvedTileKeys(kernel.variant, elementBytes, kernel.headDim);
@@ -474,7 +476,10 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
   const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (hasProducerWarp(kernel.variant.loader) ? 1 : ctasPerSM);
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
-  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.arch() >= 90 && clusterMergePays(chunks, maxChunks))
+  // The cluster merge only where every unit's cluster is resident at once: a cluster that waits for a second wave
+  // costs the whole call (B1 L8k 970 GB/s against 1450 with the merge kernel on a board that holds 7 clusters of 16).
+  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.arch() >= 90 && clusterMergePays(chunks, maxChunks) &&
+      clusterCapacity(shape.rowTilesPerCta, int(chunks)) >= units)
     kernel.merge = kMergeCluster;
   if (kernel.merge == kMergeCluster) {
     if (dev.arch() < 90) {
@@ -615,7 +620,10 @@ bool planDecodeUncached(const DeviceInfo &dev, const AttnProblem &p, Plan *plan,
   kernel.clusterWhereFits = true;
   const Instance &inst = kInstances[index];
   auto occupancy = [&](int rowTiles) { return inst.occupancy(dev, kernel.libraryVariant, rowTiles); };
-  return planKernel(dev, p, kernel, occupancy, plan, whyNot);
+  auto clusterCapacity = [&](int rowTiles, int size) {
+    return inst.clusterCapacity(dev, kernel.libraryVariant, rowTiles, size);
+  };
+  return planKernel(dev, p, kernel, occupancy, clusterCapacity, plan, whyNot);
 }
 
 }  // namespace
@@ -646,7 +654,8 @@ bool planDecodeWith(const DeviceInfo &dev, const AttnProblem &p, int instanceHea
   kernel.variant = variant;
   kernel.merge = mergeMode;
   auto occ = [&](int rowTiles) { return occupancy(dev, rowTiles); };
-  return planKernel(dev, p, kernel, occ, plan, whyNot);
+  auto noAutomaticCluster = [](int, int) { return 0; };  // the merge mode is the caller's, never chosen here
+  return planKernel(dev, p, kernel, occ, noAutomaticCluster, plan, whyNot);
 }
 
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,

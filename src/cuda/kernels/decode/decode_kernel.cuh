@@ -29,6 +29,10 @@
 
 #include <cstdint>
 #include <type_traits>
+#if defined(FLASHATTN_DECODE_PHASES)
+#include <cstdio>
+#include <cstdlib>
+#endif
 
 #include "core/problem.hpp"
 #include "cuda/kernels/decode/decode_params.hpp"
@@ -38,6 +42,90 @@
 namespace flashattn::cuda::decode {
 
 namespace detail {
+
+#if defined(FLASHATTN_DECODE_PHASES)
+// Measurement builds only (-DFLASHATTN_DECODE_PHASES; bench/decode_phases/ reads the output, NOTES.md seventh pass):
+// per CTA, %globaltimer at the kernel's phases for the last kPhaseCalls launches, written to the file named by
+// $FLASHATTN_DECODE_PHASES at exit. Every CTA of a launch reads the same call number: the last CTA to finish advances
+// it, after all have read it.
+constexpr int kPhaseCalls = 320, kPhaseBlocks = 1024, kPhaseSlots = 10;
+static __device__ unsigned long long gPhase[kPhaseCalls][kPhaseBlocks][kPhaseSlots];
+static __device__ unsigned int gPhaseGrid[kPhaseCalls];
+static __device__ unsigned int gPhaseCall, gPhaseDone;
+__device__ __forceinline__ unsigned long long globalTimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+// Stamps stay in registers until the end (a store needs the call number, a global load whose wait would stall the
+// phase being timed).
+__device__ __forceinline__ void phaseStore(const unsigned long long (&stamps)[kPhaseSlots]) {
+  const unsigned call = *static_cast<volatile unsigned *>(&gPhaseCall);
+  if (blockIdx.x < kPhaseBlocks)
+    for (int i = 0; i < kPhaseSlots; ++i)
+      if (stamps[i]) gPhase[call % kPhaseCalls][blockIdx.x][i] = stamps[i];
+}
+__device__ __forceinline__ void phaseFinish(unsigned long long (&stamps)[kPhaseSlots]) {
+  if (threadIdx.x != 0) return;
+  stamps[6] = globalTimer();
+  phaseStore(stamps);
+  const unsigned call = *static_cast<volatile unsigned *>(&gPhaseCall);
+  if (blockIdx.x == 0) gPhaseGrid[call % kPhaseCalls] = gridDim.x;
+  __threadfence();
+  if (atomicAdd(&gPhaseDone, 1u) == gridDim.x - 1) {
+    gPhaseDone = 0;
+    __threadfence();
+    atomicAdd(&gPhaseCall, 1u);
+  }
+}
+static const char *gPhaseTag = "decode";
+static bool gPhaseDumpRegistered = false;
+static void dumpPhases() {
+  const char *path = std::getenv("FLASHATTN_DECODE_PHASES");
+  if (!path) return;
+  static unsigned long long host[kPhaseCalls][kPhaseBlocks][kPhaseSlots];
+  static unsigned grid[kPhaseCalls];
+  unsigned calls = 0;
+  if (cudaMemcpyFromSymbol(host, gPhase, sizeof host) != cudaSuccess ||
+      cudaMemcpyFromSymbol(grid, gPhaseGrid, sizeof grid) != cudaSuccess ||
+      cudaMemcpyFromSymbol(&calls, gPhaseCall, sizeof calls) != cudaSuccess)
+    return;
+  FILE *out = std::fopen(path, "a");
+  if (!out) return;
+  const unsigned first = calls > unsigned(kPhaseCalls) ? calls - kPhaseCalls : 0u;
+  for (unsigned c = first; c < calls; ++c) {
+    const unsigned slot = c % kPhaseCalls, blocks = grid[slot] < unsigned(kPhaseBlocks) ? grid[slot] : kPhaseBlocks;
+    for (unsigned b = 0; b < blocks; ++b) {
+      std::fprintf(out, "%s %u %u %u", gPhaseTag, c, grid[slot], b);
+      for (int i = 0; i < kPhaseSlots; ++i) std::fprintf(out, " %llu", host[slot][b][i]);
+      std::fprintf(out, "\n");
+    }
+  }
+  std::fclose(out);
+}
+// The kernels' hooks: stamps 0 start, 8 barriers set, 9 first copy issued, 1 ring issued, 2 first tile, 3 last tile,
+// 4 epilogue, 5 cluster barrier / arrival counted, 6 end, 7 (tiles << 32 | SM id).
+#define FA_PHASE_BEGIN()                                       \
+  unsigned long long phaseStamps[detail::kPhaseSlots] = {}; \
+  phaseStamps[0] = detail::globalTimer()
+#define FA_PHASE(slot) (phaseStamps[slot] = detail::globalTimer())
+#define FA_PHASE_SM(tiles)                                                          \
+  do {                                                                              \
+    unsigned smid_;                                                                 \
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid_));                             \
+    phaseStamps[7] = (unsigned long long)(tiles) << 32 | smid_;                     \
+  } while (0)
+#define FA_PHASE_PRODUCER_DONE() (phaseStamps[0] = phaseStamps[7] = 0, detail::phaseStore(phaseStamps))
+#define FA_PHASE_END() detail::phaseFinish(phaseStamps)
+#define FA_PHASE_SYNC() __syncthreads()
+#else
+#define FA_PHASE_BEGIN() ((void)0)
+#define FA_PHASE(slot) ((void)0)
+#define FA_PHASE_SM(tiles) ((void)0)
+#define FA_PHASE_PRODUCER_DONE() ((void)0)
+#define FA_PHASE_END() ((void)0)
+#define FA_PHASE_SYNC() ((void)0)
+#endif
 
 __device__ __forceinline__ float negInf() { return __int_as_float(0xff800000); }
 
@@ -501,6 +589,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   // for this grid's completion and memory flush before reading the partial states.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
+  FA_PHASE_BEGIN();
 
   extern __shared__ __align__(128) unsigned char smem[];
   // Every CTA has the same layout for a given launch; rowTilesPerCta only sizes the Q region.
@@ -518,6 +607,22 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   const int tid = int(threadIdx.x);
   const int warp = tid >> 5;
   const int lane = tid & 31;
+
+  // The thread that issues the tensor copies: thread 0, or the producer warp's first lane. It fetches the maps and
+  // sets up the stage barriers first thing, so that both overlap the index arithmetic and the sequence-length load
+  // below instead of delaying the first copy (NOTES.md, seventh pass).
+  constexpr int kIssuer = kProducerWarp ? Warps * 32 : 0;
+  if constexpr (kTensor) {
+    if (tid == kIssuer) {
+      prefetchTensorMap(&p.kMap);
+      prefetchTensorMap(&p.vMap);
+      for (int st = 0; st < Stages; ++st) mbarrierInit(barrierBase + 8u * uint32_t(st), 1u);
+      if constexpr (kProducerWarp)
+        for (int st = 0; st < Stages; ++st) mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
+      fenceBarrierInit();
+      FA_PHASE(8);
+    }
+  }
 
   // Block -> (row block, chunk, KV head, batch); the row block varies fastest so CTAs sharing K/V run together, except
   // for the cluster merge, whose clusters are consecutive blocks: the chunk varies fastest there (rank = chunk).
@@ -555,6 +660,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   const int numTiles = int(tileEnd - tileBegin);
   const int keyBegin = int(unionLo + tileBegin * TileKeys);
   const int keyEnd = int(min(unionLo + tileEnd * TileKeys, unionHi + 1));
+  FA_PHASE_SM(numTiles);
 
   const Element *qBase = static_cast<const Element *>(p.q);
   const Element *kBase = static_cast<const Element *>(p.k);
@@ -661,18 +767,14 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     }
   };
 
-  // The thread that issues the tensor copies: thread 0, or the producer warp's first lane.
-  constexpr int kIssuer = kProducerWarp ? Warps * 32 : 0;
   if constexpr (kTensor) {
     if (tid == kIssuer) {
-      prefetchTensorMap(&p.kMap);  // the descriptors' first fetch overlaps the barrier setup
-      prefetchTensorMap(&p.vMap);
-      for (int st = 0; st < Stages; ++st) mbarrierInit(barrierBase + 8u * uint32_t(st), 1u);
-      if constexpr (kProducerWarp)
-        for (int st = 0; st < Stages; ++st) mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
-      fenceBarrierInit();
       // With a producer warp every stage starts empty: the whole ring goes out before anything else.
-      for (int x = 0; x < (kProducerWarp ? Stages : Stages - 1) && x < numTiles; ++x) issueTensor(x);
+      for (int x = 0; x < (kProducerWarp ? Stages : Stages - 1) && x < numTiles; ++x) {
+        issueTensor(x);
+        if (x == 0) FA_PHASE(9);
+      }
+      FA_PHASE(1);
     }
   }
 
@@ -843,6 +945,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
           }
           issueTensor(x);
         }
+        FA_PHASE_PRODUCER_DONE();
       }
       __syncwarp();
     } else {
@@ -852,10 +955,12 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
         const uint32_t parity = uint32_t(it / Stages) & 1u;
         while (!mbarrierTryWait(barrierBase + 8u * uint32_t(slot), parity)) {
         }
+        if (it == 0 && tid == 0) FA_PHASE(2);
         if (computes) consume(it, slot, tilePresence(it));
         __syncwarp();
         if (lane == 0) mbarrierArrive(emptyBase + 8u * uint32_t(slot));
       }
+      if (tid == 0) FA_PHASE(3);
     }
   } else if constexpr (kTensor) {
     prim::cpAsyncCommit();
@@ -929,6 +1034,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     }
   }
   __syncthreads();
+  if (tid == 0) FA_PHASE(4);
 
   constexpr int kQuads = HeadDim / 4;
   if (p.clusterMerge && p.numChunks > 1) {
@@ -962,6 +1068,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       if (d == 0) clusterStats[localRow * 2] = maxAll, clusterStats[localRow * 2 + 1] = total;
     }
     clusterSync();
+    if (tid == 0) FA_PHASE(5);
     const uint32_t statsBase = prim::smemAddress(clusterStats);
     const uint32_t oBase = prim::smemAddress(scratchO);
     for (int item = chunk * kThreads + tid; item < rowsPerCta * kQuads; item += p.numChunks * kThreads) {
@@ -1011,6 +1118,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       if (p.lse && d == 0) p.lse[int64_t(batch) * p.lseBatch + head * p.lseHead + int64_t(token) * p.lseRow] = lse;
     }
     clusterSync();
+    FA_PHASE_END();
     return;
   }
 
@@ -1058,7 +1166,11 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       if (d == 0) p.partialLse[stateRow] = lse;
     }
   }
-  if (direct || p.arrivals == nullptr) return;
+  FA_PHASE_SYNC();
+  if (direct || p.arrivals == nullptr) {
+    FA_PHASE_END();
+    return;
+  }
 
   // Fused merge: the partial state is published (stores, then a device-scope fence) before this CTA counts itself in;
   // the CTA that completes the count is the last, and after a fence reads them all. The count is a compare-and-swap on
@@ -1085,7 +1197,11 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     *lastArrival = last;
   }
   __syncthreads();
-  if (!*lastArrival) return;
+  if (tid == 0) FA_PHASE(5);
+  if (!*lastArrival) {
+    FA_PHASE_END();
+    return;
+  }
   __threadfence();
   for (int item = tid; item < rowsPerCta * kQuads; item += kThreads) {
     const int localRow = item / kQuads;
@@ -1096,15 +1212,21 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     const int token = row - groupHead * p.seqQ;
     mergeChunksOfRow<Element, 16>(p, batch, int64_t(kvHead) * p.groupSize + groupHead, token, d);
   }
+  FA_PHASE_SYNC();
+  FA_PHASE_END();
 }
 
 // The separate merge: one thread per (query row, 4 columns); with programmatic dependent launch it waits on the device
 // for the decode grid's completion and memory flush.
 template <typename Element>
 __global__ void __launch_bounds__(128) decodeMergeKernel(const __grid_constant__ DecodeParams p) {
+  FA_PHASE_BEGIN();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
+  FA_PHASE(2);
+  FA_PHASE_SYNC();
+  FA_PHASE_END();
   const int quads = p.headDim / 4;
   const int64_t item = int64_t(blockIdx.x) * 128 + threadIdx.x;
   if (item >= int64_t(p.batch) * p.heads * p.seqQ * quads) return;
@@ -1142,7 +1264,36 @@ struct DecodeKernel {
     return cudaSuccess;
   }
 
+  // Clusters of more than 8 CTAs are a per-kernel opt-in (sm90); the planner caps the chunks at kMaxClusterChunks.
+  static cudaError_t allowLargeClusters(int device) {
+    static bool allowed[64] = {};
+    if (device >= 0 && device < 64 && allowed[device]) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>,
+                                                 cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (err == cudaSuccess && device >= 0 && device < 64) allowed[device] = true;
+    return err;
+  }
+
+  // A launch of `blocks` CTAs in clusters of clusterSize; `attribute` (one entry) holds the cluster shape.
+  static cudaLaunchConfig_t clusterConfig(uint32_t blocks, int rowTilesPerCta, int clusterSize,
+                                          cudaLaunchAttribute *attribute) {
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = smemBytes(rowTilesPerCta);
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = uint32_t(clusterSize);
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    return config;
+  }
+
   static cudaError_t launch(const DecodeParams &params, cudaStream_t stream) {
+#if defined(FLASHATTN_DECODE_PHASES)
+    if (!detail::gPhaseDumpRegistered) detail::gPhaseDumpRegistered = std::atexit(detail::dumpPhases) == 0;
+#endif
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
     if (err != cudaSuccess) return err;
@@ -1151,25 +1302,13 @@ struct DecodeKernel {
     const int64_t blocks = int64_t(params.rowBlocks) * params.numChunks * params.kvHeads * params.batch;
     auto *kernel = decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>;
     if (params.clusterMerge && params.numChunks > 1) {
-      // Clusters of more than 8 CTAs are a per-kernel opt-in (sm90); the planner caps the chunks at kMaxClusterChunks.
-      static bool nonPortable[64] = {};
-      if (params.numChunks > 8 && !(device >= 0 && device < 64 && nonPortable[device])) {
-        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+      if (params.numChunks > 8) {
+        err = allowLargeClusters(device);
         if (err != cudaSuccess) return err;
-        if (device >= 0 && device < 64) nonPortable[device] = true;
       }
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(uint32_t(blocks));
-      config.blockDim = dim3(kThreads);
-      config.dynamicSmemBytes = smemBytes(params.rowTilesPerCta);
-      config.stream = stream;
       cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeClusterDimension;
-      attribute[0].val.clusterDim.x = uint32_t(params.numChunks);
-      attribute[0].val.clusterDim.y = 1;
-      attribute[0].val.clusterDim.z = 1;
-      config.attrs = attribute;
-      config.numAttrs = 1;
+      cudaLaunchConfig_t config = clusterConfig(uint32_t(blocks), params.rowTilesPerCta, params.numChunks, attribute);
+      config.stream = stream;
       err = cudaLaunchKernelEx(&config, kernel, params);
       if (err != cudaSuccess) return err;
       return cudaGetLastError();
@@ -1203,6 +1342,38 @@ struct DecodeKernel {
     if (cacheable) cache[dev.device][rowTilesPerCta] = blocks;
     return blocks;
   }
+
+  // Clusters of clusterSize CTAs resident at once (cudaOccupancyMaxActiveClusters), asked once per device, row tiling
+  // and size. A 16-CTA cluster must fit in one GPC, and how many GPCs can take one differs between boards of the same
+  // model (7 or 14 on the H200s measured, NOTES.md seventh pass); 0 when the runtime cannot tell.
+  static int clusterCapacity(const DeviceInfo &dev, int rowTilesPerCta, int clusterSize) {
+    static int cache[64][kMaxRowTilesPerCta + 1][kMaxClusterChunks + 1] = {};  // capacity + 1; 0 = not asked
+    if (clusterSize < 1 || clusterSize > kMaxClusterChunks || rowTilesPerCta < 1 ||
+        rowTilesPerCta > kMaxRowTilesPerCta)
+      return 0;
+    const bool cacheable = dev.device >= 0 && dev.device < 64;
+    if (cacheable && cache[dev.device][rowTilesPerCta][clusterSize] > 0)
+      return cache[dev.device][rowTilesPerCta][clusterSize] - 1;
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    if (previous != dev.device && cudaSetDevice(dev.device) != cudaSuccess) return 0;
+    int clusters = 0;
+    cudaError_t err = prepare(dev.device);
+    if (err == cudaSuccess && clusterSize > 8) err = allowLargeClusters(dev.device);
+    if (err == cudaSuccess) {
+      cudaLaunchAttribute attribute[1];
+      const cudaLaunchConfig_t config = clusterConfig(uint32_t(clusterSize), rowTilesPerCta, clusterSize, attribute);
+      err = cudaOccupancyMaxActiveClusters(&clusters, decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>,
+                                           &config);
+    }
+    if (previous >= 0 && previous != dev.device) cudaSetDevice(previous);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return 0;
+    }
+    if (cacheable) cache[dev.device][rowTilesPerCta][clusterSize] = clusters + 1;
+    return clusters;
+  }
 };
 
 // The library's variant `Index` of an instance; where the tensor loader cannot serve the instance (FP32, head dims
@@ -1229,6 +1400,13 @@ template <typename Element, int HeadDim>
 int occupancyDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int rowTilesPerCta) {
   return libraryVariantIndex == 0 ? LibraryKernel<Element, HeadDim, 0>::occupancy(dev, rowTilesPerCta)
                                   : LibraryKernel<Element, HeadDim, 1>::occupancy(dev, rowTilesPerCta);
+}
+
+template <typename Element, int HeadDim>
+int clusterCapacityDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int rowTilesPerCta, int clusterSize) {
+  return libraryVariantIndex == 0
+             ? LibraryKernel<Element, HeadDim, 0>::clusterCapacity(dev, rowTilesPerCta, clusterSize)
+             : LibraryKernel<Element, HeadDim, 1>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
 }
 
 }  // namespace flashattn::cuda::decode

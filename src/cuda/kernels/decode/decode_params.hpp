@@ -242,5 +242,8 @@ template <typename Element, int HeadDim>
 cudaError_t launchDecodeInstance(const DecodeParams &params, int libraryVariantIndex, cudaStream_t stream);
 template <typename Element, int HeadDim>
 int occupancyDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int rowTilesPerCta);
+// Clusters of clusterSize CTAs (the cluster merge) the device holds at once; 0 when the runtime cannot tell.
+template <typename Element, int HeadDim>
+int clusterCapacityDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int rowTilesPerCta, int clusterSize);
 
 }  // namespace flashattn::cuda::decode
