@@ -63,6 +63,8 @@ static double perCall(const std::function<void(int)> &call, int &index, int reps
     CK(cudaEventElapsedTime(&ms, a, b));
     t.push_back(ms * 1e3);
   }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
   return median(t);
 }
 
@@ -77,6 +79,8 @@ static double backToBack(const std::function<void(int)> &call, int &index, int r
   CK(cudaEventSynchronize(b));
   float ms;
   CK(cudaEventElapsedTime(&ms, a, b));
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
   return ms * 1e3 / reps;
 }
 
@@ -102,6 +106,8 @@ static double graphPerCall(const std::function<void(int)> &call, int &index, int
     CK(cudaEventElapsedTime(&ms, a, b));
     t.push_back(ms * 1e3 / reps);
   }
+  CK(cudaEventDestroy(a));
+  CK(cudaEventDestroy(b));
   CK(cudaGraphExecDestroy(ge));
   CK(cudaGraphDestroy(g));
   return median(t);

@@ -6,8 +6,9 @@
 // key range from the real length when it runs. Split KV ranges are merged by a second kernel launched as a programmatic
 // dependent of the decode kernel (on sm90 it is resident before the decode grid ends), or, on sm90 with the
 // producer-warp loader where it measured faster (clusterMergePays) and the device holds every unit's cluster at once,
-// inside the decode kernel by a cluster of the unit's chunks through distributed shared memory; the fused merge (the last CTA of each unit merges, counted in
-// self-resetting tagged words of the workspace, no memset) is kept for planDecodeWith, measured slower (NOTES.md).
+// inside the decode kernel by a cluster of the unit's chunks through distributed shared memory; the fused merge (the
+// last CTA of each unit merges, counted in self-resetting tagged words of the workspace, no memset) is kept for
+// planDecodeWith, measured slower (NOTES.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -1317,6 +1317,20 @@ struct DecodeKernel {
     return cudaGetLastError();
   }
 
+  // Runs query() (a cudaError_t) on dev.device, switching to it and back, once the kernel's shared-memory limit is
+  // raised; false when the runtime cannot answer (the error is cleared).
+  template <typename Query>
+  static bool askDevice(const DeviceInfo &dev, Query &&query) {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    if (previous != dev.device && cudaSetDevice(dev.device) != cudaSuccess) return false;
+    cudaError_t err = prepare(dev.device);
+    if (err == cudaSuccess) err = query();
+    if (previous >= 0 && previous != dev.device) cudaSetDevice(previous);
+    if (err != cudaSuccess) cudaGetLastError();
+    return err == cudaSuccess;
+  }
+
   // CTAs of rowTilesPerCta row tiles one SM holds at once (registers, threads and shared memory), asked once per device
   // and row tiling; 1 when the runtime cannot tell (the chunk choice then assumes one CTA per SM).
   static int occupancy(const DeviceInfo &dev, int rowTilesPerCta) {
@@ -1324,20 +1338,13 @@ struct DecodeKernel {
     const bool cacheable = dev.device >= 0 && dev.device < 64 && rowTilesPerCta >= 1 &&
                            rowTilesPerCta <= kMaxRowTilesPerCta;
     if (cacheable && cache[dev.device][rowTilesPerCta] > 0) return cache[dev.device][rowTilesPerCta];
-    int previous = -1;
-    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-    if (previous != dev.device && cudaSetDevice(dev.device) != cudaSuccess) return 1;
     int blocks = 0;
-    cudaError_t err = prepare(dev.device);
-    if (err == cudaSuccess)
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+    const bool asked = askDevice(dev, [&] {
+      return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
           &blocks, decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>, kThreads,
           smemBytes(rowTilesPerCta));
-    if (previous >= 0 && previous != dev.device) cudaSetDevice(previous);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      return 1;
-    }
+    });
+    if (!asked) return 1;
     blocks = blocks > 0 ? blocks : 1;
     if (cacheable) cache[dev.device][rowTilesPerCta] = blocks;
     return blocks;
@@ -1354,23 +1361,16 @@ struct DecodeKernel {
     const bool cacheable = dev.device >= 0 && dev.device < 64;
     if (cacheable && cache[dev.device][rowTilesPerCta][clusterSize] > 0)
       return cache[dev.device][rowTilesPerCta][clusterSize] - 1;
-    int previous = -1;
-    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-    if (previous != dev.device && cudaSetDevice(dev.device) != cudaSuccess) return 0;
     int clusters = 0;
-    cudaError_t err = prepare(dev.device);
-    if (err == cudaSuccess && clusterSize > 8) err = allowLargeClusters(dev.device);
-    if (err == cudaSuccess) {
+    const bool asked = askDevice(dev, [&] {
+      cudaError_t err = clusterSize > 8 ? allowLargeClusters(dev.device) : cudaSuccess;
+      if (err != cudaSuccess) return err;
       cudaLaunchAttribute attribute[1];
       const cudaLaunchConfig_t config = clusterConfig(uint32_t(clusterSize), rowTilesPerCta, clusterSize, attribute);
-      err = cudaOccupancyMaxActiveClusters(&clusters, decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>,
-                                           &config);
-    }
-    if (previous >= 0 && previous != dev.device) cudaSetDevice(previous);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
+      auto *kernel = decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>;
+      return cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+    });
+    if (!asked) return 0;
     if (cacheable) cache[dev.device][rowTilesPerCta][clusterSize] = clusters + 1;
     return clusters;
   }
