@@ -7,12 +7,13 @@ calls = {"decode": defaultdict(list), "merge": defaultdict(list)}
 for line in open(sys.argv[1]):
     f = line.split()
     tag, call, grid, block = f[0], int(f[1]), int(f[2]), int(f[3])
-    stamps = [int(x) for x in f[4:14]]
+    stamps = [int(x) for x in f[4:]]
     calls[tag][call].append(stamps)
 log = open(sys.argv[2]).read()
 m = re.search(r"RANGES events (\d+) (\d+) b2b (\d+) (\d+) graph (\d+) (\d+)", log)
 ranges = {"events": (int(m[1]), int(m[2])), "b2b": (int(m[3]), int(m[4])), "graph": (int(m[5]), int(m[6]))}
-names = {0: "start", 8: "barInit", 9: "issue1", 1: "issued", 2: "firstTile", 3: "lastTile", 4: "epilogue", 5: "cluster1", 6: "end"}
+names = {0: "start", 8: "barInit", 10: "ranged", 9: "issue1", 1: "issued", 2: "firstTile", 3: "lastTile", 4: "epilogue",
+         11: "stored", 12: "fenced", 5: "merge1", 13: "merged", 6: "end"}
 
 
 def q(v):
@@ -55,7 +56,8 @@ for rname, (a, b) in ranges.items():
     if rname != "events":
         continue
     parts = []
-    for nm in ["issue1", "firstTile", "lastTile", "epilogue", "cluster1", "end"]:
+    for nm in ["start", "barInit", "ranged", "issue1", "firstTile", "lastTile", "epilogue", "stored", "fenced", "merge1",
+               "merged", "end"]:
         if nm + ".med" in rows:
             parts.append(f"{nm} {us(rows[nm + '.med'])}/{us(rows[nm + '.max'])}")
     if "merge.end" in rows:
@@ -68,4 +70,9 @@ for rname, (a, b) in ranges.items():
         for s in blocks:
             sms[s[7] & 0xffffffff] += 1
         tiles = sorted(set(s[7] >> 32 for s in blocks))
-        print(f"    last call: {len(blocks)} CTAs on {len(sms)} SMs (max {max(sms.values())} per SM), tiles/CTA {tiles}")
+        mergers = sum(1 for s in blocks if len(s) > 13 and s[13])
+        mhz = sorted((s[15] - s[14]) / (s[6] - s[0]) * 1e3 for s in blocks if len(s) > 15 and s[15] and s[6] > s[0])
+        if mhz:
+            print(f"    SM clock over each CTA's life (MHz): min {mhz[0]:.0f}, median {mhz[len(mhz) // 2]:.0f}")
+        print(f"    last call: {len(blocks)} CTAs on {len(sms)} SMs (max {max(sms.values())} per SM), tiles/CTA {tiles}"
+              + (f", {mergers} merging CTAs" if mergers else ""))

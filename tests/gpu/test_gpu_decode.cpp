@@ -103,10 +103,14 @@ class DecodeFixture {
                                                                 oDesc_, lseDescOrNull(), chunks, &bytes);
     if (s != FLASHATTN_STATUS_SUCCESS) return s;
     if (workspaceUsed) *workspaceUsed = bytes;
-    DeviceBuffer ws(bytes);
-    ws.poison();
+    // One workspace per case, kept across its calls as a decode loop keeps it: the first call on it finds 0xFF bytes
+    // (any contents must do), later ones what the previous call of whatever plan left (the fused merge's counts).
+    if (ws_.bytes < bytes) {
+      ws_ = DeviceBuffer(bytes);
+      ws_.poison();
+    }
     s = flashAttnDecodeChunk(handle_, attn_, seqDesc(), qDesc_, q_.ptr, kDesc_, k_.ptr, vDesc_, v_.ptr, oDesc_, o_.ptr,
-                             lseDescOrNull(), c_.withLse ? lse_.get<float>() : nullptr, chunks, ws.ptr,
+                             lseDescOrNull(), c_.withLse ? lse_.get<float>() : nullptr, chunks, ws_.ptr,
                              bytes - std::min(bytes, workspaceShort));
     if (s == FLASHATTN_STATUS_SUCCESS) FA_CUDA_CHECK(cudaDeviceSynchronize());
     return s;
@@ -168,6 +172,8 @@ class DecodeFixture {
   float *lsePtr() const { return c_.withLse ? lse_.get<float>() : nullptr; }
 
  private:
+  DeviceBuffer ws_;
+
   void build() {
     const DecodeCase &c = c_;
     std::mt19937_64 rng(c.seed);
@@ -527,6 +533,7 @@ TEST(DecodeSupport, ReusedPlansFollowEveryChange) {
             FLASHATTN_STATUS_SUCCESS)
       << lastError();
   DeviceBuffer ws(bytes);
+  ws.poison();
   auto call = [&] {
     return flashAttnDecodeChunk(fa.handle(), fa.attn(), fa.seqDesc(), fa.q(), fa.qPtr(), fa.k(), fa.kPtr(), fa.v(),
                                 fa.vPtr(), fa.o(), fa.oPtr(), fa.lseDescOrNull(), fa.lsePtr(), 0, ws.ptr, bytes);
@@ -581,6 +588,7 @@ void graphReplay(bool paged) {
                                                  f.lseDescOrNull(), chunks, &bytes),
             FLASHATTN_STATUS_SUCCESS);
   DeviceBuffer ws(bytes);
+  ws.poison();
   auto enqueue = [&] {
     return flashAttnDecodeChunk(f.handle(), f.attn(), f.seqDesc(), f.q(), f.qPtr(), f.k(), f.kPtr(), f.v(), f.vPtr(),
                                 f.o(), f.oPtr(), f.lseDescOrNull(), f.lsePtr(), chunks, ws.ptr, bytes);

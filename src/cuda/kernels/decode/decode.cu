@@ -1,14 +1,14 @@
 // Split-KV decode: the chooser (planDecode) and the launcher (launchDecode) of src/cuda/ops.hpp.
 //
 // planDecode picks the instance (the narrowest compiled head dim >= the problem's, zero-filled columns in between),
-// the loader (tensor-map copies for dense FP16/BF16 caches on sm90, cp.async otherwise), the row tiling of the GQA group times query tokens, and
-// the chunk count from host values only (the lengths and the block table stay on the device): each CTA finds its own
-// key range from the real length when it runs. Split KV ranges are merged by a second kernel launched as a programmatic
-// dependent of the decode kernel (on sm90 it is resident before the decode grid ends), or, on sm90 with the
-// producer-warp loader where it measured faster (clusterMergePays) and the device holds every unit's cluster at once,
-// inside the decode kernel by a cluster of the unit's chunks through distributed shared memory; the fused merge (the
-// last CTA of each unit merges, counted in self-resetting tagged words of the workspace, no memset) is kept for
-// planDecodeWith, measured slower (NOTES.md).
+// the loader (tensor-map copies for dense FP16/BF16 caches on sm90, cp.async otherwise), the row tiling of the GQA group
+// times query tokens, and the chunk count from host values only (the lengths and the block table stay on the device):
+// each CTA finds its own key range from the real length when it runs. Split KV ranges are merged inside the decode
+// kernel: by the CTA of each unit that finishes last, found through tagged counts in the workspace that it leaves at
+// zero (the fused merge, no memset, no second launch); or, for pairs of chunks on sm90 with the producer-warp loader
+// where the device holds every unit's cluster at once, by a cluster of the two through distributed shared memory
+// (clusterMergePays). A separate merge kernel, launched as a programmatic dependent, is the third mode.
+// FLASHATTN_DECODE_MERGE overrides the choice (measurements, tests).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -165,6 +166,7 @@ struct PlannedKernel {
   Variant variant;         // tileKeys resolved
   int merge = kMergeFused;
   bool clusterWhereFits = false;  // planDecode: the cluster merge where it pays and fits (else `merge`)
+  bool clusterWherever = false;   // with clusterWhereFits: wherever it fits, paying or not (FLASHATTN_DECODE_MERGE)
 };
 
 int32_t packConfig(const PlannedKernel &k) {
@@ -422,16 +424,12 @@ std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const Planne
   return name;
 }
 
-// Whether the library merges `chunks` chunks over a cache of `tiles` key tiles in a cluster rather than with the merge
-// kernel. H200, one call, flashattn-bench per call (NOTES.md, fourth pass): pairs of chunks gain at any length (B8 L8k
-// +3.6%, L32k +1%); 16-chunk clusters gain on short chunks (B1 L8k, 8 tiles each: +5%) and lose on long ones (B1 L64k
-// -4.5%, L128k -8%: a 16-CTA cluster is placed within one GPC, and its CTAs wait for the slowest), so they are taken
-// where the chunk is a few tiles, the saved merge launch being a large part of the call.
-bool clusterMergePays(int64_t chunks, int64_t tiles) {
-  if (chunks < 2 || chunks > kMaxClusterChunks) return false;
-  const int64_t tilesPerChunk = (tiles + chunks - 1) / chunks;
-  return chunks <= 2 || tilesPerChunk <= 8;
-}
+// Whether the library merges `chunks` chunks in a cluster rather than in the kernel through the workspace (the fused
+// merge). H200, one device call each (NOTES.md, fourth and eighth passes): pairs gain in a cluster (B8 L8k: 72.8-73.1
+// us per call against 74.4-75.8 fused); 16-CTA clusters fit only where a board holds every unit's cluster at once (7
+// or 14 clusters of 16 on the H200s measured), and then place some chunks two to an SM, whose CTAs the cluster waits
+// for; the fused merge has neither limit.
+bool clusterMergePays(int64_t chunks) { return chunks == 2; }
 
 bool multiplyFits(std::size_t a, std::size_t b, std::size_t *out) {
   if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a) return false;
@@ -479,7 +477,8 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
   // The cluster merge only where every unit's cluster is resident at once: a cluster that waits for a second wave
   // costs the whole call (B1 L8k 970 GB/s against 1450 with the merge kernel on a board that holds 7 clusters of 16).
-  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.arch() >= 90 && clusterMergePays(chunks, maxChunks) &&
+  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.arch() >= 90 &&
+      (kernel.clusterWherever ? chunks >= 2 && chunks <= kMaxClusterChunks : clusterMergePays(chunks)) &&
       clusterCapacity(shape.rowTilesPerCta, int(chunks)) >= units)
     kernel.merge = kMergeCluster;
   if (kernel.merge == kMergeCluster) {
@@ -513,12 +512,15 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
     plan->workspaceOffset[0] = 0;
     plan->workspaceOffset[1] = alignWorkspace(partialO);
     plan->workspaceOffset[2] = plan->workspaceOffset[1] + alignWorkspace(partialLse);
-    const std::size_t counters = kernel.merge == kMergeFused ? std::size_t(units) * sizeof(unsigned long long) : 0;
-    plan->workspaceBytes = plan->workspaceOffset[2] + alignWorkspace(counters);
+    const bool fused = kernel.merge == kMergeFused;
+    const std::size_t counts = fused ? std::size_t(units) * sizeof(unsigned long long) : 0;
+    const std::size_t flags = fused ? std::size_t(units) * std::size_t(chunks) * sizeof(uint32_t) : 0;
+    plan->workspaceOffset[3] = plan->workspaceOffset[2] + alignWorkspace(counts);
+    plan->workspaceBytes = plan->workspaceOffset[3] + alignWorkspace(flags);
   }
   const bool tensorCores = p.dtype != DType::FP32;
   const char *merge = chunks == 1                     ? ""
-                      : kernel.merge == kMergeFused   ? " merged by the last CTA"
+                      : kernel.merge == kMergeFused   ? " merged in the kernel by the last CTA"
                       : kernel.merge == kMergeCluster ? " merged in a cluster of the chunks"
                                                       : " + merge kernel";
   plan->description =
@@ -555,7 +557,7 @@ cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Pla
   cudaError_t err = buildDecodeParams(p, plan, buf, workspace, &d);
   if (err != cudaSuccess) return err;
   err = launchKernel(d, stream);
-  if (err != cudaSuccess || plan.numChunks == 1 || d.arrivals || d.clusterMerge) return err;
+  if (err != cudaSuccess || plan.numChunks == 1 || d.mergeFlags || d.clusterMerge) return err;
   return launchDecodeMergeKernel(p.dtype, d, dev.arch() >= 90, stream);
 }
 
@@ -594,6 +596,24 @@ PlanCache &planCache() {
   return cache;
 }
 
+// FLASHATTN_DECODE_MERGE, read once: how split KV ranges are merged where the planner would choose. "kernel" (the
+// separate merge kernel), "fused" (in the decode kernel, flags in the workspace), "cluster" (a cluster of the chunks
+// wherever every unit's cluster is resident at once, else the merge kernel); unset or anything else: the planner's
+// choice. For measurements and for the tests that cover every mode; results are the same to rounding in every mode.
+enum class MergeOverride { kAuto, kKernel, kFused, kCluster };
+
+MergeOverride mergeOverride() {
+  static const MergeOverride value = [] {
+    const char *env = std::getenv("FLASHATTN_DECODE_MERGE");
+    if (env == nullptr) return MergeOverride::kAuto;
+    if (std::strcmp(env, "kernel") == 0) return MergeOverride::kKernel;
+    if (std::strcmp(env, "fused") == 0) return MergeOverride::kFused;
+    if (std::strcmp(env, "cluster") == 0) return MergeOverride::kCluster;
+    return MergeOverride::kAuto;
+  }();
+  return value;
+}
+
 bool planDecodeUncached(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (!checkProblem(p, whyNot)) return false;
   const int index = findInstance(p.dtype, p.headDim);
@@ -617,8 +637,14 @@ bool planDecodeUncached(const DeviceInfo &dev, const AttnProblem &p, Plan *plan,
       kernel.variant = libraryVariant(0);
     }
   }
-  kernel.merge = kMergeSeparate;
+  kernel.merge = kMergeFused;
   kernel.clusterWhereFits = true;
+  switch (mergeOverride()) {
+    case MergeOverride::kKernel: kernel.merge = kMergeSeparate, kernel.clusterWhereFits = false; break;
+    case MergeOverride::kFused: kernel.merge = kMergeFused, kernel.clusterWhereFits = false; break;
+    case MergeOverride::kCluster: kernel.clusterWherever = true; break;
+    case MergeOverride::kAuto: break;
+  }
   const Instance &inst = kInstances[index];
   auto occupancy = [&](int rowTiles) { return inst.occupancy(dev, kernel.libraryVariant, rowTiles); };
   auto clusterCapacity = [&](int rowTiles, int size) {
@@ -675,8 +701,10 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
     auto *base = static_cast<unsigned char *>(workspace);
     d.partialO = reinterpret_cast<float *>(base + plan.workspaceOffset[0]);
     d.partialLse = reinterpret_cast<float *>(base + plan.workspaceOffset[1]);
-    if (kernel.merge == kMergeFused)
-      d.arrivals = reinterpret_cast<unsigned long long *>(base + plan.workspaceOffset[2]);
+    if (kernel.merge == kMergeFused) {
+      d.mergeCounts = reinterpret_cast<unsigned long long *>(base + plan.workspaceOffset[2]);
+      d.mergeFlags = reinterpret_cast<uint32_t *>(base + plan.workspaceOffset[3]);
+    }
   }
   d.qBatch = p.q.batch, d.qHead = p.q.head, d.qRow = p.q.row;
   d.kBatch = p.k.batch, d.kHead = p.k.head, d.kRow = p.k.row;

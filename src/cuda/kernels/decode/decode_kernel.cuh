@@ -37,6 +37,7 @@
 #include "core/problem.hpp"
 #include "cuda/kernels/decode/decode_params.hpp"
 #include "cuda/ops.hpp"
+#include "cuda/primitives/gpu_flags.cuh"
 #include "cuda/primitives/primitives.cuh"
 
 namespace flashattn::cuda::decode {
@@ -48,7 +49,7 @@ namespace detail {
 // per CTA, %globaltimer at the kernel's phases for the last kPhaseCalls launches, written to the file named by
 // $FLASHATTN_DECODE_PHASES at exit. Every CTA of a launch reads the same call number: the last CTA to finish advances
 // it, after all have read it.
-constexpr int kPhaseCalls = 320, kPhaseBlocks = 1024, kPhaseSlots = 10;
+constexpr int kPhaseCalls = 320, kPhaseBlocks = 1024, kPhaseSlots = 16;
 static __device__ unsigned long long gPhase[kPhaseCalls][kPhaseBlocks][kPhaseSlots];
 static __device__ unsigned int gPhaseGrid[kPhaseCalls];
 static __device__ unsigned int gPhaseCall, gPhaseDone;
@@ -68,6 +69,7 @@ __device__ __forceinline__ void phaseStore(const unsigned long long (&stamps)[kP
 __device__ __forceinline__ void phaseFinish(unsigned long long (&stamps)[kPhaseSlots]) {
   if (threadIdx.x != 0) return;
   stamps[6] = globalTimer();
+  stamps[15] = clock64();
   phaseStore(stamps);
   const unsigned call = *static_cast<volatile unsigned *>(&gPhaseCall);
   if (blockIdx.x == 0) gPhaseGrid[call % kPhaseCalls] = gridDim.x;
@@ -104,18 +106,22 @@ static void dumpPhases() {
   std::fclose(out);
 }
 // The kernels' hooks: stamps 0 start, 8 barriers set, 9 first copy issued, 1 ring issued, 2 first tile, 3 last tile,
-// 4 epilogue, 5 cluster barrier / arrival counted, 6 end, 7 (tiles << 32 | SM id).
+// 4 epilogue, 5 cluster barrier / flags read, 6 end, 7 (tiles << 32 | SM id), 10 key range found, 11 partial state
+// stored, 12 counted in, 13 merged; 14 and 15 the SM clock (clock64) at the start and the end.
 #define FA_PHASE_BEGIN()                                       \
   unsigned long long phaseStamps[detail::kPhaseSlots] = {}; \
-  phaseStamps[0] = detail::globalTimer()
+  phaseStamps[0] = detail::globalTimer();                   \
+  phaseStamps[14] = clock64()
 #define FA_PHASE(slot) (phaseStamps[slot] = detail::globalTimer())
 #define FA_PHASE_SM(tiles)                                                          \
   do {                                                                              \
     unsigned smid_;                                                                 \
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid_));                             \
     phaseStamps[7] = (unsigned long long)(tiles) << 32 | smid_;                     \
+    phaseStamps[10] = detail::globalTimer();                                        \
   } while (0)
-#define FA_PHASE_PRODUCER_DONE() (phaseStamps[0] = phaseStamps[7] = 0, detail::phaseStore(phaseStamps))
+#define FA_PHASE_PRODUCER_DONE() \
+  (phaseStamps[0] = phaseStamps[7] = phaseStamps[14] = 0, detail::phaseStore(phaseStamps))
 #define FA_PHASE_END() detail::phaseFinish(phaseStamps)
 #define FA_PHASE_SYNC() __syncthreads()
 #else
@@ -511,42 +517,49 @@ __device__ __forceinline__ uint64_t createL2EvictFirstPolicy() {
   return policy;
 }
 
-// O row (4 columns from d) and LSE of one query row from the chunks' partial states, in chunk order: an online merge
-// (running max, rescaled sum and accumulator) in one pass, Batch chunks' loads in flight at a time. A chunk whose LSE
-// is -inf saw no visible key and weighs nothing; a row no chunk saw gets O = 0 and LSE = -inf. The partial states were
-// written by other CTAs of this or an earlier grid, so the loads bypass L1.
+// O row (4 columns from d) and LSE of one query row from the chunks' partial states, in chunk order, Batch chunks at a
+// time: all of a batch's loads in flight, then its largest LSE, then every chunk's weight at once and the sums in chunk
+// order (an online merge per chunk chained a compare, a branch and two exponentials per chunk: ~1 us of the fused
+// merge at 16 chunks, NOTES.md eighth pass). A chunk whose LSE is -inf saw no visible key and weighs nothing; a row no
+// chunk saw gets O = 0 and LSE = -inf. The partial states were written by other CTAs of this or an earlier grid, so
+// the loads bypass L1.
 template <typename Element, int Batch>
 __device__ __forceinline__ void mergeChunksOfRow(const DecodeParams &p, int batch, int64_t head, int token, int d) {
+  // Chunk c's state is c * stateRows rows past chunk 0's: one stride per array, and loads past the last chunk read the
+  // last chunk again (then count as empty), so the loads go out back to back with no branch between them.
   const int64_t stateRows = int64_t(p.batch) * p.heads * p.seqQ;
   const int64_t stateRow0 = (int64_t(batch) * p.heads + head) * p.seqQ + token;
+  const float *lse0 = p.partialLse + stateRow0;
+  const float *o0 = p.partialO + stateRow0 * p.headDim + d;
+  const int64_t oStride = stateRows * p.headDim;
+  const int chunks = p.numChunks;
   float maxLse = negInf();
   float sum = 0.f;
   float a0 = 0.f, a1 = 0.f, a2 = 0.f, a3 = 0.f;
-  for (int c0 = 0; c0 < p.numChunks; c0 += Batch) {
+  for (int c0 = 0; c0 < chunks; c0 += Batch) {
     float l[Batch];
     float4 v[Batch];
 #pragma unroll
     for (int u = 0; u < Batch; ++u) {
-      l[u] = negInf();
-      v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (c0 + u < p.numChunks) {
-        const int64_t stateRow = int64_t(c0 + u) * stateRows + stateRow0;
-        l[u] = __ldcg(p.partialLse + stateRow);
-        v[u] = __ldcg(reinterpret_cast<const float4 *>(p.partialO + stateRow * p.headDim + d));
-      }
+      const int c = min(c0 + u, chunks - 1);
+      l[u] = __ldcg(lse0 + c * stateRows);
+      v[u] = __ldcg(reinterpret_cast<const float4 *>(o0 + c * oStride));
     }
 #pragma unroll
+    for (int u = 0; u < Batch; ++u)
+      if (c0 + u >= chunks) l[u] = negInf();
+    float batchMax = maxLse;
+#pragma unroll
+    for (int u = 0; u < Batch; ++u) batchMax = fmaxf(batchMax, l[u]);
+    if (batchMax == negInf()) continue;  // no chunk so far saw a key
+    const float rescale = expf(maxLse - batchMax);  // 0 while nothing was seen (maxLse = -inf)
+    sum *= rescale, a0 *= rescale, a1 *= rescale, a2 *= rescale, a3 *= rescale;
+    maxLse = batchMax;
+#pragma unroll
     for (int u = 0; u < Batch; ++u) {
-      if (l[u] == negInf()) continue;
-      if (l[u] > maxLse) {
-        const float rescale = expf(maxLse - l[u]);  // 0 for the first chunk seen (maxLse = -inf)
-        a0 *= rescale, a1 *= rescale, a2 *= rescale, a3 *= rescale;
-        sum *= rescale;
-        maxLse = l[u];
-      }
-      const float w = expf(l[u] - maxLse);
-      sum += w;
-      a0 += w * v[u].x, a1 += w * v[u].y, a2 += w * v[u].z, a3 += w * v[u].w;
+      const float weight = expf(l[u] - batchMax);  // 0 for an empty chunk (-inf); independent of the sums
+      sum += weight;
+      a0 += weight * v[u].x, a1 += weight * v[u].y, a2 += weight * v[u].z, a3 += weight * v[u].w;
     }
   }
   float lse = negInf();
@@ -608,58 +621,78 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   const int warp = tid >> 5;
   const int lane = tid & 31;
 
-  // The thread that issues the tensor copies: thread 0, or the producer warp's first lane. It fetches the maps and
-  // sets up the stage barriers first thing, so that both overlap the index arithmetic and the sequence-length load
-  // below instead of delaying the first copy (NOTES.md, seventh pass).
+  // Block -> (row block, chunk, KV head, batch); the row block varies fastest so CTAs sharing K/V run together, except
+  // for the cluster merge, whose clusters are consecutive blocks: the chunk varies fastest there (rank = chunk).
+  int block = int(blockIdx.x);
+  auto splitOff = [&block](const FastDivisor &d) {  // block % d, leaving block / d
+    const int quotient = d.divide(block);
+    const int remainder = d.remainder(block, quotient);
+    block = quotient;
+    return remainder;
+  };
+  int rowBlock = 0, chunk = 0;
+  if (p.clusterMerge) {
+    chunk = splitOff(p.numChunks);
+    rowBlock = splitOff(p.rowBlocks);
+  } else {
+    rowBlock = splitOff(p.rowBlocks);
+    chunk = splitOff(p.numChunks);
+  }
+  const int kvHead = splitOff(p.kvHeads);
+  const int batch = block;
+  // The sequence's length is loaded first: its round trip overlaps the barrier setup below.
+  int seqLenLoaded = p.seqK;
+  if (p.seqlensK) seqLenLoaded = __ldg(p.seqlensK + batch);
+
+  // The thread that issues the tensor copies: thread 0, or the producer warp's first lane. It sets up the stage
+  // barriers and starts fetching the maps first thing, so that both overlap the index arithmetic instead of delaying
+  // the first copy (NOTES.md, seventh and eighth passes). The prefetches come after the barriers' fence, which would
+  // otherwise wait for them.
   constexpr int kIssuer = kProducerWarp ? Warps * 32 : 0;
   if constexpr (kTensor) {
     if (tid == kIssuer) {
-      prefetchTensorMap(&p.kMap);
-      prefetchTensorMap(&p.vMap);
       for (int st = 0; st < Stages; ++st) mbarrierInit(barrierBase + 8u * uint32_t(st), 1u);
       if constexpr (kProducerWarp)
         for (int st = 0; st < Stages; ++st) mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
       fenceBarrierInit();
+      prefetchTensorMap(&p.kMap);
+      prefetchTensorMap(&p.vMap);
       FA_PHASE(8);
     }
   }
 
-  // Block -> (row block, chunk, KV head, batch); the row block varies fastest so CTAs sharing K/V run together, except
-  // for the cluster merge, whose clusters are consecutive blocks: the chunk varies fastest there (rank = chunk).
-  uint32_t block = blockIdx.x;
-  int rowBlock = 0, chunk = 0;
-  if (p.clusterMerge) {
-    chunk = int(block % uint32_t(p.numChunks));
-    block /= uint32_t(p.numChunks);
-    rowBlock = int(block % uint32_t(p.rowBlocks));
-    block /= uint32_t(p.rowBlocks);
-  } else {
-    rowBlock = int(block % uint32_t(p.rowBlocks));
-    block /= uint32_t(p.rowBlocks);
-    chunk = int(block % uint32_t(p.numChunks));
-    block /= uint32_t(p.numChunks);
+  // A consumer warp, idle until the first tile lands, touches every 64-byte line of the parameters: the later phases'
+  // first reads then hit in the SM's constant cache instead of each stalling its warp on a miss.
+  if (warp == Warps - 1) {
+    constexpr int kWords = int(sizeof(DecodeParams) / 4);
+    const int word = lane * 16;
+    if (word < kWords) {
+      const uint32_t touched = reinterpret_cast<const uint32_t *>(&p)[word];
+      asm volatile("" ::"r"(touched));
+    }
   }
-  const int kvHead = int(block % uint32_t(p.kvHeads));
-  const int batch = int(block / uint32_t(p.kvHeads));
 
   // The sequence's used length, clamped so that no key index leaves the cache whatever the index data says.
-  int seqLen = p.seqK;
-  if (p.seqlensK) seqLen = min(max(__ldg(p.seqlensK + batch), 0), p.seqK);
+  const int seqLen = min(max(seqLenLoaded, 0), p.seqK);
   const Mask mask = Mask(p.mask);
 
   // Keys some row of this sequence can see: the visible range is monotone in the query token, so the union over
-  // tokens runs from the first token's lower end to the last token's upper end.
-  const KeyRange firstRange = visibleKeys(mask, p.windowLeft, p.windowRight, 0, p.seqQ, seqLen);
-  const KeyRange lastRange = visibleKeys(mask, p.windowLeft, p.windowRight, p.seqQ - 1, p.seqQ, seqLen);
-  const int64_t unionLo = firstRange.lo > 0 ? firstRange.lo : 0;
-  const int64_t unionHi = lastRange.hi < int64_t(seqLen) - 1 ? lastRange.hi : int64_t(seqLen) - 1;
+  // tokens runs from the first token's lower end to the last token's upper end. Without a mask or window it is the
+  // whole length (no 64-bit range arithmetic on the way to the first copy).
+  int64_t unionLo = 0, unionHi = int64_t(seqLen) - 1;
+  if (mask != Mask::None || p.windowLeft >= 0 || p.windowRight >= 0) {
+    const KeyRange firstRange = visibleKeys(mask, p.windowLeft, p.windowRight, 0, p.seqQ, seqLen);
+    const KeyRange lastRange = visibleKeys(mask, p.windowLeft, p.windowRight, p.seqQ - 1, p.seqQ, seqLen);
+    unionLo = firstRange.lo > 0 ? firstRange.lo : 0;
+    unionHi = lastRange.hi < unionHi ? lastRange.hi : unionHi;
+  }
   const int64_t unionKeys = unionHi >= unionLo ? unionHi - unionLo + 1 : 0;
-  const int64_t tilesTotal = (unionKeys + TileKeys - 1) / TileKeys;
-  const int64_t tileBegin = chunkTileBegin(chunk, tilesTotal, p.numChunks);
-  const int64_t tileEnd = chunkTileBegin(chunk + 1, tilesTotal, p.numChunks);
-  const int numTiles = int(tileEnd - tileBegin);
-  const int keyBegin = int(unionLo + tileBegin * TileKeys);
-  const int keyEnd = int(min(unionLo + tileEnd * TileKeys, unionHi + 1));
+  const int tilesTotal = int((unionKeys + TileKeys - 1) / TileKeys);
+  const int tileBegin = chunkTileBegin(chunk, tilesTotal, p.numChunks);
+  const int tileEnd = chunkTileBegin(chunk + 1, tilesTotal, p.numChunks);
+  const int numTiles = tileEnd - tileBegin;
+  const int keyBegin = int(unionLo + int64_t(tileBegin) * TileKeys);
+  const int keyEnd = int(min(unionLo + int64_t(tileEnd) * TileKeys, unionHi + 1));
   FA_PHASE_SM(numTiles);
 
   const Element *qBase = static_cast<const Element *>(p.q);
@@ -1037,6 +1070,37 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   if (tid == 0) FA_PHASE(4);
 
   constexpr int kQuads = HeadDim / 4;
+  // The key groups' states of one row (local row `localRow`, columns d..d+3) combined: the largest max (log2 units),
+  // the sum rescaled to it and O unnormalized. Every key group is read at once (Warps bounds them), so the chain per
+  // row is one max, one exponential and one multiply-add deep rather than a loop's worth.
+  auto combineKeyGroups = [&](int localRow, int d, float &maxAll, float &total, float4 &o) {
+    const int tile = localRow / kRowsPerTile;
+    const int inTile = localRow - tile * kRowsPerTile;
+    float m[Warps], l[Warps];
+    float4 part[Warps];
+#pragma unroll
+    for (int kg = 0; kg < Warps; ++kg) {
+      const int w = kg * rowTiles + tile;
+      const bool used = kg < p.keyGroups;
+      m[kg] = used ? scratchStats[(w * kRowsPerTile + inTile) * 2] : negInf();
+      l[kg] = used ? scratchStats[(w * kRowsPerTile + inTile) * 2 + 1] : 0.f;
+      part[kg] = used ? *reinterpret_cast<const float4 *>(scratchO + (w * kRowsPerTile + inTile) * kScratchRow + d)
+                      : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    maxAll = negInf();
+#pragma unroll
+    for (int kg = 0; kg < Warps; ++kg) maxAll = fmaxf(maxAll, m[kg]);
+    // A key group that saw no visible key (m = -inf) weighs 0; so does every one of a row nothing saw.
+    const float base = maxAll == negInf() ? 0.f : maxAll;
+    total = 0.f;
+    o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int kg = 0; kg < Warps; ++kg) {
+      const float weight = prim::exp2Fast(m[kg] - base);
+      total += weight * l[kg];
+      o.x += weight * part[kg].x, o.y += weight * part[kg].y, o.z += weight * part[kg].z, o.w += weight * part[kg].w;
+    }
+  };
   if (p.clusterMerge && p.numChunks > 1) {
     // Step 1, in each CTA: its key groups' states combined per row, unnormalized, over the key group 0 slot of the row
     // (each item reads and writes only its own 4 columns there) with (m, l) beside; step 2, after a cluster barrier:
@@ -1050,20 +1114,9 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       if (firstRow + localRow >= p.rows || d >= p.headDim) continue;
       const int tile = localRow / kRowsPerTile;
       const int inTile = localRow - tile * kRowsPerTile;
-      float maxAll = negInf();
-      for (int kg = 0; kg < p.keyGroups; ++kg)
-        maxAll = fmaxf(maxAll, scratchStats[((kg * rowTiles + tile) * kRowsPerTile + inTile) * 2]);
-      float total = 0.f;
-      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (maxAll != negInf()) {
-        for (int kg = 0; kg < p.keyGroups; ++kg) {
-          const int w = kg * rowTiles + tile;
-          const float weight = exp2f(scratchStats[(w * kRowsPerTile + inTile) * 2] - maxAll);
-          total += weight * scratchStats[(w * kRowsPerTile + inTile) * 2 + 1];
-          const float4 part = *reinterpret_cast<const float4 *>(scratchO + (w * kRowsPerTile + inTile) * kScratchRow + d);
-          o.x += weight * part.x, o.y += weight * part.y, o.z += weight * part.z, o.w += weight * part.w;
-        }
-      }
+      float maxAll, total;
+      float4 o;
+      combineKeyGroups(localRow, d, maxAll, total, o);
       *reinterpret_cast<float4 *>(scratchO + (tile * kRowsPerTile + inTile) * kScratchRow + d) = o;
       if (d == 0) clusterStats[localRow * 2] = maxAll, clusterStats[localRow * 2 + 1] = total;
     }
@@ -1128,29 +1181,15 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     const int d = (item - localRow * kQuads) * 4;
     const int row = firstRow + localRow;
     if (row >= p.rows || d >= p.headDim) continue;
-    const int tile = localRow / kRowsPerTile;
-    const int inTile = localRow - tile * kRowsPerTile;
-    float maxAll = negInf();
-    for (int kg = 0; kg < p.keyGroups; ++kg)
-      maxAll = fmaxf(maxAll, scratchStats[((kg * rowTiles + tile) * kRowsPerTile + inTile) * 2]);
+    float maxAll, total;
+    float4 o;
+    combineKeyGroups(localRow, d, maxAll, total, o);
     float o0 = 0.f, o1 = 0.f, o2 = 0.f, o3 = 0.f;
     float lse = negInf();
     if (maxAll != negInf()) {
-      float total = 0.f;
-      for (int kg = 0; kg < p.keyGroups; ++kg) {
-        const int w = kg * rowTiles + tile;
-        const float m = scratchStats[(w * kRowsPerTile + inTile) * 2];
-        const float weight = exp2f(m - maxAll);  // m = -inf gives 0: that warp saw no visible key of this row
-        total += weight * scratchStats[(w * kRowsPerTile + inTile) * 2 + 1];
-        const float4 part = *reinterpret_cast<const float4 *>(scratchO + (w * kRowsPerTile + inTile) * kScratchRow + d);
-        o0 += weight * part.x;
-        o1 += weight * part.y;
-        o2 += weight * part.z;
-        o3 += weight * part.w;
-      }
-      const float inv = 1.f / total;
-      o0 *= inv, o1 *= inv, o2 *= inv, o3 *= inv;
-      lse = (maxAll + log2f(total)) * prim::kLn2;
+      const float inv = __fdividef(1.f, total);  // total >= 1: the largest key group's own sum
+      o0 = o.x * inv, o1 = o.y * inv, o2 = o.z * inv, o3 = o.w * inv;
+      lse = (maxAll + __log2f(total)) * prim::kLn2;
     }
     const int groupHead = row / p.seqQ;
     const int token = row - groupHead * p.seqQ;
@@ -1167,42 +1206,62 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     }
   }
   FA_PHASE_SYNC();
-  if (direct || p.arrivals == nullptr) {
+  if (direct || p.mergeCounts == nullptr) {
     FA_PHASE_END();
     return;
   }
 
-  // Fused merge: the partial state is published (stores, then a device-scope fence) before this CTA counts itself in;
-  // the CTA that completes the count is the last, and after a fence reads them all. The count is a compare-and-swap on
-  // the unit's tagged word (kArrivalTag) so that whatever the word held before this launch reads as zero arrivals,
-  // and the last arrival swaps in zero arrivals for the next launch on this workspace: no reset is ever enqueued.
-  __threadfence();
+  // Fused merge. Once every thread's partial state is stored, thread 0 counts the CTA in on the unit's tagged word with
+  // one release-acquire addition: the CTA that completes the count has every chunk's state visible, merges, and leaves
+  // the word at zero arrivals for the next launch (no memset, no compare-and-swap loop: a CAS count serialized 16
+  // arrivals for several us, NOTES.md seventh pass). A word without the tag held something else before this launch;
+  // every CTA of the unit sees the same high half, and the launch falls back to flags: each CTA raises its own, and
+  // after a sequentially consistent fence reads the unit's. Of two CTAs that both raise and then read, at least one
+  // sees the other's flag, so the last to fence sees them all; one finishing beside it may too, and both then merge,
+  // with the same loads in the same order, writing the same bytes. A merging CTA lowers the flags and tags the word.
   __syncthreads();
+  if (tid == 0) FA_PHASE(11);
+  enum : int { kSkip = 0, kMerge = 1, kUntagged = 2 };
+  volatile int *decision = reinterpret_cast<volatile int *>(validMask);  // the masks are no longer read
   const int unit = (batch * p.kvHeads + kvHead) * p.rowBlocks + rowBlock;
-  volatile int *lastArrival = reinterpret_cast<volatile int *>(validMask);  // the masks are no longer read
   if (tid == 0) {
-    unsigned long long *word = p.arrivals + unit;
-    const uint32_t chunks = uint32_t(p.numChunks);
-    unsigned long long seen = *reinterpret_cast<volatile unsigned long long *>(word);
-    bool last = false;
-    for (;;) {
-      const bool counted = uint32_t(seen >> 32) == kArrivalTag && uint32_t(seen) < chunks;
-      const uint32_t before = counted ? uint32_t(seen) : 0u;
-      last = before + 1u == chunks;
-      const unsigned long long next = kArrivalWordIdle | (last ? 0u : before + 1u);
-      const unsigned long long found = atomicCAS(word, seen, next);
-      if (found == seen) break;
-      seen = found;
+    const unsigned long long seen = prim::atomicAddAcqRelGpu(p.mergeCounts + unit, 1ull);
+    int verdict = kUntagged;
+    const uint32_t chunks = uint32_t(int(p.numChunks));
+    if (uint32_t(seen >> 32) == kMergeTag && uint32_t(seen) < chunks) {
+      const bool last = uint32_t(seen) + 1u == chunks;
+      if (last) prim::storeRelaxedGpu(p.mergeCounts + unit, kMergeCountIdle);
+      verdict = last ? kMerge : kSkip;
     }
-    *lastArrival = last;
+    *decision = verdict;
+    FA_PHASE(12);
   }
   __syncthreads();
+  if (*decision == kUntagged) {
+    __syncthreads();  // every thread has read the decision before warp 0 rewrites it
+    if (warp == 0) {
+      uint32_t *flags = p.mergeFlags + int64_t(unit) * p.numChunks;
+      if (lane == 0) prim::storeReleaseGpu(flags + chunk, kMergeTag);
+      __syncwarp();
+      prim::fenceSeqCstGpu();
+      bool allRaised = true;
+      for (int c = lane; c < p.numChunks; c += 32)
+        allRaised = allRaised && prim::loadRelaxedGpu(flags + c) == kMergeTag;
+      allRaised = __all_sync(0xffffffffu, allRaised);
+      if (allRaised) {
+        prim::fenceAcquireGpu();
+        for (int c = lane; c < p.numChunks; c += 32) prim::storeRelaxedGpu(flags + c, 0u);
+        if (lane == 0) prim::storeRelaxedGpu(p.mergeCounts + unit, kMergeCountIdle);
+      }
+      if (lane == 0) *decision = allRaised ? kMerge : kSkip;
+    }
+    __syncthreads();
+  }
   if (tid == 0) FA_PHASE(5);
-  if (!*lastArrival) {
+  if (*decision != kMerge) {
     FA_PHASE_END();
     return;
   }
-  __threadfence();
   for (int item = tid; item < rowsPerCta * kQuads; item += kThreads) {
     const int localRow = item / kQuads;
     const int d = (item - localRow * kQuads) * 4;
@@ -1212,6 +1271,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     const int token = row - groupHead * p.seqQ;
     mergeChunksOfRow<Element, 16>(p, batch, int64_t(kvHead) * p.groupSize + groupHead, token, d);
   }
+  if (tid == 0) FA_PHASE(13);
   FA_PHASE_SYNC();
   FA_PHASE_END();
 }
@@ -1236,7 +1296,7 @@ __global__ void __launch_bounds__(128) decodeMergeKernel(const __grid_constant__
   rest /= p.seqQ;
   const int64_t head = rest % p.heads;
   const int batch = int(rest / p.heads);
-  detail::mergeChunksOfRow<Element, 32>(p, batch, head, token, d);
+  detail::mergeChunksOfRow<Element, 16>(p, batch, head, token, d);
 }
 
 // One kernel configuration: launch, shared-memory limit, and resident CTAs per SM.

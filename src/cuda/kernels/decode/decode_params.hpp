@@ -15,6 +15,7 @@
 
 #include "core/plan.hpp"
 #include "core/problem.hpp"
+#include "cuda/fast_divisor.hpp"
 
 namespace flashattn::cuda {
 struct DeviceInfo;
@@ -54,9 +55,11 @@ constexpr bool hasProducerWarp(int loader) { return loader >= kLoaderTensorWS; }
 constexpr int ctaThreads(int warps, int loader) { return (warps + (hasProducerWarp(loader) ? 1 : 0)) * 32; }
 
 // How the partial states of a split KV range are combined.
-//   Fused: the last CTA of a (batch, KV head, row block) to finish merges the chunks in chunk order inside the decode
-//     kernel. Arrivals are counted in a tagged 64-bit word per unit in the workspace (ArrivalWord) that the last CTA
-//     leaves at zero arrivals: no memset per call, whatever the workspace held before.
+//   Fused: the decode kernel merges: each CTA publishes its partial state and counts itself in on its unit's tagged
+//     word in the workspace (MergeCount); the CTA that completes the count merges the chunks in chunk order and leaves
+//     the word at zero for the next launch. A word without the tag (a new workspace, or one last used for something
+//     else) sends the launch to flags instead (MergeFlag: the CTA that sees every chunk's flag raised merges, and
+//     tags the word): no memset per call, whatever the workspace held before.
 //   Separate: a merge kernel launched after the decode kernel (as a programmatic dependent on sm90).
 //   Cluster (sm90, <= kMaxClusterChunks chunks): the chunks of a unit are one thread-block cluster; each CTA parks its
 //     warps' states in its shared memory, and after a cluster barrier the CTAs merge a share of the rows each, reading
@@ -64,13 +67,13 @@ constexpr int ctaThreads(int warps, int loader) { return (warps + (hasProducerWa
 enum MergeMode : int { kMergeFused = 0, kMergeSeparate = 1, kMergeCluster = 2 };
 constexpr int kMaxClusterChunks = 16;  // the largest (non-portable) cluster on sm90
 
-// The fused merge's arrival word: tag in the high half, arrivals so far in the low half. A word whose high half is not
-// the tag, or whose count is not below the launch's chunk count, is memory no decode launch has counted in yet (a new
-// workspace, or one last used for something else) and reads as zero arrivals. The tag is a NaN payload no kernel
-// computes (hardware NaNs are canonical), so leftover partial states or LSEs of another plan never look like a count;
-// only a decode launch that never completed could leave a tagged non-zero count, and that loses the CUDA context.
-constexpr uint32_t kArrivalTag = 0x7fd3c0deu;
-constexpr uint64_t kArrivalWordIdle = uint64_t(kArrivalTag) << 32;
+// The fused merge's words. A count word is kMergeTag in its high half and the arrivals so far in its low half; every
+// launch leaves it at kMergeCountIdle. A flag ([unit][chunk]) is kMergeTag when raised, anything else when lowered;
+// a launch that raises flags lowers them all before it ends. The tag is a NaN payload no kernel computes (hardware
+// NaNs are canonical), so leftover partial states or LSEs of another plan never read as a tagged word; only a launch
+// that never completed could leave a count or a raised flag behind, and that loses the CUDA context.
+constexpr uint32_t kMergeTag = 0x7fd3c0deu;
+constexpr unsigned long long kMergeCountIdle = static_cast<unsigned long long>(kMergeTag) << 32;
 
 // One compiled kernel configuration. tileKeys 0 means defaultTileKeys of the instance.
 struct Variant {
@@ -161,59 +164,70 @@ struct TensorMapSlots {
   int8_t rank = 4;
 };
 
+// The kernel reads its parameters through the constant cache, one miss per line first touched, and each miss stalls the
+// warp: the fields each phase reads are kept together, in the order the phases run (the prologue's and Q's in the 128
+// bytes before the tensor maps; NOTES.md eighth pass).
 struct DecodeParams {
+  // Prologue: which unit and chunk (block index divided without a division instruction), its key range, the first
+  // copies; then Q and the rows' masks.
+  const int32_t *seqlensK = nullptr;
+  int64_t windowLeft = -1;
+  int64_t windowRight = -1;
+  FastDivisor numChunks = 1;
+  FastDivisor rowBlocks = 1;  // CTAs along the rows of one (batch, KV head)
+  FastDivisor kvHeads = 1;    // effective: 1 when K and V broadcast one head (head stride 0)
+  int32_t seqK = 0;           // capacity; per-sequence lengths are clamped to it
+  int32_t seqQ = 0;
+  int32_t mask = 0;  // flashattn::Mask
+  int32_t rowTilesPerCta = 1;
+  TensorMapSlots kSlots, vSlots;
+  bool evictFirst = false;    // tensor loader: K/V copies carry an L2 evict-first policy (streamed once)
+  bool clusterMerge = false;  // kMergeCluster: launched in clusters of numChunks CTAs, the chunk varying fastest
+  const void *q = nullptr;
+  int64_t qBatch = 0, qHead = 0, qRow = 0;
+  int32_t groupSize = 0;  // heads / kvHeads
+  int32_t rows = 0;       // groupSize * seqQ rows per (batch, KV head)
+
   CUtensorMap kMap = {};  // tensor loader only (otherwise not read)
   CUtensorMap vMap = {};
-  TensorMapSlots kSlots, vSlots;
-  const void *q = nullptr;
+
+  // The main loop: the consumers' split, scores, the other loaders, ALiBi.
+  int32_t keyGroups = 4;  // warps sharing one row tile, each taking every keyGroups-th 16-key sub-tile
+  int32_t headDim = 0;    // the problem's; the instance may be wider (zero-filled columns)
+  float scale = 1.f;
+  float softcap = 0.f;
   const void *k = nullptr;
   const void *v = nullptr;
-  void *o = nullptr;
-  float *lse = nullptr;         // nullptr: no LSE output
-  float *partialO = nullptr;    // numChunks > 1: [chunk][batch][heads][seqQ][headDim] FP32
-  float *partialLse = nullptr;  // numChunks > 1: [chunk][batch][heads][seqQ]
-  unsigned long long *arrivals = nullptr;  // fused merge: [batch][kvHeads][rowBlocks] arrival words (kArrivalTag)
-  bool evictFirst = false;  // tensor loader: K/V copies carry an L2 evict-first policy (streamed once)
-  bool clusterMerge = false;  // kMergeCluster: launched in clusters of numChunks CTAs, the chunk varying fastest
-
-  int64_t qBatch = 0, qHead = 0, qRow = 0;
   int64_t kBatch = 0, kHead = 0, kRow = 0;  // paged: kBatch is the page stride, kRow the row stride in a page
   int64_t vBatch = 0, vHead = 0, vRow = 0;
-  int64_t oBatch = 0, oHead = 0, oRow = 0;
-  int64_t lseBatch = 0, lseHead = 0, lseRow = 0;
-
-  int32_t batch = 0;
-  int32_t heads = 0;
-  int32_t kvHeads = 0;    // effective: 1 when K and V broadcast one head (head stride 0)
-  int32_t groupSize = 0;  // heads / kvHeads
-  int32_t seqQ = 0;
-  int32_t seqK = 0;       // capacity; per-sequence lengths are clamped to it
-  int32_t headDim = 0;    // the problem's; the instance may be wider (zero-filled columns)
-  int32_t rows = 0;       // groupSize * seqQ rows per (batch, KV head)
-  int32_t rowTilesPerCta = 1;
-  int32_t keyGroups = 4;  // warps sharing one row tile, each taking every keyGroups-th 16-key sub-tile
-  int32_t rowBlocks = 1;  // CTAs along the rows of one (batch, KV head)
-  int32_t numChunks = 1;
-
-  const int32_t *seqlensK = nullptr;
+  const float *alibiSlopes = nullptr;
+  int64_t alibiBatchStride = 0;
   bool paged = false;
-  const int32_t *blockTable = nullptr;
   int32_t pageSize = 0;
+  const int32_t *blockTable = nullptr;
   int32_t maxPagesPerSeq = 0;
   int64_t numPages = 0;
 
-  float scale = 1.f;
-  float softcap = 0.f;
-  int32_t mask = 0;  // flashattn::Mask
-  int64_t windowLeft = -1;
-  int64_t windowRight = -1;
-  const float *alibiSlopes = nullptr;
-  int64_t alibiBatchStride = 0;
+  // Epilogue and merge.
+  int32_t batch = 0;
+  int32_t heads = 0;
+  float *partialO = nullptr;    // numChunks > 1: [chunk][batch][heads][seqQ][headDim] FP32
+  float *partialLse = nullptr;  // numChunks > 1: [chunk][batch][heads][seqQ]
+  unsigned long long *mergeCounts = nullptr;  // fused merge: [batch][kvHeads][rowBlocks] tagged counts (kMergeTag)
+  uint32_t *mergeFlags = nullptr;             // fused merge: [batch][kvHeads][rowBlocks][numChunks] flags (kMergeTag)
+  void *o = nullptr;
+  float *lse = nullptr;  // nullptr: no LSE output
+  int64_t oBatch = 0, oHead = 0, oRow = 0;
+  int64_t lseBatch = 0, lseHead = 0, lseRow = 0;
 };
+static_assert(offsetof(DecodeParams, kMap) == 128, "the prologue's and Q's fields fill the 128 bytes before the maps");
 
-// Chunk c of numChunks over `tiles` key tiles: tiles [c * tiles / n, (c + 1) * tiles / n), sizes differing by <= 1.
-__host__ __device__ inline int64_t chunkTileBegin(int64_t chunk, int64_t tiles, int64_t numChunks) {
-  return chunk * tiles / numChunks;
+// Chunk c of numChunks over `tiles` key tiles: the first tiles % n chunks take one tile more than the others. In 32
+// bits (tiles < 2^26: the planner caps the cache at INT32_MAX keys) and without a division instruction.
+__host__ __device__ inline int chunkTileBegin(int chunk, int tiles, const FastDivisor &numChunks) {
+  const int share = numChunks.divide(tiles);
+  const int extra = numChunks.remainder(tiles, share);
+  return chunk * share + (chunk < extra ? chunk : extra);
 }
 
 // A kernel of one element type, instance head dim and variant, launched as planned; and its resident CTAs per SM.
