@@ -494,7 +494,12 @@ TEST(DecodeSupport, WorkspaceIsExact) {
   ASSERT_EQ(f.run(4, &bytes), FLASHATTN_STATUS_SUCCESS) << lastError();
   const size_t rows = size_t(4 * c.batch * c.heads * c.sq);
   auto align = [](size_t x) { return (x + 255) / 256 * 256; };
-  EXPECT_EQ(bytes, align(rows * size_t(c.headDim) * 4) + align(rows * 4));
+  // Partial O and LSE of the 4 chunks; then, unless the separate merge kernel is asked for, the fused merge's tagged
+  // count per unit (batch x KV heads; the 12 rows of a KV head fit one CTA) and a flag per unit and chunk.
+  const char *merge = std::getenv("FLASHATTN_DECODE_MERGE");
+  const size_t units = size_t(c.batch * c.kvHeads);
+  const size_t fusedWords = merge && std::string(merge) == "kernel" ? 0 : align(units * 8) + align(units * 4 * 4);
+  EXPECT_EQ(bytes, align(rows * size_t(c.headDim) * 4) + align(rows * 4) + fusedWords);
   f.poisonOutputs();
   const std::vector<uint8_t> before = f.rawO();
   EXPECT_EQ(f.run(4, nullptr, 1), FLASHATTN_STATUS_INSUFFICIENT_WORKSPACE);
