@@ -621,6 +621,24 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   const int warp = tid >> 5;
   const int lane = tid & 31;
 
+  // The thread that issues the tensor copies: thread 0, or the producer warp's first lane. It sets up the stage
+  // barriers and starts fetching the maps first thing, so that both overlap the index arithmetic instead of delaying
+  // the first copy (NOTES.md, seventh and eighth passes). The prefetches come after the barriers' fence, which would
+  // otherwise wait for them. (Placed after the block arithmetic, this block was compiled into warp-uniform
+  // instructions that racecheck reads as another thread's writes.)
+  constexpr int kIssuer = kProducerWarp ? Warps * 32 : 0;
+  if constexpr (kTensor) {
+    if (tid == kIssuer) {
+      for (int st = 0; st < Stages; ++st) mbarrierInit(barrierBase + 8u * uint32_t(st), 1u);
+      if constexpr (kProducerWarp)
+        for (int st = 0; st < Stages; ++st) mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
+      fenceBarrierInit();
+      prefetchTensorMap(&p.kMap);
+      prefetchTensorMap(&p.vMap);
+      FA_PHASE(8);
+    }
+  }
+
   // Block -> (row block, chunk, KV head, batch); the row block varies fastest so CTAs sharing K/V run together, except
   // for the cluster merge, whose clusters are consecutive blocks: the chunk varies fastest there (rank = chunk).
   int block = int(blockIdx.x);
@@ -640,26 +658,9 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   }
   const int kvHead = splitOff(p.kvHeads);
   const int batch = block;
-  // The sequence's length is loaded first: its round trip overlaps the barrier setup below.
+  // The sequence's length goes out before the rest of the range arithmetic, which its round trip then overlaps.
   int seqLenLoaded = p.seqK;
   if (p.seqlensK) seqLenLoaded = __ldg(p.seqlensK + batch);
-
-  // The thread that issues the tensor copies: thread 0, or the producer warp's first lane. It sets up the stage
-  // barriers and starts fetching the maps first thing, so that both overlap the index arithmetic instead of delaying
-  // the first copy (NOTES.md, seventh and eighth passes). The prefetches come after the barriers' fence, which would
-  // otherwise wait for them.
-  constexpr int kIssuer = kProducerWarp ? Warps * 32 : 0;
-  if constexpr (kTensor) {
-    if (tid == kIssuer) {
-      for (int st = 0; st < Stages; ++st) mbarrierInit(barrierBase + 8u * uint32_t(st), 1u);
-      if constexpr (kProducerWarp)
-        for (int st = 0; st < Stages; ++st) mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
-      fenceBarrierInit();
-      prefetchTensorMap(&p.kMap);
-      prefetchTensorMap(&p.vMap);
-      FA_PHASE(8);
-    }
-  }
 
   // A consumer warp, idle until the first tile lands, touches every 64-byte line of the parameters: the later phases'
   // first reads then hit in the SM's constant cache instead of each stalling its warp on a miss.
