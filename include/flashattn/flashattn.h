@@ -558,7 +558,10 @@ FLASHATTN_API flashAttnStatus_t flashAttnGetSeqPaged(flashAttnSeqDescriptor_t de
  *   the workspace to 256 bytes. NULL is allowed only for optional outputs (LSE) and a zero-byte workspace.
  * - Outputs must not overlap inputs.
  * - The workspace size returned by the `...GetWorkspaceSize` twin with the same arguments is exactly what the
- *   operation needs; less gives ::FLASHATTN_STATUS_INSUFFICIENT_WORKSPACE, more is fine.
+ *   operation needs; less gives ::FLASHATTN_STATUS_INSUFFICIENT_WORKSPACE, more is fine. Its contents on entry do
+ *   not matter and need no clearing (a never-written workspace is fine); an operation may leave data in it (the
+ *   decode leaves its merge counters at rest for the next call). One workspace must not serve two operations that
+ *   can run at the same time (on different streams).
  * - Status values returned by every operation: ::FLASHATTN_STATUS_SUCCESS;
  *   ::FLASHATTN_STATUS_NOT_INITIALIZED (NULL, destroyed or unset handle or descriptor);
  *   ::FLASHATTN_STATUS_BAD_PARAM (shapes, types, strides, pointers or attributes invalid, the message says which);
@@ -739,7 +742,10 @@ FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunkGetWorkspaceSize(
  * \param[in]  lseDesc        LSE descriptor or NULL.
  * \param[out] lse            LSE data or NULL.
  * \param[in]  numChunks      0 = automatic, else >= 1.
- * \param[in]  workspace      scratch memory for the partial states.
+ * \param[in]  workspace      scratch memory for the partial states and the merge's counters (any contents; on a
+ *                            never-written workspace compute-sanitizer's initcheck reports the first call's reads
+ *                            of the counters, which that call reads as empty: write the workspace once to silence
+ *                            it).
  * \param[in]  workspaceBytes size of \p workspace.
  * \return see the group description.
  */
