@@ -557,7 +557,7 @@ cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Pla
   cudaError_t err = buildDecodeParams(p, plan, buf, workspace, &d);
   if (err != cudaSuccess) return err;
   err = launchKernel(d, stream);
-  if (err != cudaSuccess || plan.numChunks == 1 || d.mergeFlags || d.clusterMerge) return err;
+  if (err != cudaSuccess || plan.numChunks == 1 || d.mergeCounts || d.clusterMerge) return err;
   return launchDecodeMergeKernel(p.dtype, d, dev.arch() >= 90, stream);
 }
 
@@ -597,8 +597,8 @@ PlanCache &planCache() {
 }
 
 // FLASHATTN_DECODE_MERGE, read once: how split KV ranges are merged where the planner would choose. "kernel" (the
-// separate merge kernel), "fused" (in the decode kernel, flags in the workspace), "cluster" (a cluster of the chunks
-// wherever every unit's cluster is resident at once, else the merge kernel); unset or anything else: the planner's
+// separate merge kernel), "fused" (in the decode kernel, tagged counts in the workspace), "cluster" (a cluster of the
+// chunks wherever every unit's cluster is resident at once, else fused); unset or anything else: the planner's
 // choice. For measurements and for the tests that cover every mode; results are the same to rounding in every mode.
 enum class MergeOverride { kAuto, kKernel, kFused, kCluster };
 

@@ -106,7 +106,7 @@ static void dumpPhases() {
   std::fclose(out);
 }
 // The kernels' hooks: stamps 0 start, 8 barriers set, 9 first copy issued, 1 ring issued, 2 first tile, 3 last tile,
-// 4 epilogue, 5 cluster barrier / flags read, 6 end, 7 (tiles << 32 | SM id), 10 key range found, 11 partial state
+// 4 epilogue, 5 cluster barrier / merge decided, 6 end, 7 (tiles << 32 | SM id), 10 key range found, 11 partial state
 // stored, 12 counted in, 13 merged; 14 and 15 the SM clock (clock64) at the start and the end.
 #define FA_PHASE_BEGIN()                                       \
   unsigned long long phaseStamps[detail::kPhaseSlots] = {}; \
