@@ -506,6 +506,58 @@ TEST(DecodeSupport, WorkspaceIsExact) {
   EXPECT_TRUE(f.rawO() == before);
 }
 
+// Whatever the workspace holds when a call starts (zeros, random bytes, what a call of another chunk count left there),
+// the result is the same bytes: the fused merge's counts read anything untagged as "not counted" and take the flag path
+// for that call, and leave the words at rest for the next. 16 chunks of a dense BF16 cache: the fused merge on any GPU.
+TEST(DecodeSupport, WorkspaceContentsDoNotMatter) {
+  DecodeCase c;
+  c.name = "workspace_contents";
+  c.dtype = FLASHATTN_DATA_BF16, c.batch = 2, c.heads = 8, c.kvHeads = 2, c.cap = 2048, c.lens = {2048, 1500};
+  c.seed = 41;
+  DecodeFixture f(c);
+  const int32_t chunks = 16;
+  size_t bytes = 0;
+  ASSERT_EQ(flashAttnDecodeChunkGetWorkspaceSize(f.handle(), f.attn(), f.seqDesc(), f.q(), f.k(), f.v(), f.o(),
+                                                 f.lseDescOrNull(), chunks, &bytes),
+            FLASHATTN_STATUS_SUCCESS)
+      << lastError();
+  size_t otherBytes = 0;
+  ASSERT_EQ(flashAttnDecodeChunkGetWorkspaceSize(f.handle(), f.attn(), f.seqDesc(), f.q(), f.k(), f.v(), f.o(),
+                                                 f.lseDescOrNull(), 5, &otherBytes),
+            FLASHATTN_STATUS_SUCCESS);
+  DeviceBuffer ws(std::max(bytes, otherBytes));
+  auto call = [&](int32_t n, size_t size) {
+    return flashAttnDecodeChunk(f.handle(), f.attn(), f.seqDesc(), f.q(), f.qPtr(), f.k(), f.kPtr(), f.v(), f.vPtr(),
+                                f.o(), f.oPtr(), f.lseDescOrNull(), f.lsePtr(), n, ws.ptr, size);
+  };
+  std::mt19937_64 rng(7);
+  std::vector<uint8_t> noise(ws.bytes);
+  for (uint8_t &b : noise) b = uint8_t(rng());
+  std::vector<uint8_t> firstO, firstL;
+  const char *fills[] = {"zeros", "random bytes", "the previous call's words", "another chunk count's leftovers"};
+  for (int fill = 0; fill < 4; ++fill) {
+    SCOPED_TRACE(fills[fill]);
+    if (fill == 0) FA_CUDA_CHECK(cudaMemset(ws.ptr, 0, ws.bytes));
+    if (fill == 1) FA_CUDA_CHECK(cudaMemcpy(ws.ptr, noise.data(), ws.bytes, cudaMemcpyHostToDevice));
+    if (fill == 3) {
+      ASSERT_EQ(call(5, otherBytes), FLASHATTN_STATUS_SUCCESS) << lastError();
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    f.poisonOutputs();
+    ASSERT_EQ(call(chunks, bytes), FLASHATTN_STATUS_SUCCESS) << lastError();
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    if (fill == 0) {
+      bool pass = false;
+      const std::string text = f.check(&pass);
+      EXPECT_TRUE(pass) << text;
+      firstO = f.rawO(), firstL = f.rawLse();
+      continue;
+    }
+    EXPECT_TRUE(f.rawO() == firstO) << "O differs from the call on a zeroed workspace";
+    EXPECT_TRUE(f.rawLse() == firstL) << "LSE differs from the call on a zeroed workspace";
+  }
+}
+
 // The backend reuses the plan of a problem equal in every field to one planned before on the thread (a decode loop
 // asks for the same plan each step). Two problems of the same shapes that differ in their attention attributes, and
 // chunk counts that change call to call, must each get their own plan and result; a descriptor changed into an
