@@ -2,9 +2,11 @@
 // -DFLASHATTN_DECODE_PHASES (per-CTA %globaltimer stamps, dumped to $FLASHATTN_DECODE_PHASES at exit) and times, on
 // the bench's shape (GQA 32/8, D128, bf16, one token, inputs rotated over >= 512 MB):
 //   lib    flashAttnDecodeChunk: per call (events), back to back, graph of 30
-//   empty  an empty kernel of the decode's grid / block / smem / 640-byte params, with and without a 16-CTA cluster
+//   empty  an empty kernel of the decode's grid / block / smem / 640-byte params, with and without a 16-CTA cluster,
+//          and launched through the driver API (cuLaunchKernel) beside <<<>>>
 //   stream the decode's bytes read by 1D bulk copies into a 3-stage 32 KB ring, no math (the floor of a one-wave read)
 // usage: driver B L [chunks] [lengths 0|1] [what: lib,empty,stream]; bench/decode_phases/run.sh builds and runs it.
+#include <cuda.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -361,6 +363,34 @@ int main(int argc, char **argv) {
       const double host = hostTime(call, index);
       std::printf("EMPTY cluster %d: per-call %.2f us, back-to-back %.2f us, graph %.2f us, host %.2f us\n", cluster, pc,
                   bb, gr, host);
+    }
+    // The same launch through the driver API (cuLaunchKernel on the runtime's handle of the kernel), to see what the
+    // runtime's launch path adds.
+    {
+      void *entry = nullptr;
+      cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+      CK(cudaGetDriverEntryPointByVersion("cuLaunchKernel", &entry, 12000, cudaEnableDefault, &found));
+      using LaunchFn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                                    CUstream, void **, void **);
+      const auto launchKernel = reinterpret_cast<LaunchFn>(entry);
+      cudaFunction_t fn = nullptr;
+      CK(cudaGetFuncBySymbol(&fn, reinterpret_cast<const void *>(emptyKernel)));
+      auto call = [&](int) {
+        void *args[] = {&big};
+        if (launchKernel(reinterpret_cast<CUfunction>(fn), blocks, 1, 1, 160, 1, 1, smemBytes, stream, args,
+                         nullptr) != CUDA_SUCCESS) {
+          std::fprintf(stderr, "cuLaunchKernel failed\n");
+          std::exit(2);
+        }
+      };
+      int index = 0;
+      const double pc = perCall(call, index), bb = backToBack(call, index);
+      std::printf("EMPTY driver API: per-call %.2f us, back-to-back %.2f us, host %.2f us\n", pc, bb,
+                  hostTime(call, index));
+      auto plain = [&](int) { emptyKernel<<<blocks, 160, smemBytes, stream>>>(big); };
+      const double ppc = perCall(plain, index), pbb = backToBack(plain, index);
+      std::printf("EMPTY <<<>>>: per-call %.2f us, back-to-back %.2f us, host %.2f us\n", ppc, pbb,
+                  hostTime(plain, index));
     }
     auto none = [&](int) {};
     int index = 0;

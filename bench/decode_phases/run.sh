@@ -25,7 +25,7 @@ run() { # tag "ENV=.. ENV=.." args...
   rm -f $OUT/ph_$tag.txt
   env ${envs//,/ } FLASHATTN_DECODE_PHASES=$OUT/ph_$tag.txt timeout 120 $B/driver "$@" > $OUT/drv_$tag.log 2>&1
   echo "== $B $tag: $envs driver $* rc=$?" >> $S
-  grep -E "^(LIB|EMPTY|EVENTS|STREAM|STAMPS|MAXCLUSTERS)|error|rror" $OUT/drv_$tag.log | cut -c1-150 >> $S
+  grep -E "^(LIB|HOST|EMPTY|EVENTS|STREAM|STAMPS|MAXCLUSTERS)|error|rror" $OUT/drv_$tag.log | cut -c1-150 >> $S
   grep -oE "[0-9]+ KV chunks[^,]*" $OUT/drv_$tag.log >> $S
   [ -f $OUT/ph_$tag.txt ] && python3 bench/decode_phases/analyze.py $OUT/ph_$tag.txt $OUT/drv_$tag.log 2>&1 >> $S
   rm -f $OUT/ph_$tag.txt $OUT/drv_$tag.log
