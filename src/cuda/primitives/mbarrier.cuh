@@ -2,6 +2,8 @@
 // named barriers between warpgroups, the generic-to-async proxy fence, and setmaxnreg register reconfiguration.
 //
 // Every barrier argument is a 32-bit shared-memory address (prim::smemAddress / __cvta_generic_to_shared).
+// init, arrive and the cp.async arrival exist from sm80; what needs sm90 traps when a kernel that also compiles for
+// older targets (the decode family's instances) reaches it there, which its planner never lets happen.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +18,11 @@ __device__ __forceinline__ void mbarrierInit(uint32_t barrier, uint32_t arrivals
 // Makes initialised barriers visible to the other threads (and to the async proxy) before the CTA-wide sync that
 // follows the initialisation.
 __device__ __forceinline__ void fenceBarrierInit() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+#else
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
 }
 
 // Release-arrive: the caller's earlier shared-memory writes are visible to whoever observes the completed phase.
@@ -29,9 +35,22 @@ __device__ __forceinline__ void mbarrierArrive(uint32_t barrier) {
       : "memory");
 }
 
+// One arrival that also announces the bytes the phase's copies (cp.async.bulk) will deliver.
+__device__ __forceinline__ void mbarrierArriveExpectTx(uint32_t barrier, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+#else
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+#endif
+}
+
 // True once the phase with the given parity has completed. A freshly initialised barrier is in phase 0, so waiting
 // for parity 1 succeeds at once: producers start with parity 1 on their "slot empty" barriers.
 __device__ __forceinline__ bool mbarrierTryWait(uint32_t barrier, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+  return true;
+#else
   uint32_t done;
   asm volatile(
       "{\n"
@@ -43,6 +62,7 @@ __device__ __forceinline__ bool mbarrierTryWait(uint32_t barrier, uint32_t parit
       : "r"(barrier), "r"(parity)
       : "memory");
   return done != 0;
+#endif
 }
 
 // Acquire-wait (try_wait suspends the thread for a while inside the instruction, so the loop does not spin hot).
@@ -70,7 +90,11 @@ __device__ __forceinline__ void namedBarrierArrive(uint32_t id, uint32_t threads
 // Orders this thread's earlier generic-proxy shared-memory accesses (ordinary stores, completed cp.async copies)
 // before later async-proxy accesses (wgmma operand reads, bulk copies) that a barrier hands over.
 __device__ __forceinline__ void fenceProxyAsyncShared() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+#else
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
 }
 
 // Warpgroup-wide register reconfiguration (sm_90a): every warp of the warpgroup executes it. Takes effect only when

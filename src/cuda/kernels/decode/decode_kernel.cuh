@@ -38,6 +38,7 @@
 #include "cuda/kernels/decode/decode_params.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/primitives/gpu_flags.cuh"
+#include "cuda/primitives/mbarrier.cuh"
 #include "cuda/primitives/primitives.cuh"
 
 namespace flashattn::cuda::decode {
@@ -345,62 +346,8 @@ struct KeyOffsets {
   int64_t v;
 };
 
-// Hopper tensor copies and mbarriers (sm90). Older targets trap: the planner picks the tensor loader only on sm90+, and
-// every instance still compiles for each architecture of the build.
-__device__ __forceinline__ void mbarrierInit(uint32_t barrier, uint32_t arrivals) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
-#else
-  __trap();
-#endif
-}
-
-// Makes the initialized barriers visible to the copy engine (the async proxy) before the first copy names them.
-__device__ __forceinline__ void fenceBarrierInit() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-#else
-  __trap();
-#endif
-}
-
-// Orders this thread's earlier ordinary shared-memory stores before later copy-engine writes to the same bytes.
-__device__ __forceinline__ void fenceProxyAsyncShared() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#else
-  __trap();
-#endif
-}
-
-// One arrival that also announces the bytes the phase's copies will deliver.
-__device__ __forceinline__ void mbarrierArriveExpectTx(uint32_t barrier, uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
-#else
-  __trap();
-#endif
-}
-
-__device__ __forceinline__ bool mbarrierTryWait(uint32_t barrier, uint32_t parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t done = 0;
-  asm volatile(
-      "{\n"
-      ".reg .pred complete;\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 complete, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, complete;\n"
-      "}\n"
-      : "=r"(done)
-      : "r"(barrier), "r"(parity)
-      : "memory");
-  return done != 0;
-#else
-  __trap();
-  return true;
-#endif
-}
-
+// Hopper tensor copies (sm90; the mbarriers they complete on are prim's). Older targets trap: the planner picks the
+// tensor loader only on sm90+, and every instance still compiles for each architecture of the build.
 __device__ __forceinline__ void prefetchTensorMap(const CUtensorMap *tensorMap) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(tensorMap)) : "memory");
@@ -447,15 +394,6 @@ __device__ __forceinline__ void tensorCopy5d(uint32_t destination, const CUtenso
       "[%7];\n" ::"r"(destination),
       "l"(reinterpret_cast<uint64_t>(tensorMap)), "r"(0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(barrier)
       : "memory");
-#else
-  __trap();
-#endif
-}
-
-// A plain arrival (release: this warp's reads of the stage are done before the producer refills it).
-__device__ __forceinline__ void mbarrierArrive(uint32_t barrier) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
 #else
   __trap();
 #endif
@@ -629,10 +567,10 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   constexpr int kIssuer = kProducerWarp ? Warps * 32 : 0;
   if constexpr (kTensor) {
     if (tid == kIssuer) {
-      for (int st = 0; st < Stages; ++st) mbarrierInit(barrierBase + 8u * uint32_t(st), 1u);
+      for (int st = 0; st < Stages; ++st) prim::mbarrierInit(barrierBase + 8u * uint32_t(st), 1u);
       if constexpr (kProducerWarp)
-        for (int st = 0; st < Stages; ++st) mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
-      fenceBarrierInit();
+        for (int st = 0; st < Stages; ++st) prim::mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
+      prim::fenceBarrierInit();
       prefetchTensorMap(&p.kMap);
       prefetchTensorMap(&p.vMap);
       FA_PHASE(8);
@@ -661,17 +599,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   // The sequence's length goes out before the rest of the range arithmetic, which its round trip then overlaps.
   int seqLenLoaded = p.seqK;
   if (p.seqlensK) seqLenLoaded = __ldg(p.seqlensK + batch);
-
-  // A consumer warp, idle until the first tile lands, touches every 64-byte line of the parameters: the later phases'
-  // first reads then hit in the SM's constant cache instead of each stalling its warp on a miss.
-  if (warp == Warps - 1) {
-    constexpr int kWords = int(sizeof(DecodeParams) / 4);
-    const int word = lane * 16;
-    if (word < kWords) {
-      const uint32_t touched = reinterpret_cast<const uint32_t *>(&p)[word];
-      asm volatile("" ::"r"(touched));
-    }
-  }
 
   // The sequence's used length, clamped so that no key index leaves the cache whatever the index data says.
   const int seqLen = min(max(seqLenLoaded, 0), p.seqK);
@@ -766,7 +693,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       validMask[slot * 2] = present >= 32 ? 0xffffffffu : (1u << present) - 1u;
       validMask[slot * 2 + 1] = present >= 64 ? 0xffffffffu : present > 32 ? (1u << (present - 32)) - 1u : 0u;
     }
-    mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
+    prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
     const uint32_t kTile = prim::smemAddress(kvSmem + slot * 2 * kStageHalf);
     const uint32_t vTile = kTile + uint32_t(kStageHalf * kElementBytes);
     // The box dimension of a rank-5 map (the one not named) takes coordinate 0.
@@ -975,7 +902,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
           const int slot = x % Stages;
           // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
           const uint32_t parity = uint32_t(x / Stages - 1) & 1u;
-          while (!mbarrierTryWait(emptyBase + 8u * uint32_t(slot), parity)) {
+          while (!prim::mbarrierTryWait(emptyBase + 8u * uint32_t(slot), parity)) {
           }
           issueTensor(x);
         }
@@ -987,12 +914,12 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       for (int it = 0; it < numTiles; ++it) {
         const int slot = it % Stages;
         const uint32_t parity = uint32_t(it / Stages) & 1u;
-        while (!mbarrierTryWait(barrierBase + 8u * uint32_t(slot), parity)) {
+        while (!prim::mbarrierTryWait(barrierBase + 8u * uint32_t(slot), parity)) {
         }
         if (it == 0 && tid == 0) FA_PHASE(2);
         if (computes) consume(it, slot, tilePresence(it));
         __syncwarp();
-        if (lane == 0) mbarrierArrive(emptyBase + 8u * uint32_t(slot));
+        if (lane == 0) prim::mbarrierArrive(emptyBase + 8u * uint32_t(slot));
       }
       if (tid == 0) FA_PHASE(3);
     }
@@ -1008,7 +935,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       if (it == 0) engine.loadQ();
       const int slot = it % Stages;
       const uint32_t parity = uint32_t(it / Stages) & 1u;
-      while (!mbarrierTryWait(barrierBase + 8u * uint32_t(slot), parity)) {
+      while (!prim::mbarrierTryWait(barrierBase + 8u * uint32_t(slot), parity)) {
       }
       const int tileKey0 = keyBegin + it * TileKeys;
       if (tileKey0 + TileKeys > keyEnd) {
