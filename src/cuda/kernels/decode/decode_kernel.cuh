@@ -206,7 +206,10 @@ struct MmaEngine {
     }
   }
 
-  // s[n][.] = Q K^T for the 16 keys starting at kTile (two n8 tiles).
+  // s[n][.] = Q K^T for the 16 keys starting at kTile (two n8 tiles). Up to head dim 128 the k-steps accumulate in
+  // kScoreChains chains (k-step kk in chain kk % kScoreChains) summed at the end: one chain of kKSteps dependent mma
+  // per tile paces a short chunk (NOTES.md, ninth pass); wider heads have no registers to spare at 2 CTAs/SM.
+  static constexpr int kScoreChains = HeadDim <= 128 ? 2 : 1;
   __device__ __forceinline__ void scores(const Element *kTile, int lane, float (&s)[2][4]) const {
     const int key = ((lane >> 4) << 3) + (lane & 7);
     const int laneBit = (lane >> 3) & 1;
@@ -215,6 +218,7 @@ struct MmaEngine {
                                            : prim::smemAddress(kTile + key * 64);
     const uint32_t laneXor = RowsLayout ? (uint32_t((key * kBoxes) & 7) << 1) | uint32_t(laneBit)
                                         : uint32_t(laneBit ^ (lane & 7));
+    float chains[kScoreChains][2][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
       uint32_t a[4];
@@ -228,9 +232,16 @@ struct MmaEngine {
       prim::ldmatrixX4(b, chunkAddress(kAddress, kk, laneXor));
       const uint32_t b0[2] = {b[0], b[1]};
       const uint32_t b1[2] = {b[2], b[3]};
-      prim::mmaM16N8K16<Element>(s[0], a, b0);
-      prim::mmaM16N8K16<Element>(s[1], a, b1);
+      float(&chain)[2][4] = chains[kk % kScoreChains];
+      prim::mmaM16N8K16<Element>(chain[0], a, b0);
+      prim::mmaM16N8K16<Element>(chain[1], a, b1);
     }
+#pragma unroll
+    for (int c = 0; c < kScoreChains; ++c)
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s[n][i] += chains[c][n][i];
   }
 
   // o += P V for the 16 keys starting at vTile; p in the accumulator layout of scores().
@@ -818,6 +829,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
       engine.scores(kTile + sub * 16 * kKeyStride, lane, s);
 
+      float rescale[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         float newMax = rowMax[half];
@@ -844,7 +856,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
         // A row that has seen no visible key keeps max -inf; exponentiate against 0 then so -inf - -inf never
         // makes a NaN (its probabilities are all exactly 0).
         const float base = newMax == negInf() ? 0.f : newMax;
-        const float rescale = prim::exp2Fast(rowMax[half] - base);
+        rescale[half] = prim::exp2Fast(rowMax[half] - base);
         rowMax[half] = newMax;
         float sum = 0.f;
 #pragma unroll
@@ -856,18 +868,20 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
             sum += prob;
           }
         }
-        rowSum[half] = rowSum[half] * rescale + sum;
-        // Once the running max settles (after the first few tiles of a long chunk) it rarely moves: skip the 2 x
-        // HeadDim / 8 multiplies by exactly 1 when no row of the warp moved. They sit between the scores and P V on
-        // every tile's path, and at one CTA per SM the consumers are busy ~85% of the time, so their latency per tile
-        // paces the stage ring (NOTES.md, fifth pass: +3..7% on B1 L64k / L128k and B8). The vote keeps the branch
-        // uniform; the result is bitwise the same.
-        if (!__all_sync(0xffffffffu, rescale == 1.f)) {
+        rowSum[half] = rowSum[half] * rescale[half] + sum;
+      }
+      // Once the running max settles (after the first few tiles of a long chunk) it rarely moves: skip the 4 x
+      // HeadDim / 8 multiplies by exactly 1 when no row of the warp moved. They sit between the scores and P V on
+      // every tile's path, and at one CTA per SM the consumers are busy ~85% of the time, so their latency per tile
+      // paces the stage ring (NOTES.md, fifth pass: +3..7% on B1 L64k / L128k and B8). One vote for both halves keeps
+      // the branch uniform and off the halves' chains (ninth pass); the result is bitwise the same.
+      if (!__all_sync(0xffffffffu, rescale[0] == 1.f && rescale[1] == 1.f)) {
 #pragma unroll
-          for (int n = 0; n < HeadDim / 8; ++n) {
-            acc[n][2 * half] *= rescale;
-            acc[n][2 * half + 1] *= rescale;
-          }
+        for (int n = 0; n < HeadDim / 8; ++n) {
+          acc[n][0] *= rescale[0];
+          acc[n][1] *= rescale[0];
+          acc[n][2] *= rescale[1];
+          acc[n][3] *= rescale[1];
         }
       }
       // The warp-specialized loaders leave the rows of absent keys as they came (a cache slot past the sequence may
