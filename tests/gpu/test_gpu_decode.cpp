@@ -558,6 +558,57 @@ TEST(DecodeSupport, WorkspaceContentsDoNotMatter) {
   }
 }
 
+// A workspace that served another decode shape: that plan's idle count words (a tag in their high halves) may lie
+// where this plan keeps its per-chunk flags, while this plan's own count words lie on that plan's partial states, so
+// its first call counts by flags. With these shapes (MHA, 4 heads, d64, merged in the kernel: batch 6 in 11 chunks,
+// then batch 5 in 13) 24 of the first plan's count words sit inside the second plan's flags; a flag that read one as
+// raised would let a CTA merge chunks that have not stored their states yet.
+TEST(DecodeSupport, WorkspaceLeftByAnotherShape) {
+  DecodeCase a;
+  a.name = "workspace_first_shape";
+  a.dtype = FLASHATTN_DATA_BF16, a.headDim = 64, a.batch = 6, a.heads = 4, a.kvHeads = 4, a.cap = 1024;
+  a.seed = 51;
+  DecodeCase b = a;
+  b.name = "workspace_second_shape", b.batch = 5, b.seed = 52;
+  DecodeFixture fa(a), fb(b);
+  const int32_t chunksA = 11, chunksB = 13;
+  auto workspaceSize = [](DecodeFixture &f, int32_t chunks) {
+    size_t bytes = 0;
+    EXPECT_EQ(flashAttnDecodeChunkGetWorkspaceSize(f.handle(), f.attn(), f.seqDesc(), f.q(), f.k(), f.v(), f.o(),
+                                                   f.lseDescOrNull(), chunks, &bytes),
+              FLASHATTN_STATUS_SUCCESS)
+        << lastError();
+    return bytes;
+  };
+  DeviceBuffer ws(std::max(workspaceSize(fa, chunksA), workspaceSize(fb, chunksB)));
+  auto call = [&](DecodeFixture &f, int32_t chunks) {
+    f.poisonOutputs();
+    ASSERT_EQ(flashAttnDecodeChunk(f.handle(), f.attn(), f.seqDesc(), f.q(), f.qPtr(), f.k(), f.kPtr(), f.v(),
+                                   f.vPtr(), f.o(), f.oPtr(), f.lseDescOrNull(), f.lsePtr(), chunks, ws.ptr, ws.bytes),
+              FLASHATTN_STATUS_SUCCESS)
+        << lastError();
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+  };
+  FA_CUDA_CHECK(cudaMemset(ws.ptr, 0, ws.bytes));
+  call(fb, chunksB);
+  bool pass = false;
+  std::string text = fb.check(&pass);
+  ASSERT_TRUE(pass) << text;
+  const std::vector<uint8_t> referenceO = fb.rawO(), referenceL = fb.rawLse();
+  for (int round = 0; round < 4; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    call(fa, chunksA);  // a first call on words of the other plan: flags, then tagged counts
+    call(fa, chunksA);  // counts; the words are left idle
+    text = fa.check(&pass);
+    EXPECT_TRUE(pass) << text;
+    call(fb, chunksB);
+    text = fb.check(&pass);
+    EXPECT_TRUE(pass) << text;
+    EXPECT_TRUE(fb.rawO() == referenceO) << "O differs from the call on a zeroed workspace";
+    EXPECT_TRUE(fb.rawLse() == referenceL) << "LSE differs from the call on a zeroed workspace";
+  }
+}
+
 // The backend reuses the plan of a problem equal in every field to one planned before on the thread (a decode loop
 // asks for the same plan each step). Two problems of the same shapes that differ in their attention attributes, and
 // chunk counts that change call to call, must each get their own plan and result; a descriptor changed into an

@@ -31,7 +31,7 @@ namespace flashattn::cuda {
 namespace decode {
 namespace {
 
-using InstanceLaunchFn = cudaError_t (*)(const DecodeParams &, int, cudaStream_t);
+using InstanceLaunchFn = cudaError_t (*)(const DecodeParams &, int, const DeviceInfo &, cudaStream_t);
 using InstanceOccupancyFn = int (*)(const DeviceInfo &, int, int);
 using InstanceClusterCapacityFn = int (*)(const DeviceInfo &, int, int, int);
 
@@ -550,7 +550,7 @@ bool checkProblem(const AttnProblem &p, std::string *whyNot) {
   return true;
 }
 
-// The decode kernel, and for a separate merge its kernel. launchKernel(params, stream) runs the kernel.
+// The decode kernel, and for a separate merge its kernel. launchKernel(params, dev, stream) runs the kernel.
 template <typename LaunchKernel>
 cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
                           void *workspace, LaunchKernel &&launchKernel, cudaStream_t stream) {
@@ -558,7 +558,7 @@ cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Pla
   cudaError_t err = buildDecodeParams(p, plan, buf, workspace, &d);
   if (err != cudaSuccess) return err;
   FLASHATTN_HOST_PHASE(6);
-  err = launchKernel(d, stream);
+  err = launchKernel(d, dev, stream);
   FLASHATTN_HOST_PHASE(7);
   if (err != cudaSuccess || plan.numChunks == 1 || d.mergeCounts || d.clusterMerge) return err;
   return launchDecodeMergeKernel(p.dtype, d, dev.arch() >= 90, stream);
@@ -761,7 +761,9 @@ cudaError_t launchDecode(const DeviceInfo &dev, const AttnProblem &p, const Plan
   const PlannedKernel kernel = unpackConfig(plan.config);
   if (kernel.instance >= kInstanceCount || plan.numChunks < 1) return cudaErrorInvalidValue;
   const Instance &inst = kInstances[kernel.instance];
-  auto launchKernel = [&](const DecodeParams &d, cudaStream_t s) { return inst.launch(d, kernel.libraryVariant, s); };
+  auto launchKernel = [&](const DecodeParams &d, const DeviceInfo &device, cudaStream_t s) {
+    return inst.launch(d, kernel.libraryVariant, device, s);
+  };
   return launchPlanned(dev, p, plan, buf, workspace, launchKernel, stream);
 }
 

@@ -27,6 +27,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 #if defined(FLASHATTN_DECODE_PHASES)
@@ -40,6 +41,7 @@
 #include "cuda/primitives/gpu_flags.cuh"
 #include "cuda/primitives/mbarrier.cuh"
 #include "cuda/primitives/primitives.cuh"
+#include "cuda/shared_limit.hpp"
 
 namespace flashattn::cuda::decode {
 
@@ -916,8 +918,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
           const int slot = x % Stages;
           // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
           const uint32_t parity = uint32_t(x / Stages - 1) & 1u;
-          while (!prim::mbarrierTryWait(emptyBase + 8u * uint32_t(slot), parity)) {
-          }
+          prim::mbarrierWait(emptyBase + 8u * uint32_t(slot), parity);
           issueTensor(x);
         }
         FA_PHASE_PRODUCER_DONE();
@@ -928,8 +929,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       for (int it = 0; it < numTiles; ++it) {
         const int slot = it % Stages;
         const uint32_t parity = uint32_t(it / Stages) & 1u;
-        while (!prim::mbarrierTryWait(barrierBase + 8u * uint32_t(slot), parity)) {
-        }
+        prim::mbarrierWait(barrierBase + 8u * uint32_t(slot), parity);
         if (it == 0 && tid == 0) FA_PHASE(2);
         if (computes) consume(it, slot, tilePresence(it));
         __syncwarp();
@@ -949,8 +949,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       if (it == 0) engine.loadQ();
       const int slot = it % Stages;
       const uint32_t parity = uint32_t(it / Stages) & 1u;
-      while (!prim::mbarrierTryWait(barrierBase + 8u * uint32_t(slot), parity)) {
-      }
+      prim::mbarrierWait(barrierBase + 8u * uint32_t(slot), parity);
       const int tileKey0 = keyBegin + it * TileKeys;
       if (tileKey0 + TileKeys > keyEnd) {
         // The chunk ends inside this tile (only the last tile of a sequence's key range): the rows past it are cache
@@ -1183,12 +1182,12 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     __syncthreads();  // every thread has read the decision before warp 0 rewrites it
     if (warp == 0) {
       uint32_t *flags = p.mergeFlags + int64_t(unit) * p.numChunks;
-      if (lane == 0) prim::storeReleaseGpu(flags + chunk, kMergeTag);
+      if (lane == 0) prim::storeReleaseGpu(flags + chunk, kMergeFlagRaised);
       __syncwarp();
       prim::fenceSeqCstGpu();
       bool allRaised = true;
       for (int c = lane; c < p.numChunks; c += 32)
-        allRaised = allRaised && prim::loadRelaxedGpu(flags + c) == kMergeTag;
+        allRaised = allRaised && prim::loadRelaxedGpu(flags + c) == kMergeFlagRaised;
       allRaised = __all_sync(0xffffffffu, allRaised);
       if (allRaised) {
         prim::fenceAcquireGpu();
@@ -1251,19 +1250,13 @@ struct DecodeKernel {
   }
 
   // Raises the dynamic shared-memory limit once per device to what the largest launch of this kernel needs (capped by
-  // the device; the planner rejects what does not fit). Racing first calls store the same value, so need no lock.
-  static cudaError_t prepare(int device) {
-    static bool raised[64] = {};
-    if (device >= 0 && device < 64 && raised[device]) return cudaSuccess;
-    int optin = 0;
-    cudaError_t err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
-    if (err != cudaSuccess) return err;
-    const int largest = int(smemBytes(kMaxRowTilesPerCta));
-    err = cudaFuncSetAttribute(decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>,
-                               cudaFuncAttributeMaxDynamicSharedMemorySize, largest < optin ? largest : optin);
-    if (err != cudaSuccess) return err;
-    if (device >= 0 && device < 64) raised[device] = true;
-    return cudaSuccess;
+  // the device; the planner rejects what does not fit).
+  static cudaError_t prepare(const DeviceInfo &dev) {
+    static std::atomic<uint64_t> configuredDevices{0};
+    const std::size_t largest = smemBytes(kMaxRowTilesPerCta);
+    const std::size_t optin = std::size_t(dev.smemPerBlockOptin > 0 ? dev.smemPerBlockOptin : 0);
+    return ensureSharedLimit(decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>,
+                             largest < optin ? largest : optin, dev.device, configuredDevices);
   }
 
   // Clusters of more than 8 CTAs are a per-kernel opt-in (sm90); the planner caps the chunks at kMaxClusterChunks.
@@ -1292,20 +1285,17 @@ struct DecodeKernel {
     return config;
   }
 
-  static cudaError_t launch(const DecodeParams &params, cudaStream_t stream) {
+  static cudaError_t launch(const DecodeParams &params, const DeviceInfo &dev, cudaStream_t stream) {
 #if defined(FLASHATTN_DECODE_PHASES)
     if (!detail::gPhaseDumpRegistered) detail::gPhaseDumpRegistered = std::atexit(detail::dumpPhases) == 0;
 #endif
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err != cudaSuccess) return err;
-    err = prepare(device);
+    cudaError_t err = prepare(dev);
     if (err != cudaSuccess) return err;
     const int64_t blocks = int64_t(params.rowBlocks) * params.numChunks * params.kvHeads * params.batch;
     auto *kernel = decodeKernel<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>;
     if (params.clusterMerge && params.numChunks > 1) {
       if (params.numChunks > 8) {
-        err = allowLargeClusters(device);
+        err = allowLargeClusters(dev.device);
         if (err != cudaSuccess) return err;
       }
       cudaLaunchAttribute attribute[1];
@@ -1326,7 +1316,7 @@ struct DecodeKernel {
     int previous = -1;
     if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
     if (previous != dev.device && cudaSetDevice(dev.device) != cudaSuccess) return false;
-    cudaError_t err = prepare(dev.device);
+    cudaError_t err = prepare(dev);
     if (err == cudaSuccess) err = query();
     if (previous >= 0 && previous != dev.device) cudaSetDevice(previous);
     if (err != cudaSuccess) cudaGetLastError();
@@ -1392,10 +1382,11 @@ using LibraryKernel =
                  instanceVariant<Element, HeadDim, Index>().stages, instanceVariant<Element, HeadDim, Index>().loader>;
 
 template <typename Element, int HeadDim>
-cudaError_t launchDecodeInstance(const DecodeParams &params, int libraryVariantIndex, cudaStream_t stream) {
+cudaError_t launchDecodeInstance(const DecodeParams &params, int libraryVariantIndex, const DeviceInfo &dev,
+                                 cudaStream_t stream) {
   static_assert(kLibraryVariantCount == 2, "one branch per library variant");
-  return libraryVariantIndex == 0 ? LibraryKernel<Element, HeadDim, 0>::launch(params, stream)
-                                  : LibraryKernel<Element, HeadDim, 1>::launch(params, stream);
+  return libraryVariantIndex == 0 ? LibraryKernel<Element, HeadDim, 0>::launch(params, dev, stream)
+                                  : LibraryKernel<Element, HeadDim, 1>::launch(params, dev, stream);
 }
 
 template <typename Element, int HeadDim>

@@ -68,11 +68,14 @@ enum MergeMode : int { kMergeFused = 0, kMergeSeparate = 1, kMergeCluster = 2 };
 constexpr int kMaxClusterChunks = 16;  // the largest (non-portable) cluster on sm90
 
 // The fused merge's words. A count word is kMergeTag in its high half and the arrivals so far in its low half; every
-// launch leaves it at kMergeCountIdle. A flag ([unit][chunk]) is kMergeTag when raised, anything else when lowered;
-// a launch that raises flags lowers them all before it ends. The tag is a NaN payload no kernel computes (hardware
-// NaNs are canonical), so leftover partial states or LSEs of another plan never read as a tagged word; only a launch
-// that never completed could leave a count or a raised flag behind, and that loses the CUDA context.
+// launch leaves it at kMergeCountIdle. A flag ([unit][chunk]) is kMergeFlagRaised when raised, anything else when
+// lowered; a launch that raises flags lowers them all before it ends. Both values are NaN payloads no kernel computes
+// (hardware NaNs are canonical), so leftover partial states or LSEs of another plan never read as a tagged word or a
+// raised flag; and they differ, because another plan's flags may lie on this plan's idle count words (whose high
+// halves are kMergeTag). Only a launch that never completed could leave a count or a raised flag behind, and that
+// loses the CUDA context.
 constexpr uint32_t kMergeTag = 0x7fd3c0deu;
+constexpr uint32_t kMergeFlagRaised = 0x7fd3f1a6u;
 constexpr unsigned long long kMergeCountIdle = static_cast<unsigned long long>(kMergeTag) << 32;
 
 // One compiled kernel configuration. tileKeys 0 means defaultTileKeys of the instance.
@@ -214,7 +217,7 @@ struct DecodeParams {
   float *partialO = nullptr;    // numChunks > 1: [chunk][batch][heads][seqQ][headDim] FP32
   float *partialLse = nullptr;  // numChunks > 1: [chunk][batch][heads][seqQ]
   unsigned long long *mergeCounts = nullptr;  // fused merge: [batch][kvHeads][rowBlocks] tagged counts (kMergeTag)
-  uint32_t *mergeFlags = nullptr;             // fused merge: [batch][kvHeads][rowBlocks][numChunks] flags (kMergeTag)
+  uint32_t *mergeFlags = nullptr;             // fused merge: [batch][kvHeads][rowBlocks][numChunks] raised flags
   void *o = nullptr;
   float *lse = nullptr;  // nullptr: no LSE output
   int64_t oBatch = 0, oHead = 0, oRow = 0;
@@ -223,7 +226,8 @@ struct DecodeParams {
 static_assert(offsetof(DecodeParams, kMap) == 128, "the prologue's and Q's fields fill the 128 bytes before the maps");
 
 // Chunk c of numChunks over `tiles` key tiles: the first tiles % n chunks take one tile more than the others. In 32
-// bits (tiles < 2^26: the planner caps the cache at INT32_MAX keys) and without a division instruction.
+// bits (tiles < 2^31, as FastDivisor needs: the planner caps the cache at INT32_MAX keys) and without a division
+// instruction.
 __host__ __device__ inline int chunkTileBegin(int chunk, int tiles, const FastDivisor &numChunks) {
   const int share = numChunks.divide(tiles);
   const int extra = numChunks.remainder(tiles, share);
@@ -231,7 +235,7 @@ __host__ __device__ inline int chunkTileBegin(int chunk, int tiles, const FastDi
 }
 
 // A kernel of one element type, instance head dim and variant, launched as planned; and its resident CTAs per SM.
-using KernelLaunchFn = cudaError_t (*)(const DecodeParams &, cudaStream_t);
+using KernelLaunchFn = cudaError_t (*)(const DecodeParams &, const DeviceInfo &, cudaStream_t);
 using KernelOccupancyFn = int (*)(const DeviceInfo &, int rowTilesPerCta);
 
 // Plans a problem for one given kernel (instance head dim, variant, merge mode; numChunks as the problem says, 0 =
@@ -253,7 +257,8 @@ cudaError_t launchDecodeMergeKernel(DType dtype, const DecodeParams &params, boo
 
 // Library instances exist per (element type, head dim); each compiles the libraryVariant()s.
 template <typename Element, int HeadDim>
-cudaError_t launchDecodeInstance(const DecodeParams &params, int libraryVariantIndex, cudaStream_t stream);
+cudaError_t launchDecodeInstance(const DecodeParams &params, int libraryVariantIndex, const DeviceInfo &dev,
+                                 cudaStream_t stream);
 template <typename Element, int HeadDim>
 int occupancyDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int rowTilesPerCta);
 // Clusters of clusterSize CTAs (the cluster merge) the device holds at once; 0 when the runtime cannot tell.
