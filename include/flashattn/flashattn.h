@@ -72,7 +72,7 @@ typedef enum flashAttnBackend_t {
   FLASHATTN_BACKEND_HOST = 2  /**< Host pointers, synchronous, multithreaded reference implementation. */
 } flashAttnBackend_t;
 
-/** Storage type of a tensor. Arithmetic always accumulates in FP32. */
+/** Storage type of a tensor. The CUDA kernels accumulate in FP32, the HOST backend in FP64. */
 typedef enum flashAttnDataType_t {
   FLASHATTN_DATA_FP16 = 0, /**< IEEE binary16. */
   FLASHATTN_DATA_BF16 = 1, /**< bfloat16. */
