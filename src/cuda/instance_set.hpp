@@ -12,6 +12,17 @@ namespace flashattn::cuda {
 
 constexpr int kNativeHeadDims[] = {64, 96, 128, 192, 256};
 
+// The smallest native head dim >= headDim (0 when none): other multiples of 8 run zero-padded on it.
+inline int nativeHeadDimFor(int64_t headDim) {
+  for (int d : kNativeHeadDims)
+    if (d >= headDim) return d;
+  return 0;
+}
+
+// Internal linkage: the library's sources and the sm_90a object libraries (cmake/FlashAttnInstances.cmake) see
+// different FLASHATTN_HAS_* sets and link into one .so, so each translation unit must keep its own definitions.
+namespace {
+
 inline bool dtypeCompiled(DType t) {
   switch (t) {
 #if defined(FLASHATTN_HAS_DTYPE_FP16)
@@ -27,7 +38,7 @@ inline bool dtypeCompiled(DType t) {
   }
 }
 
-inline bool headDimCompiled(int d) {
+inline bool headDimCompiled(int64_t d) {
   switch (d) {
 #if defined(FLASHATTN_HAS_HEADDIM_64)
     case 64:
@@ -50,18 +61,13 @@ inline bool headDimCompiled(int d) {
   }
 }
 
-// The smallest native head dim >= headDim (0 when none): other multiples of 8 run zero-padded on it.
-inline int nativeHeadDimFor(int64_t headDim) {
-  for (int d : kNativeHeadDims)
-    if (d >= headDim) return d;
-  return 0;
-}
-
 inline std::string compiledHeadDims() {
   std::string list;
   for (int d : kNativeHeadDims)
     if (headDimCompiled(d)) list += (list.empty() ? "" : ", ") + std::to_string(d);
   return list.empty() ? "none" : list;
 }
+
+}  // namespace
 
 }  // namespace flashattn::cuda

@@ -322,12 +322,7 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
                          " is not supported by the backward kernels: it must be a multiple of 8 in [8, 256]"));
   if (!dtypeCompiled(p.dtype))
     return refuse(concat("data type ", dtypeName(p.dtype), " has no backward kernel in this build (FLASHATTN_DTYPES)"));
-  int instance = 0;
-  for (int d : kNativeHeadDims)
-    if (d >= p.headDim) {
-      instance = d;
-      break;
-    }
+  const int instance = nativeHeadDimFor(p.headDim);
   if (!headDimCompiled(instance))
     return refuse(concat("headDim ", p.headDim, " needs the d", instance,
                          " backward instance, which this build does not have (FLASHATTN_HEAD_DIMS: compiled ",
@@ -532,7 +527,7 @@ cudaError_t launchBackward(const DeviceInfo &dev, const AttnProblem &p, const Pl
   if (err != cudaSuccess) return err;
 #if defined(FLASHATTN_HAS_SM90A_BACKWARD)
   if (tileIndex == backward_sm90::kSm90BackwardTile)
-    err = backward_sm90::launchBackwardSm90(p.dtype, instance, params, stream);
+    err = backward_sm90::launchBackwardSm90(p.dtype, instance, params, dev.device, stream);
   else
 #endif
     err = launchMain(p.dtype, instance, params, tileIndex, stream);

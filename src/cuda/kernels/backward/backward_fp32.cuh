@@ -143,15 +143,16 @@ struct Fp32Backward {
           dLogit = p.scale;
         }
         if (p.alibiSlopes != nullptr) logitLog2 -= slopeLog2 * fabsf(float(j - (i + shift)));
-        const bool visible = fullyVisible || isVisible(p, i, j, seq.seqQ, seq.seqK);
-        // LSE of a row with no visible key is +inf: exp2(-inf) = 0, never NaN.
-        const float prob = visible ? exp2f(logitLog2 - sLse[m]) : 0.f;
-        // A row that sees one key has P = 1 whatever its logit: its dS is exactly zero, not dP - D's rounding.
-        bool oneKey = false;
+        // isVisible's test, sharing the row's key range with the one-key test below.
+        bool visible = fullyVisible, oneKey = false;
         if (!fullyVisible && i < seq.seqQ) {
           const RowKeys r = rowKeys(p, i, seq.seqQ, seq.seqK);
+          visible = j < seq.seqK && j >= r.lo && j <= r.hi;
+          // A row that sees one key has P = 1 whatever its logit: its dS is exactly zero, not dP - D's rounding.
           oneKey = r.lo == r.hi;
         }
+        // LSE of a row with no visible key is +inf: exp2(-inf) = 0, never NaN.
+        const float prob = visible ? exp2f(logitLog2 - sLse[m]) : 0.f;
         sPt[n * kPStride + m] = prob;
         sdSt[n * kPStride + m] = oneKey ? 0.f : prob * (dp - sDot[m]) * dLogit;
       }

@@ -6,38 +6,18 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <atomic>
+#include <cstdint>
+
 #include "core/error.hpp"
+#include "cuda/instance_set.hpp"
 #include "cuda/kernels/backward_sm90/backward_sm90_d256_kernel.cuh"
 #include "cuda/kernels/backward_sm90/backward_sm90_kernel.cuh"
+#include "cuda/shared_limit.hpp"
 
 namespace flashattn::cuda::backward_sm90 {
 
 namespace {
-
-constexpr bool headDimBuilt(int64_t d) {
-#if defined(FLASHATTN_HAS_HEADDIM_64)
-  if (d == 64) return true;
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_128)
-  if (d == 128) return true;
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_256)
-  if (d == 256) return true;
-#endif
-  (void)d;
-  return false;
-}
-
-constexpr bool dtypeBuilt(DType t) {
-#if defined(FLASHATTN_HAS_DTYPE_FP16)
-  if (t == DType::FP16) return true;
-#endif
-#if defined(FLASHATTN_HAS_DTYPE_BF16)
-  if (t == DType::BF16) return true;
-#endif
-  (void)t;
-  return false;
-}
 
 // The dynamic shared memory the launch of headDim's kernel asks for.
 std::size_t sharedBytesFor(int64_t headDim) {
@@ -46,33 +26,38 @@ std::size_t sharedBytesFor(int64_t headDim) {
   return SharedLayout<128>::kDynamicBytes;
 }
 
-// Both kernels run one CTA per (key block, KV head, sequence).
+// Both kernels run one CTA per (key block, KV head, sequence). Every kernel here has the same function type, so
+// `configuredDevices` comes from the caller: one set of flags per kernel (shared_limit.hpp).
 template <typename Kernel>
 cudaError_t launchPerKeyBlock(Kernel *kernel, int threads, std::size_t sharedBytes,
-                              const backward::BackwardParams &params, cudaStream_t stream) {
+                              const backward::BackwardParams &params, int device,
+                              std::atomic<uint64_t> &configuredDevices, cudaStream_t stream) {
   const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
   if (ctas <= 0) return cudaSuccess;
-  // Per (kernel, device) and not a stream operation: allowed during graph capture.
-  const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(sharedBytes));
+  const cudaError_t err = ensureSharedLimit(kernel, sharedBytes, device, configuredDevices);
   if (err != cudaSuccess) return err;
   kernel<<<dim3(unsigned(ctas)), dim3(threads), sharedBytes, stream>>>(params);
   return cudaGetLastError();
 }
 
 template <typename Element, int D>
-cudaError_t launchD64D128(const backward::BackwardParams &params, cudaStream_t stream) {
+cudaError_t launchD64D128(const backward::BackwardParams &params, int device, cudaStream_t stream) {
   using L = SharedLayout<D>;
-  return launchPerKeyBlock(
-      params.deterministic ? backwardSm90Kernel<Element, D, true> : backwardSm90Kernel<Element, D, false>,
-      L::kThreads, L::kDynamicBytes, params, stream);
+  static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
+  return params.deterministic ? launchPerKeyBlock(backwardSm90Kernel<Element, D, true>, L::kThreads,
+                                                  L::kDynamicBytes, params, device, configuredDeterministic, stream)
+                              : launchPerKeyBlock(backwardSm90Kernel<Element, D, false>, L::kThreads,
+                                                  L::kDynamicBytes, params, device, configuredDevices, stream);
 }
 
 template <typename Element>
-cudaError_t launchD256(const backward::BackwardParams &params, cudaStream_t stream) {
+cudaError_t launchD256(const backward::BackwardParams &params, int device, cudaStream_t stream) {
   using L = d256::Layout;
-  return launchPerKeyBlock(
-      params.deterministic ? backwardSm90D256Kernel<Element, true> : backwardSm90D256Kernel<Element, false>,
-      L::kThreads, L::kDynamicBytes, params, stream);
+  static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
+  return params.deterministic ? launchPerKeyBlock(backwardSm90D256Kernel<Element, true>, L::kThreads,
+                                                  L::kDynamicBytes, params, device, configuredDeterministic, stream)
+                              : launchPerKeyBlock(backwardSm90D256Kernel<Element, false>, L::kThreads,
+                                                  L::kDynamicBytes, params, device, configuredDevices, stream);
 }
 
 }  // namespace
@@ -83,8 +68,8 @@ bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::stri
     return false;
   };
   if (dev.arch() != 90) return refuse(concat("the wgmma backward needs sm90; device is sm", dev.arch()));
-  if (!dtypeBuilt(p.dtype)) return refuse(concat("data type ", dtypeName(p.dtype), " has no wgmma backward kernel"));
-  if (!headDimBuilt(p.headDim) || p.headDimV != p.headDim)
+  if (!dtypeCompiled(p.dtype)) return refuse(concat("data type ", dtypeName(p.dtype), " has no wgmma backward kernel"));
+  if (!headDimCompiled(p.headDim) || p.headDimV != p.headDim)
     return refuse(concat("headDim ", p.headDim, " / headDimV ", p.headDimV,
                          " has no wgmma backward kernel in this build (the family has d64, d128 and d256, with "
                          "headDimV == headDim)"));
@@ -98,7 +83,8 @@ bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::stri
   return true;
 }
 
-cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::BackwardParams &params, cudaStream_t stream) {
+cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::BackwardParams &params, int device,
+                               cudaStream_t stream) {
 #define FLASHATTN_SM90_BWD_DIMS(Element)                                                 \
   switch (headDim) {                                                                    \
     FLASHATTN_SM90_BWD_D64(Element)                                                     \
@@ -108,19 +94,19 @@ cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::Backwar
   }
 #if defined(FLASHATTN_HAS_HEADDIM_64)
 #define FLASHATTN_SM90_BWD_D64(Element) \
-  case 64: return launchD64D128<Element, 64>(params, stream);
+  case 64: return launchD64D128<Element, 64>(params, device, stream);
 #else
 #define FLASHATTN_SM90_BWD_D64(Element)
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_128)
 #define FLASHATTN_SM90_BWD_D128(Element) \
-  case 128: return launchD64D128<Element, 128>(params, stream);
+  case 128: return launchD64D128<Element, 128>(params, device, stream);
 #else
 #define FLASHATTN_SM90_BWD_D128(Element)
 #endif
 #if defined(FLASHATTN_HAS_HEADDIM_256)
 #define FLASHATTN_SM90_BWD_D256(Element) \
-  case 256: return launchD256<Element>(params, stream);
+  case 256: return launchD256<Element>(params, device, stream);
 #else
 #define FLASHATTN_SM90_BWD_D256(Element)
 #endif

@@ -40,7 +40,8 @@ constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
 bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot);
 
 // The main kernel for a problem sm90BackwardSupports accepted (params built by backward::makeParams with this
-// family's block shape).
-cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::BackwardParams &params, cudaStream_t stream);
+// family's block shape); `device` is the current device, on which the kernel's shared-memory opt-in is made once.
+cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::BackwardParams &params, int device,
+                               cudaStream_t stream);
 
 }  // namespace flashattn::cuda::backward_sm90

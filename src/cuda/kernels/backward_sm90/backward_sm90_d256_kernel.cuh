@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   }
   prim::cpAsyncCommit();
 
-  const float scaleLog2 = p.scale * 1.4426950408889634f;
+  const float scaleLog2 = p.scale * prim::kLog2e;
   const uint64_t kRowsDesc = prim::wgmmaDescriptorSw128(base + L::kK, 16, 1024);
   const uint64_t vRowsDesc = prim::wgmmaDescriptorSw128(base + L::kV, 16, 1024);
   // The MN-major B operands of this warpgroup's 128 output columns: slabs 2g, 2g + 1 (leading byte offset = slab).

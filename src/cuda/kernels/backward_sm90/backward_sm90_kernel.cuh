@@ -133,7 +133,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   }
   prim::cpAsyncCommit();
 
-  const float scaleLog2 = p.scale * 1.4426950408889634f;
+  const float scaleLog2 = p.scale * prim::kLog2e;
   // Descriptors: this warpgroup's 64 K / V rows as A (K-major); Q / dO as B (K-major) for S^T, dP^T and as MN-major B
   // (leading byte offset = slab stride) for dK, dV.
   const uint64_t kRowsDesc = prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * 64 * 128, 16, 1024);

@@ -1,6 +1,6 @@
 // Instructions the backward family needs beyond src/cuda/primitives (whose wgmma.cuh has the transposed
 // shared-memory forms dQ = dS K uses): the transposing 8x8 matrix store (sm_90) that writes dS^T accumulator fragments
-// as dS rows, and a 4-byte cp.async for the per-row FP32 statistics.
+// as dS rows.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,13 +16,6 @@ namespace flashattn::cuda::backward_sm90 {
 __device__ __forceinline__ void stmatrixX4Trans(uint32_t address, uint32_t r0, uint32_t r1, uint32_t r2, uint32_t r3) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(r0),
                "r"(r1), "r"(r2), "r"(r3)
-               : "memory");
-}
-
-// 4 bytes global -> shared, or 4 zero bytes when !valid (source then only needs to be a valid address form).
-__device__ __forceinline__ void cpAsync4(uint32_t sharedAddress, const void *source, bool valid) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sharedAddress), "l"(source),
-               "r"(valid ? 4 : 0)
                : "memory");
 }
 

@@ -8,8 +8,8 @@
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
 #include "cuda/kernels/backward_sm90/sm90_bwd_order.cuh"
-#include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
 #include "cuda/primitives/cp_async.cuh"
+#include "cuda/primitives/cp_async_scalar.cuh"
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/slab_copy.cuh"
 
@@ -39,7 +39,7 @@ __device__ __forceinline__ void loadRowStatistics(const backward::BackwardParams
     const int64_t wsRow = backward::workspaceRow(p, batch, head, e, int64_t(m0) + (ok ? r : 0));
     const float *source = (isLse ? p.lseLog2 : p.rowDot) + wsRow;
     const uint32_t destination = base + (isLse ? lseOffset : rowDotOffset) + uint32_t(stage * BlockM + r) * 4;
-    cpAsync4(destination, source, ok);
+    prim::cpAsync4(destination, source, ok);
   }
 }
 

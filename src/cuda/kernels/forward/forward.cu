@@ -63,12 +63,7 @@ bool planForward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   if (!dtypeCompiled(p.dtype))
     return refuse(std::string("data type ") + dtypeName(p.dtype) +
                   " has no forward kernel in this build (FLASHATTN_DTYPES)");
-  int instance = 0;
-  for (int d : kNativeHeadDims)
-    if (d >= p.headDim) {
-      instance = d;
-      break;
-    }
+  const int instance = nativeHeadDimFor(p.headDim);
   if (!headDimCompiled(instance))
     return refuse("headDim " + std::to_string(p.headDim) + " needs the d" + std::to_string(instance) +
                   " forward instance, which this build does not have (FLASHATTN_HEAD_DIMS: compiled " +
