@@ -87,8 +87,8 @@ struct Placement {
   }
 };
 
-Placement makePlacement(const BwdCase &c, flashAttnDataType_t t, int64_t heads, bool keys, int64_t dim, Order order,
-                        int64_t pad) {
+inline Placement makePlacement(const BwdCase &c, flashAttnDataType_t t, int64_t heads, bool keys, int64_t dim,
+                               Order order, int64_t pad) {
   Placement p;
   const int64_t maxS = keys ? c.sk : c.sq;
   const int64_t batch = c.ragged() ? int64_t(c.raggedQ.size()) : c.batch;
@@ -352,15 +352,6 @@ inline std::string caseName(const ::testing::TestParamInfo<BwdCase> &info) {
   return n;
 }
 
-// Whether the current device is sm90, where the wgmma backward family runs.
-inline bool deviceIsSm90() {
-  int device = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) return false;
-  return major == 9 && minor == 0;
-}
-
 // What CheckSupport says for the case's shape: the kernel description, or "refused: " and the last error.
 inline std::string describeBackward(Handle &h, Setup &s) {
   char text[512] = {};
@@ -399,6 +390,18 @@ inline void expectGraphReplayMatchesEager(const BwdCase &c, const std::string &k
   const std::vector<uint8_t> eagerK = s->ddK.raw(), eagerV = s->ddV.raw();
   s->ddQ.download(s->pdQ.host);
   const std::vector<double> eagerQ = extract(s->pdQ, c.heads, c.sq, c.headDim);
+  // The eager gradients (written into NaN-poisoned buffers) must be finite everywhere, or comparing the replay with
+  // them would accept a backward that writes nothing (or NaN) both times.
+  s->ddK.download(s->pdK.host);
+  s->ddV.download(s->pdV.host);
+  const std::vector<double> eagerDK = extract(s->pdK, c.kvHeads, c.sk, c.headDim);
+  const std::vector<double> eagerDV = extract(s->pdV, c.kvHeads, c.sk, c.headDim);
+  for (size_t i = 0; i < eagerQ.size(); ++i)
+    ASSERT_TRUE(std::isfinite(eagerQ[i])) << "eager dQ[" << i << "] is not finite";
+  for (size_t i = 0; i < eagerDK.size(); ++i)
+    ASSERT_TRUE(std::isfinite(eagerDK[i])) << "eager dK[" << i << "] is not finite";
+  for (size_t i = 0; i < eagerDV.size(); ++i)
+    ASSERT_TRUE(std::isfinite(eagerDV[i])) << "eager dV[" << i << "] is not finite";
 
   runBackwardFromGraph(h, *s);
   if (::testing::Test::HasFatalFailure()) return;

@@ -1,11 +1,14 @@
 // Device-side helpers shared by the GPU tests: buffers with one cudaMalloc each (so compute-sanitizer sees every
-// overrun), upload/download of HostTensors, NaN poisoning, and graph-capture replay.
+// overrun), upload/download of HostTensors, NaN poisoning, graph-capture replay, the sm90 device check and a status
+// check that throws.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <random>
 #include <stdexcept>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "tensors.hpp"
+#include "test_support.hpp"
 
 namespace fa_test {
 
@@ -56,6 +60,21 @@ struct DeviceBuffer {
     return out;
   }
 };
+
+// Throws with `what`, the status and the last error message unless `status` is FLASHATTN_STATUS_SUCCESS.
+inline void check(flashAttnStatus_t status, const char *what) {
+  if (status != FLASHATTN_STATUS_SUCCESS)
+    throw std::runtime_error(std::string(what) + ": " + flashAttnGetErrorString(status) + ": " + fa_test::lastError());
+}
+
+// Whether the current device is sm90 (compute capability 9.0), where the wgmma families run.
+inline bool deviceIsSm90() {
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess) return false;
+  return major == 9 && minor == 0;
+}
 
 // Captures `enqueue` (which must launch on `stream`) into a graph and replays it once.
 template <typename F>
@@ -108,6 +127,16 @@ inline void expectForwardGraphReplayBitwise(std::initializer_list<flashAttnDataT
     ASSERT_EQ(forward(), FLASHATTN_STATUS_SUCCESS) << fa_test::lastError();
     FA_CUDA_CHECK(cudaStreamSynchronize(stream));
     const std::vector<uint8_t> eagerO = bo.raw(), eagerLse = blse.raw();
+    // The eager run must have written every element (O and LSE start NaN-poisoned), or the bitwise comparison below
+    // would accept a replay that writes nothing either.
+    for (int64_t i = 0; i < int64_t(eagerO.size() / fa_test::elementSize(t)); ++i)
+      ASSERT_TRUE(std::isfinite(fa_test::loadElement(eagerO.data(), t, i)))
+          << fa_test::typeName(t) << ": eager O[" << i << "] is not finite";
+    for (size_t i = 0; i < eagerLse.size() / 4; ++i) {
+      float lse;
+      std::memcpy(&lse, eagerLse.data() + i * 4, 4);
+      ASSERT_TRUE(std::isfinite(lse)) << fa_test::typeName(t) << ": eager LSE[" << i << "] is not finite";
+    }
     bo.poison();
     blse.poison();
     flashAttnStatus_t captured = FLASHATTN_STATUS_INTERNAL_ERROR;

@@ -294,8 +294,9 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, BackwardSm90Grid, ::testing::ValuesIn(allGridCases()), caseName);
 
-// Graph capture: the wgmma path replayed from a graph writes the same bytes as eager up to atomic order; both are
-// checked against each other by the same normwise gate (dQ additions are unordered) and dK/dV bitwise.
+// Graph capture: the wgmma path replayed from a graph writes the same bytes as eager up to atomic order: dK/dV are
+// compared bitwise, dQ (whose additions are unordered) by max|replay - eager| <= 1e-2 * max|eager|, after every eager
+// gradient element is checked to be finite.
 TEST(BackwardSm90, GraphReplayMatchesEager) {
   if (!deviceIsSm90()) GTEST_SKIP() << "the wgmma backward runs on sm90 only";
   for (int64_t headDim : {128, 256}) {

@@ -30,15 +30,10 @@ namespace {
 
 using fa_test::DeviceBuffer;
 using fa_test::HostTensor;
+using fa_test::check;
+using fa_test::deviceIsSm90;
 using fa_test::edgeSliceOnly;
 using fa_test::roundingOf;
-
-bool deviceIsSm90() {
-  int device = 0;
-  cudaDeviceProp prop;
-  if (cudaGetDevice(&device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess) return false;
-  return prop.major == 9 && prop.minor == 0;
-}
 
 struct Sm90Case {
   flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
@@ -59,8 +54,8 @@ struct Sm90Case {
   std::string name() const {
     char text[400];
     std::snprintf(text, sizeof text, "%s d%lld b%lld h%lld/%lld sq%lld sk%lld mask%d window(%lld,%lld) %s%s%s%s%s%s x%g",
-                  dtype == FLASHATTN_DATA_FP16 ? "fp16" : "bf16", (long long)headDim, (long long)batch,
-                  (long long)heads, (long long)kvHeads, (long long)sq, (long long)sk, int(mask),
+                  fa_test::typeName(dtype), (long long)headDim, (long long)batch, (long long)heads,
+                  (long long)kvHeads, (long long)sq, (long long)sk, int(mask),
                   (long long)windowLeft, (long long)windowRight, bshd ? "BSHD" : "BHSD", ragged ? " ragged" : "",
                   usedK.empty() ? "" : " seqlensK", broadcastKv ? " kv-broadcast" : "", withLse ? "" : " no-LSE",
                   misaligned ? " misaligned" : "", valueScale);
@@ -120,11 +115,6 @@ struct Run {
   bool repeatBitwiseEqual = true;
   bool paddingUntouched = true;
 };
-
-void check(flashAttnStatus_t status, const char *what) {
-  if (status != FLASHATTN_STATUS_SUCCESS)
-    throw std::runtime_error(std::string(what) + ": " + flashAttnGetErrorString(status) + ": " + fa_test::lastError());
-}
 
 constexpr int64_t kMisalignElements = 1;  // 2 bytes: a valid element address that is not 16-byte aligned
 
@@ -336,11 +326,8 @@ Verdict judge(const Run &run, bool sm90) {
   if (!v.o.pass) v.pass = false, v.detail += "O: " + v.o.describe() + "; ";
   if (run.c.withLse) {
     // Within 1e-4 of the float64 LSE or 8e-6 of its magnitude when larger: Q.K accumulates in FP32 on the tensor
-    // cores, so the largest logit (which LSE follows) carries an error proportional to |Q.K| (test_gpu_forward.cpp).
-    double largest = 0;
-    for (double x : refLse)
-      if (std::isfinite(x)) largest = std::max(largest, std::fabs(x));
-    v.lse = fa_ref::checkLse(run.lse, refLse, std::max(1e-4, 8e-6 * largest));
+    // cores, so the largest logit (which LSE follows) carries an error proportional to |Q.K| (fa_test::lseTolerance).
+    v.lse = fa_ref::checkLse(run.lse, refLse, fa_test::lseTolerance(run.c.dtype, refLse));
     if (!v.lse.pass) v.pass = false, v.detail += "LSE: " + v.lse.describe() + "; ";
   }
   if (!run.repeatBitwiseEqual) v.pass = false, v.detail += "a repeated run differs bitwise; ";
@@ -562,8 +549,8 @@ TEST(GpuForwardSm90, ZzSummary) {
   for (int t = 0; t < 2; ++t)
     std::printf("forward_sm90 worst %s over %d cases: normwise %.3g, max|out-ref| / max|lp-ref| %.3g, LSE abs %.3g"
                 " (%d cases skipped: head dim not in this build)\n",
-                t == 0 ? "fp16" : "bf16", worst[t].cases, worst[t].normwise, worst[t].relative, worst[t].lse,
-                worst[t].skipped);
+                fa_test::typeName(t == 0 ? FLASHATTN_DATA_FP16 : FLASHATTN_DATA_BF16), worst[t].cases,
+                worst[t].normwise, worst[t].relative, worst[t].lse, worst[t].skipped);
 }
 
 }  // namespace
