@@ -557,11 +557,12 @@ TEST(DecodeSupport, WorkspaceContentsDoNotMatter) {
 // A workspace that served another decode shape: that plan's idle count words (a tag in their high halves) may lie
 // where this plan keeps its per-chunk flags, while this plan's own count words lie on that plan's partial states, so
 // its first call counts by flags. With these shapes (MHA, 4 heads, d64, merged in the kernel: batch 6 in 11 chunks,
-// then batch 5 in 13) 24 of the first plan's count words sit inside the second plan's flags. Whether a flag misread
-// as raised changes the bytes depends on which CTA finishes last, so the last step makes it certain: a workspace whose
-// every 32-bit word is the tag the decode leaves in its count words (found in this call's own leftovers: the one NaN
-// pattern among them) turns every count word into a flag fallback and every flag into a tag; a CTA that took a tag
-// for a raised flag would merge at once, before the other chunks store their states.
+// then batch 5 in 13) 24 of the first plan's count words sit inside the second plan's flags. Whether a flag misread as
+// raised changes the bytes depends on which CTA finishes first, so a last step makes it certain: a workspace whose
+// every 32-bit word is the tag the decode leaves in its count words (found in the leftovers: their one NaN pattern)
+// turns every count word into a flag fallback and every flag into a tag, and a grid of many waves (batch 64) has units
+// whose chunks start a wave apart. A CTA that took a tag for a raised flag would merge as soon as it finished, over
+// chunks that have not run yet.
 TEST(DecodeSupport, WorkspaceLeftByAnotherShape) {
   const char *merge = std::getenv("FLASHATTN_DECODE_MERGE");
   if (merge != nullptr && std::string(merge) != "fused") GTEST_SKIP() << "the counts and flags are the fused merge's";
@@ -571,7 +572,9 @@ TEST(DecodeSupport, WorkspaceLeftByAnotherShape) {
   a.seed = 51;
   DecodeCase b = a;
   b.name = "workspace_second_shape", b.batch = 5, b.seed = 52;
-  DecodeFixture fa(a), fb(b);
+  DecodeCase many = a;
+  many.name = "workspace_many_waves", many.batch = 64, many.cap = 2048, many.seed = 53;
+  DecodeFixture fa(a), fb(b), fm(many);
   const int32_t chunksA = 11, chunksB = 13;
   auto workspaceSize = [](DecodeFixture &f, int32_t chunks) {
     size_t bytes = 0;
@@ -581,8 +584,7 @@ TEST(DecodeSupport, WorkspaceLeftByAnotherShape) {
         << lastError();
     return bytes;
   };
-  DeviceBuffer ws(std::max(workspaceSize(fa, chunksA), workspaceSize(fb, chunksB)));
-  auto call = [&](DecodeFixture &f, int32_t chunks) {
+  auto call = [](DecodeFixture &f, int32_t chunks, DeviceBuffer &ws) {
     f.poisonOutputs();
     ASSERT_EQ(flashAttnDecodeChunk(f.handle(), f.attn(), f.seqDesc(), f.q(), f.qPtr(), f.k(), f.kPtr(), f.v(),
                                    f.vPtr(), f.o(), f.oPtr(), f.lseDescOrNull(), f.lsePtr(), chunks, ws.ptr, ws.bytes),
@@ -590,28 +592,37 @@ TEST(DecodeSupport, WorkspaceLeftByAnotherShape) {
         << lastError();
     FA_CUDA_CHECK(cudaDeviceSynchronize());
   };
-  bool pass = false;
-  std::string text;
-  std::vector<uint8_t> referenceO, referenceL;
-  auto expectReference = [&](const char *what) {
-    SCOPED_TRACE(what);
-    text = fb.check(&pass);
-    EXPECT_TRUE(pass) << text;
-    EXPECT_TRUE(fb.rawO() == referenceO) << "O differs from the call on a zeroed workspace";
-    EXPECT_TRUE(fb.rawLse() == referenceL) << "LSE differs from the call on a zeroed workspace";
+  // The call on a zeroed workspace passes the float64 gates; later calls on `ws` must give the same bytes.
+  struct Reference {
+    std::vector<uint8_t> o, lse;
   };
-  FA_CUDA_CHECK(cudaMemset(ws.ptr, 0, ws.bytes));
-  call(fb, chunksB);
-  text = fb.check(&pass);
-  ASSERT_TRUE(pass) << text;
-  referenceO = fb.rawO(), referenceL = fb.rawLse();
-  for (int round = 0; round < 2; ++round) {
-    call(fa, chunksA);  // a first call on words of the other plan: flags, then tagged counts
-    call(fa, chunksA);  // counts; the words are left idle
-    text = fa.check(&pass);
+  auto reference = [&](DecodeFixture &f, int32_t chunks, DeviceBuffer &ws) {
+    FA_CUDA_CHECK(cudaMemset(ws.ptr, 0, ws.bytes));
+    call(f, chunks, ws);
+    bool pass = false;
+    const std::string text = f.check(&pass);
     EXPECT_TRUE(pass) << text;
-    call(fb, chunksB);
-    expectReference("after the other shape");
+    return Reference{f.rawO(), f.rawLse()};
+  };
+  auto expectSame = [](DecodeFixture &f, const Reference &r, const char *what) {
+    SCOPED_TRACE(what);
+    bool pass = false;
+    const std::string text = f.check(&pass);
+    EXPECT_TRUE(pass) << text;
+    EXPECT_TRUE(f.rawO() == r.o) << "O differs from the call on a zeroed workspace";
+    EXPECT_TRUE(f.rawLse() == r.lse) << "LSE differs from the call on a zeroed workspace";
+  };
+
+  DeviceBuffer ws(std::max(workspaceSize(fa, chunksA), workspaceSize(fb, chunksB)));
+  const Reference refB = reference(fb, chunksB, ws);
+  for (int round = 0; round < 2; ++round) {
+    call(fa, chunksA, ws);  // a first call on words of the other plan: flags, then tagged counts
+    call(fa, chunksA, ws);  // counts; the words are left idle
+    bool pass = false;
+    const std::string text = fa.check(&pass);
+    EXPECT_TRUE(pass) << text;
+    call(fb, chunksB, ws);
+    expectSame(fb, refB, "after the other shape");
   }
 
   std::vector<uint32_t> words(ws.bytes / 4);
@@ -622,10 +633,12 @@ TEST(DecodeSupport, WorkspaceLeftByAnotherShape) {
         std::find(tags.begin(), tags.end(), w) == tags.end())
       tags.push_back(w);
   ASSERT_EQ(tags.size(), 1u) << "the decode's leftovers should hold one NaN pattern, its count tag";
-  std::fill(words.begin(), words.end(), tags[0]);
-  FA_CUDA_CHECK(cudaMemcpy(ws.ptr, words.data(), words.size() * 4, cudaMemcpyHostToDevice));
-  call(fb, chunksB);
-  expectReference("on a workspace of count tags");
+  DeviceBuffer wsMany(workspaceSize(fm, chunksB));
+  const Reference refMany = reference(fm, chunksB, wsMany);
+  const std::vector<uint32_t> tagWords(wsMany.bytes / 4, tags[0]);
+  FA_CUDA_CHECK(cudaMemcpy(wsMany.ptr, tagWords.data(), tagWords.size() * 4, cudaMemcpyHostToDevice));
+  call(fm, chunksB, wsMany);
+  expectSame(fm, refMany, "on a workspace of count tags");
 }
 
 // The backend reuses the plan of a problem equal in every field to one planned before on the thread (a decode loop
