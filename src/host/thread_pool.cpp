@@ -1,5 +1,7 @@
 #include "host/thread_pool.hpp"
 
+#include "core/knobs.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -141,7 +143,7 @@ constexpr int kMaxThreads = 256;
 int threadsForNextCall() {
   int threads = int(std::thread::hardware_concurrency());
   if (threads < 1) threads = 1;
-  if (const char *env = std::getenv("FLASHATTN_HOST_THREADS")) {
+  if (const char *env = knobValue(Knob::HostThreads)) {
     char *end = nullptr;
     const long asked = std::strtol(env, &end, 10);
     // A test may ask for more threads than cores, to shuffle the interleaving; garbage is ignored.

@@ -23,6 +23,7 @@
 
 #include "core/error.hpp"
 #include "core/host_phases.hpp"
+#include "core/knobs.hpp"
 #include "cuda/kernels/decode/decode_params.hpp"
 #include "cuda/ops.hpp"
 
@@ -607,7 +608,7 @@ enum class MergeOverride { kAuto, kKernel, kFused, kCluster };
 
 MergeOverride mergeOverride() {
   static const MergeOverride value = [] {
-    const char *env = std::getenv("FLASHATTN_DECODE_MERGE");
+    const char *env = knobValue(Knob::DecodeMerge);
     if (env == nullptr) return MergeOverride::kAuto;
     if (std::strcmp(env, "kernel") == 0) return MergeOverride::kKernel;
     if (std::strcmp(env, "fused") == 0) return MergeOverride::kFused;
