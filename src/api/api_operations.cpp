@@ -4,7 +4,9 @@
 //   3. ask the backend for the plan (kernel choice + workspace layout; the size query stops here),
 //   4. check the pointers and the workspace, let the backend check its index data, then run.
 // Nothing is written before step 4's checks pass, so a failed call leaves every output untouched.
+#include <cstdint>
 #include <cstring>
+#include <initializer_list>
 
 #include "api/guard.hpp"
 #include "core/descriptors.hpp"
@@ -37,6 +39,29 @@ void writeDescription(const Plan &plan, char *description, size_t len, int32_t *
 }
 
 void requireOutputPointer(const void *p, const char *name) { require(p != nullptr, name, " (output pointer) is NULL"); }
+
+struct NamedPointer {
+  const char *name;
+  const void *pointer;
+};
+
+// The run's plan: the size query's problem plus whether every data pointer is 16-byte aligned, which only the run
+// knows (a chooser may serve unaligned rows with another kernel, or refuse them: the refusal then names the pointer).
+Plan planRun(flashAttnContext &ctx, AttnProblem &p, std::initializer_list<NamedPointer> pointers) {
+  const NamedPointer *unaligned = nullptr;
+  for (const NamedPointer &n : pointers)
+    if (n.pointer != nullptr && reinterpret_cast<uintptr_t>(n.pointer) % 16 != 0) {
+      unaligned = &n;
+      break;
+    }
+  p.buffersAligned16 = unaligned == nullptr;
+  try {
+    return ctx.backend->plan(p);
+  } catch (const Error &e) {
+    if (unaligned == nullptr || e.status() != FLASHATTN_STATUS_NOT_SUPPORTED) throw;
+    fail(FLASHATTN_STATUS_NOT_SUPPORTED, e.what(), " (", unaligned->name, " pointer ", unaligned->pointer, ")");
+  }
+}
 
 }  // namespace
 
@@ -125,8 +150,8 @@ FLASHATTN_API flashAttnStatus_t flashAttnForward(flashAttnHandle_t handle, flash
   return guarded("flashAttnForward", [&] {
     flashAttnContext &ctx = handleRef(handle);
     const AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
-    const AttnProblem p = buildAttnProblem(Op::Forward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
-    const Plan plan = ctx.backend->plan(p);
+    AttnProblem p = buildAttnProblem(Op::Forward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
+    const Plan plan = planRun(ctx, p, {{"Q", q}, {"K", k}, {"V", v}, {"O", o}});
     checkBuffers({{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true},
                   {"LSE", lse, t.lse, true}});
     checkWorkspace(plan, workspace, workspaceBytes, {{"O", o, t.o, true}, {"LSE", lse, t.lse, true}});
@@ -170,8 +195,9 @@ FLASHATTN_API flashAttnStatus_t flashAttnBackward(
     t.dQ = &tensorRef(dQDesc, "dQ");
     t.dK = &tensorRef(dKDesc, "dK");
     t.dV = &tensorRef(dVDesc, "dV");
-    const AttnProblem p = buildAttnProblem(Op::Backward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
-    const Plan plan = ctx.backend->plan(p);
+    AttnProblem p = buildAttnProblem(Op::Backward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
+    const Plan plan = planRun(ctx, p, {{"Q", q}, {"K", k}, {"V", v}, {"O", o}, {"dO", dO}, {"dQ", dQ}, {"dK", dK},
+                                       {"dV", dV}});
     checkBuffers({{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, false},
                   {"dO", dO, t.dO, false}, {"LSE", lse, t.lse, false}, {"dQ", dQ, t.dQ, true},
                   {"dK", dK, t.dK, true}, {"dV", dV, t.dV, true}});
@@ -215,10 +241,10 @@ FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunk(
     flashAttnContext &ctx = handleRef(handle);
     const AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
     FLASHATTN_HOST_PHASE(1);
-    const AttnProblem p =
+    AttnProblem p =
         buildAttnProblem(Op::DecodeChunk, optionalAttention(attnDesc), optionalSeq(seqDesc), t, numChunks);
     FLASHATTN_HOST_PHASE(2);
-    const Plan plan = ctx.backend->plan(p);
+    const Plan plan = planRun(ctx, p, {{"Q", q}, {"K", k}, {"V", v}, {"O", o}});
     FLASHATTN_HOST_PHASE(3);
     checkBuffers({{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true},
                   {"LSE", lse, t.lse, true}});

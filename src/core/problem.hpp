@@ -68,6 +68,10 @@ struct AttnProblem {
   const float *alibiSlopes = nullptr;  // [heads] or [batch, heads]
   int64_t alibiBatchStride = 0;        // 0 or heads
   bool deterministic = false;
+  // Whether every data pointer of the call is 16-byte aligned. CheckSupport and the size queries have no pointers and
+  // assume so (as cudaMalloc gives); the run sets it from the real ones, so a chooser may pick a kernel that serves
+  // unaligned rows instead (docs/semantics.md).
+  bool buffersAligned16 = true;
 
   int32_t numChunks = 0;  // decode: 0 = automatic
 };
@@ -90,6 +94,7 @@ inline bool operator==(const AttnProblem &a, const AttnProblem &b) {
          a.scale == b.scale && a.softcap == b.softcap && a.mask == b.mask && a.windowLeft == b.windowLeft &&
          a.windowRight == b.windowRight && a.alibiSlopes == b.alibiSlopes &&
          a.alibiBatchStride == b.alibiBatchStride && a.deterministic == b.deterministic &&
+         a.buffersAligned16 == b.buffersAligned16 &&
          a.numChunks == b.numChunks;
 }
 

@@ -1,5 +1,5 @@
-// The CUDA backend frame: device detection at handle creation, the stream, the layout rules every CUDA kernel shares,
-// and dispatch to the kernel families through src/cuda/ops.hpp (each family's chooser is its plan function).
+// The CUDA backend frame: device detection at handle creation, the stream, and the hand-off to the kernel families:
+// plan() is the operation's chooser (src/cuda/family.hpp), and a run launches exactly the family its plan names.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -9,6 +9,7 @@
 #include "core/backend.hpp"
 #include "core/error.hpp"
 #include "core/host_phases.hpp"
+#include "cuda/family.hpp"
 #include "cuda/ops.hpp"
 
 namespace flashattn {
@@ -16,8 +17,6 @@ namespace flashattn {
 namespace {
 
 constexpr int kOldestArch = 80;
-// Every CUDA kernel moves rows in 16-byte vectors.
-constexpr std::size_t kVectorBytes = 16;
 
 [[noreturn]] void failCuda(flashAttnStatus_t status, const char *what, cudaError_t err) {
   fail(status, what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");
@@ -65,39 +64,11 @@ cuda::DeviceInfo probeCurrentDevice() {
   info.l2Bytes = std::size_t(prop.l2CacheSize);
   info.maxThreadsPerSM = prop.maxThreadsPerMultiProcessor;
   std::snprintf(info.name, sizeof info.name, "%s", prop.name);
+  info.portableCodeArch = cuda::portableCodeArch();
   if (info.arch() < kOldestArch)
     fail(FLASHATTN_STATUS_ARCH_MISMATCH, "device ", info.device, " (", info.name, ") is sm_", info.arch(),
          ": libflashattn needs sm_80 or newer");
   return info;
-}
-
-struct StrideRule {
-  const char *tensor;
-  const Layout &layout;
-  std::size_t elementBytes;
-  bool batchUsed, headUsed, rowUsed;
-};
-
-void requireVectorStrides(std::initializer_list<StrideRule> rules) {
-  for (const StrideRule &r : rules) {
-    const int64_t perVector = int64_t(kVectorBytes / r.elementBytes);
-    const struct {
-      const char *name;
-      int64_t stride;
-      bool used;
-    } strides[] = {{"batch", r.layout.batch, r.batchUsed}, {"head", r.layout.head, r.headUsed},
-                   {"row", r.layout.row, r.rowUsed}};
-    for (const auto &s : strides)
-      if (s.used && s.stride % perVector != 0)
-        fail(FLASHATTN_STATUS_NOT_SUPPORTED, r.tensor, " ", s.name, " stride is ", s.stride,
-             " elements, not a multiple of ", perVector, ": the CUDA kernels move rows in 16-byte vectors");
-  }
-}
-
-void requireVectorAligned(const char *name, const void *ptr) {
-  if (ptr && reinterpret_cast<uintptr_t>(ptr) % kVectorBytes != 0)
-    fail(FLASHATTN_STATUS_NOT_SUPPORTED, name, " pointer ", ptr,
-         " is not 16-byte aligned: the CUDA kernels move rows in 16-byte vectors");
 }
 
 class CudaBackend final : public Backend {
@@ -109,30 +80,10 @@ class CudaBackend final : public Backend {
   CUstream_st *stream() const override { return stream_; }
 
   Plan plan(const AttnProblem &p) const override {
-    const std::size_t e = dtypeSize(p.dtype);
-    const bool batchUsed = !p.ragged && p.batch > 1;
-    // The forward kernels fall back to element loads for unaligned rows themselves; the other families move rows in
-    // 16-byte vectors only. Paged caches: Layout.batch is the page stride and always used.
-    if (p.op != Op::Forward)
-      requireVectorStrides({{"Q", p.q, e, batchUsed, p.heads > 1, true},
-                          {"K", p.k, e, batchUsed || p.paged, p.kvHeads > 1, true},
-                          {"V", p.v, e, batchUsed || p.paged, p.kvHeads > 1, true},
-                          {"O", p.o, e, batchUsed, p.heads > 1, true}});
-    if (p.op == Op::Backward)
-      requireVectorStrides({{"dO", p.dO, e, batchUsed, p.heads > 1, true},
-                            {"dQ", p.dQ, e, batchUsed, p.heads > 1, true},
-                            {"dK", p.dK, e, batchUsed, p.kvHeads > 1, true},
-                            {"dV", p.dV, e, batchUsed, p.kvHeads > 1, true}});
+    if (p.op == Op::MergeStates) fail(FLASHATTN_STATUS_INTERNAL_ERROR, "merge planned as an attention problem");
     Plan plan;
     std::string whyNot;
-    bool served = false;
-    switch (p.op) {
-      case Op::Forward: served = cuda::planForward(dev_, p, &plan, &whyNot); break;
-      case Op::Backward: served = cuda::planBackward(dev_, p, &plan, &whyNot); break;
-      case Op::DecodeChunk: served = cuda::planDecode(dev_, p, &plan, &whyNot); break;
-      case Op::MergeStates: fail(FLASHATTN_STATUS_INTERNAL_ERROR, "merge planned as an attention problem");
-    }
-    if (!served) fail(FLASHATTN_STATUS_NOT_SUPPORTED, whyNot.empty() ? "no CUDA kernel serves this problem" : whyNot);
+    if (!cuda::choose(dev_, p, &plan, &whyNot)) fail(FLASHATTN_STATUS_NOT_SUPPORTED, whyNot);
     return plan;
   }
 
@@ -146,19 +97,14 @@ class CudaBackend final : public Backend {
   }
 
   void forward(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
-    DeviceScope scope(dev_.device);
-    check("forward kernel launch", cuda::launchForward(dev_, p, plan, buf, workspace, stream_));
+    run("forward kernel launch", p, plan, buf, workspace);
   }
   void backward(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
-    requireAligned(buf);
-    DeviceScope scope(dev_.device);
-    check("backward kernel launch", cuda::launchBackward(dev_, p, plan, buf, workspace, stream_));
+    run("backward kernel launch", p, plan, buf, workspace);
   }
   void decode(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
-    requireAligned(buf);
-    DeviceScope scope(dev_.device);
     FLASHATTN_HOST_PHASE(5);
-    check("decode kernel launch", cuda::launchDecode(dev_, p, plan, buf, workspace, stream_));
+    run("decode kernel launch", p, plan, buf, workspace);
     FLASHATTN_HOST_PHASE(8);
   }
   void merge(const MergeProblem &m, const Plan &plan, const MergeBuffers &buf, void *workspace) override {
@@ -167,15 +113,13 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  static void requireAligned(const AttnBuffers &buf) {
-    requireVectorAligned("Q", buf.q);
-    requireVectorAligned("K", buf.k);
-    requireVectorAligned("V", buf.v);
-    requireVectorAligned("O", buf.o);
-    requireVectorAligned("dO", buf.dO);
-    requireVectorAligned("dQ", buf.dQ);
-    requireVectorAligned("dK", buf.dK);
-    requireVectorAligned("dV", buf.dV);
+  void run(const char *what, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) {
+    const cuda::Family *family = cuda::findFamily(plan.kernel);
+    if (family == nullptr || family->op != p.op)
+      fail(FLASHATTN_STATUS_INTERNAL_ERROR, "the plan names kernel ", kernelIdName(plan.kernel),
+           ", which does not serve this operation in this build");
+    DeviceScope scope(dev_.device);
+    check(what, family->launch(dev_, p, plan, buf, workspace, stream_));
   }
   static void check(const char *what, cudaError_t err) {
     if (err != cudaSuccess) {

@@ -40,14 +40,15 @@ class HostBackend final : public Backend {
     if (p.op == Op::MergeStates)
       fail(FLASHATTN_STATUS_INTERNAL_ERROR, "host plan() asked for a merge: planMerge() serves merges");
     Plan plan;
+    plan.kernel = KernelId::HostReference;
     plan.deterministic = true;
     std::string extra;
     if (p.op == Op::DecodeChunk) {
       plan.numChunks = host::decodeChunkCount(p);
       const host::DecodeWorkspace w = host::decodeWorkspace(p, plan.numChunks);
       plan.workspaceBytes = w.totalBytes;
-      plan.workspaceOffset[0] = 0;
-      plan.workspaceOffset[1] = w.lseOffset;
+      plan.regions[0] = WorkspaceRegion{"partial O", 0, w.lseOffset};
+      plan.regions[1] = WorkspaceRegion{"partial LSE", w.lseOffset, w.totalBytes - w.lseOffset};
       extra = concat(" ", plan.numChunks, " KV chunks per sequence,");
     }
     plan.description = concat("host.reference ", opName(p.op), " ", storageName(p.dtype), " d", p.headDim, " dv",
@@ -57,6 +58,7 @@ class HostBackend final : public Backend {
 
   Plan planMerge(const MergeProblem &p) const override {
     Plan plan;
+    plan.kernel = KernelId::HostReference;
     plan.deterministic = true;
     plan.description = concat("host.reference merge of ", p.states, " states into ", storageName(p.outType), " dv",
                               p.headDimV, ", fp64 accumulate, deterministic");

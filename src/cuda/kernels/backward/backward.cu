@@ -1,31 +1,34 @@
-// The backward family's chooser (planBackward) and launcher (launchBackward): see src/cuda/ops.hpp and
-// backward_params.hpp for the scheme. This file also holds the two small kernels around the main one:
+// The portable backward families (src/cuda/family.hpp): cuda.bwd.mma_sync (FP16/BF16) and cuda.bwd.ffma (FP32), and
+// the pipeline every backward family shares (backward_params.hpp: planBackwardCommon, launchBackwardPipeline; the
+// sm_90a wgmma family of backward_sm90/ brings only its main kernel). This file also holds the two small kernels around
+// the main one:
 //   preprocess: per query row D = rowsum(dO * O) and LSE * log2 e (+inf for a row with no visible key), FP32;
 //   convert:    FP32 dQ accumulator -> dQ in the storage type and the caller's strides (nothing else applied).
 //
-// Workspace (Plan.workspaceOffset): [0] D per row, [1] LSE * log2 e per row, [2] FP32 dQ [row][headDim],
-// [3] deterministic mode only: one int32 turn counter per (sequence, head, query block). Rows are indexed by
-// workspaceRow(): dense [batch][heads][seqQ], ragged [heads][totalQ]. [2] and [3] are zeroed by one memset per call.
+// Workspace regions (BackwardRegion): D per row, LSE * log2 e per row, FP32 dQ [row][headDim], and in deterministic
+// mode one int32 turn counter per (sequence, head, query block). Rows are indexed by workspaceRow(): dense
+// [batch][heads][seqQ], ragged [heads][totalQ]. dQ and the counters are zeroed by one memset per call.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <iterator>
 #include <limits>
 #include <sstream>
 #include <string>
 #include <type_traits>
 
 #include "core/error.hpp"
+#include "cuda/family.hpp"
+#include "cuda/instances.hpp"
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
-#if defined(FLASHATTN_HAS_SM90A_BACKWARD)
-#include "cuda/kernels/backward_sm90/backward_sm90.hpp"
-#endif
-#include "cuda/instance_set.hpp"
-#include "cuda/ops.hpp"
 #include "cuda/primitives/math.cuh"
+#include "cuda/vector_rule.hpp"
 
 namespace flashattn::cuda {
 namespace backward {
@@ -33,55 +36,12 @@ namespace {
 
 constexpr int kRowsPerSmallBlock = 64;  // preprocess and convert: query rows per CTA (8 warps)
 
-// Plan.config packs the instance head dim and the tile index.
-constexpr int32_t packConfig(int instanceHeadDim, int tileIndex) { return instanceHeadDim * 8 + tileIndex; }
-constexpr int configHeadDim(int32_t config) { return config / 8; }
-constexpr int configTile(int32_t config) { return config % 8; }
-
-struct BlockShape {
-  int blockM;
-  int blockN;
-  int warps;
-  int ctasPerSM;
-};
-
-BlockShape blockShapeFor(DType t, int instanceHeadDim, int tileIndex) {
-  if (t == DType::FP32) {
-    const Fp32Tile f = fp32TileFor(instanceHeadDim);
-    return BlockShape{f.blockM, f.blockN, kBackwardWarps, 1};
-  }
-#if defined(FLASHATTN_HAS_SM90A_BACKWARD)
-  if (tileIndex == backward_sm90::kSm90BackwardTile) {
-    const backward_sm90::Sm90BackwardTile s = backward_sm90::sm90BackwardTileFor(instanceHeadDim);
-    return BlockShape{s.blockM, s.blockN, s.warps, 1};
-  }
-#endif
-  const MmaTile m = mmaTilesFor(instanceHeadDim).tiles[tileIndex];
-  return BlockShape{m.blockM, m.blockN, m.warps, m.minBlocks};
-}
-
-// Every sub-buffer of the workspace, for the plan (sizes) and the launch (pointers).
-struct WorkspaceLayout {
-  std::size_t offset[4];
-  std::size_t bytes;
-  std::size_t zeroedBytes;  // from offset[2] to the end
-};
-
-WorkspaceLayout workspaceLayout(const AttnProblem &p, const BlockShape &shape) {
-  const std::size_t rows =
-      p.ragged ? std::size_t(p.heads) * std::size_t(p.totalQ) : std::size_t(p.batch * p.heads) * std::size_t(p.seqQ);
-  const std::size_t queryBlocks = std::size_t((p.seqQ + shape.blockM - 1) / shape.blockM);
-  WorkspaceLayout w{};
-  w.offset[0] = 0;
-  w.offset[1] = alignWorkspace(rows * sizeof(float));
-  w.offset[2] = w.offset[1] + alignWorkspace(rows * sizeof(float));
-  w.offset[3] = w.offset[2] + alignWorkspace(rows * std::size_t(p.headDim) * sizeof(float));
-  const std::size_t turns =
-      p.deterministic ? alignWorkspace(std::size_t(p.batch * p.heads) * queryBlocks * sizeof(int32_t)) : 0;
-  w.bytes = w.offset[3] + turns;
-  w.zeroedBytes = w.bytes - w.offset[2];
-  return w;
-}
+const InstanceKey kBackwardKeys[] = {
+#define FLASHATTN_INSTANCE(DT, CT, HD) {DType::DT, HD},
+#include "cuda/generated/backward_instances.inc"
+#undef FLASHATTN_INSTANCE
+    {DType::FP32, 0}};
+const InstanceList kBackwardInstances{kBackwardKeys, int(std::size(kBackwardKeys)) - 1};
 
 // ---- preprocess and convert ----------------------------------------------------------------------------------------
 
@@ -214,85 +174,22 @@ cudaError_t launchSmallKernels(const BackwardParams &params, int32_t rowBlocks, 
   return cudaLaunchKernel(kernel, dim3(unsigned(blocks)), dim3(kBackwardThreads), args, 0, stream);
 }
 
-cudaError_t launchMain(DType t, int instanceHeadDim, const BackwardParams &params, int tileIndex,
-                       cudaStream_t stream) {
-  switch (t) {
-#define FLASHATTN_BACKWARD_DIM_CASE(Element, d) \
-  case d:                                       \
-    return launchMainInstance<Element, d>(params, tileIndex, stream);
-#define FLASHATTN_BACKWARD_DIM_SWITCH(Element)                               \
-  switch (instanceHeadDim) {                                                 \
-    FLASHATTN_BACKWARD_DIMS(Element)                                         \
-    default:                                                                 \
-      return cudaErrorInvalidValue;                                          \
-  }
-#if defined(FLASHATTN_HAS_HEADDIM_64)
-#define FLASHATTN_BACKWARD_D64(E) FLASHATTN_BACKWARD_DIM_CASE(E, 64)
-#else
-#define FLASHATTN_BACKWARD_D64(E)
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_96)
-#define FLASHATTN_BACKWARD_D96(E) FLASHATTN_BACKWARD_DIM_CASE(E, 96)
-#else
-#define FLASHATTN_BACKWARD_D96(E)
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_128)
-#define FLASHATTN_BACKWARD_D128(E) FLASHATTN_BACKWARD_DIM_CASE(E, 128)
-#else
-#define FLASHATTN_BACKWARD_D128(E)
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_192)
-#define FLASHATTN_BACKWARD_D192(E) FLASHATTN_BACKWARD_DIM_CASE(E, 192)
-#else
-#define FLASHATTN_BACKWARD_D192(E)
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_256)
-#define FLASHATTN_BACKWARD_D256(E) FLASHATTN_BACKWARD_DIM_CASE(E, 256)
-#else
-#define FLASHATTN_BACKWARD_D256(E)
-#endif
-#define FLASHATTN_BACKWARD_DIMS(E) \
-  FLASHATTN_BACKWARD_D64(E) FLASHATTN_BACKWARD_D96(E) FLASHATTN_BACKWARD_D128(E) FLASHATTN_BACKWARD_D192(E) \
-  FLASHATTN_BACKWARD_D256(E)
-#if defined(FLASHATTN_HAS_DTYPE_FP16)
-    case DType::FP16:
-      FLASHATTN_BACKWARD_DIM_SWITCH(__half)
-#endif
-#if defined(FLASHATTN_HAS_DTYPE_BF16)
-    case DType::BF16:
-      FLASHATTN_BACKWARD_DIM_SWITCH(__nv_bfloat16)
-#endif
-#if defined(FLASHATTN_HAS_DTYPE_FP32)
-    case DType::FP32:
-      FLASHATTN_BACKWARD_DIM_SWITCH(float)
-#endif
-    default:
-      return cudaErrorInvalidValue;
-  }
-#undef FLASHATTN_BACKWARD_DIMS
-#undef FLASHATTN_BACKWARD_D64
-#undef FLASHATTN_BACKWARD_D96
-#undef FLASHATTN_BACKWARD_D128
-#undef FLASHATTN_BACKWARD_D192
-#undef FLASHATTN_BACKWARD_D256
-#undef FLASHATTN_BACKWARD_DIM_SWITCH
-#undef FLASHATTN_BACKWARD_DIM_CASE
+cudaError_t launchMain(InstanceKey key, const BackwardParams &params, int tileIndex, cudaStream_t stream) {
+#define FLASHATTN_INSTANCE(DT, CT, HD) \
+  if (key.dtype == DType::DT && key.headDim == HD) return launchMainInstance<CT, HD>(params, tileIndex, stream);
+#include "cuda/generated/backward_instances.inc"
+#undef FLASHATTN_INSTANCE
+  return cudaErrorInvalidValue;  // unreachable: plans name instances of the same list
 }
 
 cudaError_t launchSmall(DType t, const BackwardParams &params, int32_t rowBlocks, bool preprocess,
                         cudaStream_t stream) {
   switch (t) {
-#if defined(FLASHATTN_HAS_DTYPE_FP16)
     case DType::FP16: return launchSmallKernels<__half>(params, rowBlocks, preprocess, stream);
-#endif
-#if defined(FLASHATTN_HAS_DTYPE_BF16)
     case DType::BF16: return launchSmallKernels<__nv_bfloat16>(params, rowBlocks, preprocess, stream);
-#endif
-#if defined(FLASHATTN_HAS_DTYPE_FP32)
     case DType::FP32: return launchSmallKernels<float>(params, rowBlocks, preprocess, stream);
-#endif
-    default: return cudaErrorInvalidValue;
   }
+  return cudaErrorInvalidValue;
 }
 
 // A window wider than both sequences is no window; dropping it keeps the kernels' 64-bit window arithmetic far from
@@ -304,11 +201,79 @@ int64_t effectiveWindow(int64_t window, const AttnProblem &p) {
 }  // namespace
 }  // namespace backward
 
-bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
-  using namespace backward;
+namespace backward {
+
+Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const BackwardConfig &config,
+                           const std::string &kernelWords, Plan *plan, std::string *whyNot) {
   auto refuse = [&](const std::string &reason) {
-    if (whyNot != nullptr) *whyNot = reason;
-    return false;
+    *whyNot = reason;
+    return Verdict::Refused;
+  };
+  const bool batchUsed = !p.ragged && p.batch > 1;
+  if (!vectorStridesFit(p.dtype,
+                        {{"Q", p.q, batchUsed, p.heads > 1},
+                         {"K", p.k, batchUsed, p.kvHeads > 1},
+                         {"V", p.v, batchUsed, p.kvHeads > 1},
+                         {"O", p.o, batchUsed, p.heads > 1},
+                         {"dO", p.dO, batchUsed, p.heads > 1},
+                         {"dQ", p.dQ, batchUsed, p.heads > 1},
+                         {"dK", p.dK, batchUsed, p.kvHeads > 1},
+                         {"dV", p.dV, batchUsed, p.kvHeads > 1}},
+                        "backward kernels", whyNot))
+    return Verdict::Refused;
+  if (!p.buffersAligned16)
+    return refuse("a data pointer is not 16-byte aligned: the backward kernels move rows in 16-byte vectors");
+
+  constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
+  constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+  if (p.seqQ > kMaxSeq) return refuse(concat("seqQ ", p.seqQ, " exceeds the backward kernels' limit of ", kMaxSeq));
+  if (p.seqK > kMaxSeq) return refuse(concat("seqK ", p.seqK, " exceeds the backward kernels' limit of ", kMaxSeq));
+  if (p.heads > kMaxInt || p.batch > kMaxInt)
+    return refuse(concat("batch ", p.batch, " x heads ", p.heads, " exceeds the backward kernels' 32-bit limits"));
+  const int64_t keyBlocks = (p.seqK + config.blockN - 1) / config.blockN;
+  const int64_t rowBlocks = (p.seqQ + kRowsPerSmallBlock - 1) / kRowsPerSmallBlock;
+  if (keyBlocks * p.kvHeads > kMaxInt / std::max<int64_t>(p.batch, 1) ||
+      rowBlocks * p.heads > kMaxInt / std::max<int64_t>(p.batch, 1))
+    return refuse(concat("batch ", p.batch, " x heads ", p.heads, " x seqQ ", p.seqQ, " / seqK ", p.seqK,
+                         " exceeds the backward grid limit of 2^31 - 1 blocks"));
+
+  const std::size_t rows =
+      p.ragged ? std::size_t(p.heads) * std::size_t(p.totalQ) : std::size_t(p.batch * p.heads) * std::size_t(p.seqQ);
+  const std::size_t queryBlocks = std::size_t((p.seqQ + config.blockM - 1) / config.blockM);
+  plan->addRegion(kRowDot, "row dot products D", rows * sizeof(float));
+  plan->addRegion(kLseLog2, "LSE in base 2", rows * sizeof(float));
+  plan->addRegion(kDqAccum, "FP32 dQ", rows * std::size_t(p.headDim) * sizeof(float));
+  plan->addRegion(kTurns, "dQ turn counters",
+                  p.deterministic ? std::size_t(p.batch * p.heads) * queryBlocks * sizeof(int32_t) : 0);
+
+  const int instance = config.instance.headDim;
+  std::ostringstream description;
+  description << kernelWords << " sm" << dev.arch() << " " << dtypeName(p.dtype) << " d" << instance;
+  if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
+  description << " tile " << config.blockM << "x" << config.blockN << " " << config.warps << " warps";
+  if (config.ctasPerSM > 1) description << " (" << config.ctasPerSM << " CTAs/SM)";
+  description << "; " << (p.dtype == DType::FP32 ? "fp32 arithmetic (no tensor cores)" : "fp32 accumulate")
+              << "; dQ accumulated in fp32 workspace";
+  if (p.heads != p.kvHeads) description << "; dK/dV summed over " << p.heads / p.kvHeads << " query heads on chip";
+  description << (p.deterministic ? "; deterministic (dQ additions ordered by key block)"
+                                  : "; not deterministic (dQ by unordered atomics)");
+  plan->config = config;
+  plan->description = description.str();
+  plan->deterministic = p.deterministic;
+  return Verdict::Served;
+}
+
+}  // namespace backward
+
+namespace {
+
+// Both portable families: FP32 storage on the FFMA kernel, FP16/BF16 on the tensor-core kernel.
+Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot, bool fp32) {
+  using namespace backward;
+  if ((p.dtype == DType::FP32) != fp32) return Verdict::NotForThis;
+  auto refuse = [&](const std::string &reason) {
+    *whyNot = reason;
+    return Verdict::Refused;
   };
   if (dev.arch() < 80)
     return refuse(concat("the backward kernels need compute capability 8.0 or newer; device ", dev.device, " is sm",
@@ -320,121 +285,78 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
   if (p.headDim < 8 || p.headDim > 256 || p.headDim % 8 != 0)
     return refuse(concat("headDim ", p.headDim,
                          " is not supported by the backward kernels: it must be a multiple of 8 in [8, 256]"));
-  if (!dtypeCompiled(p.dtype))
+  if (!kBackwardInstances.hasDtype(p.dtype))
     return refuse(concat("data type ", dtypeName(p.dtype), " has no backward kernel in this build (FLASHATTN_DTYPES)"));
-  const int instance = nativeHeadDimFor(p.headDim);
-  if (!headDimCompiled(instance))
-    return refuse(concat("headDim ", p.headDim, " needs the d", instance,
-                         " backward instance, which this build does not have (FLASHATTN_HEAD_DIMS: compiled ",
-                         compiledHeadDims(), ")"));
+  const int instance = kBackwardInstances.headDimFor(p.dtype, p.headDim);
+  if (instance == 0)
+    return refuse(concat("headDim ", p.headDim, " has no backward instance at least as wide in this build (",
+                         dtypeName(p.dtype), " head dims: ", kBackwardInstances.headDims(p.dtype), ")"));
 
-  // Every row moves in 16-byte vectors (the CUDA backend frame enforces this too; repeated here because the kernels
-  // depend on it).
-  const int64_t perVector = int64_t(16 / dtypeSize(p.dtype));
-  const bool batchUsed = !p.ragged && p.batch > 1;
-  const struct {
-    const char *name;
-    const Layout &layout;
-    bool headUsed;
-  } tensors[] = {{"Q", p.q, p.heads > 1},   {"K", p.k, p.kvHeads > 1},   {"V", p.v, p.kvHeads > 1},
-                 {"O", p.o, p.heads > 1},   {"dO", p.dO, p.heads > 1},   {"dQ", p.dQ, p.heads > 1},
-                 {"dK", p.dK, p.kvHeads > 1}, {"dV", p.dV, p.kvHeads > 1}};
-  for (const auto &t : tensors) {
-    const int64_t strides[3] = {batchUsed ? t.layout.batch : 0, t.headUsed ? t.layout.head : 0, t.layout.row};
-    const char *names[3] = {"batch", "head", "row"};
-    for (int i = 0; i < 3; ++i)
-      if (strides[i] % perVector != 0)
-        return refuse(concat(t.name, " ", names[i], " stride is ", strides[i], " elements, not a multiple of ",
-                             perVector, ": the backward kernels move rows in 16-byte vectors"));
-  }
-
-  int tileIndex = -1;
+  BackwardConfig config;
+  config.instance = InstanceKey{p.dtype, instance};
+  config.warps = kBackwardWarps;
   std::size_t shared = 0;
-  if (p.dtype == DType::FP32) {
+  int tileIndex = -1;
+  if (fp32) {
+    const Fp32Tile f = fp32TileFor(instance);
     shared = fp32SharedBytes(instance);
     if (shared <= dev.smemPerBlockOptin) tileIndex = 0;
+    config.blockM = f.blockM;
+    config.blockN = f.blockN;
   } else {
     // The first tile whose CTAs fit the SM as many at a time as it was tuned for; failing that, the first that fits
     // one CTA (the last entry of every list fits 99 KB).
     const MmaTileSet tiles = mmaTilesFor(instance);
+    bool shares = false;
     for (int i = 0; i < tiles.count && tileIndex < 0; ++i)
-      if (mmaTileFits(tiles.tiles[i], instance, dev.smemPerBlockOptin)) tileIndex = i;
+      if (mmaTileFits(tiles.tiles[i], instance, dev.smemPerBlockOptin)) tileIndex = i, shares = true;
     for (int i = 0; i < tiles.count && tileIndex < 0; ++i) {
       shared = mmaSharedBytes(tiles.tiles[i], instance);
       if (shared <= dev.smemPerBlockOptin) tileIndex = i;
+    }
+    if (tileIndex >= 0) {
+      const MmaTile &m = tiles.tiles[tileIndex];
+      config.blockM = m.blockM;
+      config.blockN = m.blockN;
+      config.warps = m.warps;
+      config.ctasPerSM = shares ? m.minBlocks : 1;
     }
   }
   if (tileIndex < 0)
     return refuse(concat("the smallest d", instance, " backward tile needs ", shared,
                          " bytes of shared memory per block; device ", dev.device, " (", dev.name, ") allows ",
                          dev.smemPerBlockOptin));
-#if defined(FLASHATTN_HAS_SM90A_BACKWARD)
-  // The wgmma kernel takes over the main kernel where it serves the problem (same workspace scheme, own block shape);
-  // on an sm90 device the description says why it does not.
-  std::string wgmmaWhyNot;
-  bool sm90 = false;
-  if (p.dtype != DType::FP32 && instance != p.headDim)
-    wgmmaWhyNot = concat("headDim ", p.headDim, " is padded to the d", instance, " instance");
-  else if (p.dtype != DType::FP32)
-    sm90 = backward_sm90::sm90BackwardSupports(dev, p, &wgmmaWhyNot);
-  if (sm90) tileIndex = backward_sm90::kSm90BackwardTile;
-#else
-  const bool sm90 = false;
-  const std::string wgmmaWhyNot;
-#endif
-  const BlockShape shape = blockShapeFor(p.dtype, instance, tileIndex);
-
-  constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
-  constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
-  if (p.seqQ > kMaxSeq)
-    return refuse(concat("seqQ ", p.seqQ, " exceeds the backward kernels' limit of ", kMaxSeq));
-  if (p.seqK > kMaxSeq)
-    return refuse(concat("seqK ", p.seqK, " exceeds the backward kernels' limit of ", kMaxSeq));
-  if (p.heads > kMaxInt || p.batch > kMaxInt)
-    return refuse(concat("batch ", p.batch, " x heads ", p.heads, " exceeds the backward kernels' 32-bit limits"));
-  const int64_t keyBlocks = (p.seqK + shape.blockN - 1) / shape.blockN;
-  const int64_t mainBlocks = keyBlocks * p.kvHeads * p.batch;
-  const int64_t rowBlocks = (p.seqQ + kRowsPerSmallBlock - 1) / kRowsPerSmallBlock;
-  const int64_t smallBlocks = rowBlocks * p.heads * p.batch;
-  if (mainBlocks > kMaxInt || smallBlocks > kMaxInt)
-    return refuse(concat("batch ", p.batch, " x heads ", p.heads, " x seqQ ", p.seqQ, " / seqK ", p.seqK,
-                         " exceeds the backward grid limit of 2^31 - 1 blocks"));
-
-  const WorkspaceLayout ws = workspaceLayout(p, shape);
-  std::ostringstream description;
-  if (p.dtype == DType::FP32)
-    description << "cuda.bwd.ffma sm" << dev.arch() << " fp32 d" << instance;
-  else if (sm90)
-    description << "cuda.bwd.wgmma sm" << dev.arch() << " " << dtypeName(p.dtype) << " d" << instance;
-  else
-    description << "cuda.bwd.mma_sync sm" << dev.arch() << " " << dtypeName(p.dtype) << " d" << instance;
-  if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
-  description << " tile " << shape.blockM << "x" << shape.blockN << " " << shape.warps << " warps";
-  if (!sm90 && shape.ctasPerSM > 1 && mmaTileFits(mmaTilesFor(instance).tiles[tileIndex], instance, dev.smemPerBlockOptin))
-    description << " (" << shape.ctasPerSM << " CTAs/SM)";
-  description << "; "
-              << (p.dtype == DType::FP32 ? "fp32 arithmetic (no tensor cores)" : "fp32 accumulate")
-              << "; dQ accumulated in fp32 workspace";
-  if (p.heads != p.kvHeads) description << "; dK/dV summed over " << p.heads / p.kvHeads << " query heads on chip";
-  description << (p.deterministic ? "; deterministic (dQ additions ordered by key block)"
-                                  : "; not deterministic (dQ by unordered atomics)");
-  if (dev.arch() == 90 && !sm90 && !wgmmaWhyNot.empty()) description << "; wgmma kernel not used: " << wgmmaWhyNot;
-
-  plan->description = description.str();
-  plan->deterministic = p.deterministic;
-  plan->workspaceBytes = ws.bytes;
-  for (int i = 0; i < 4; ++i) plan->workspaceOffset[i] = ws.offset[i];
-  plan->config = packConfig(instance, tileIndex);
-  plan->numChunks = 0;
-  return true;
+  config.tileIndex = tileIndex;
+  return planBackwardCommon(dev, p, config, kernelIdName(fp32 ? KernelId::BackwardFfma : KernelId::BackwardMma),
+                            plan, whyNot);
 }
+
+Verdict planMma(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
+  return planPortable(dev, p, plan, whyNot, false);
+}
+
+Verdict planFfma(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
+  return planPortable(dev, p, plan, whyNot, true);
+}
+
+cudaError_t launchPortable(const DeviceInfo &, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
+                           void *workspace, cudaStream_t stream) {
+  const BackwardConfig &config = plan.as<BackwardConfig>();
+  return backward::launchBackwardPipeline(
+      p, plan, buf, workspace, stream, [&](const backward::BackwardParams &params) {
+        return backward::launchMain(config.instance, params, config.tileIndex, stream);
+      });
+}
+
+}  // namespace
+
+FLASHATTN_REGISTER_FAMILY(KernelId::BackwardMma, Op::Backward, 100, true, "mma_sync kernel", planMma, launchPortable);
+FLASHATTN_REGISTER_FAMILY(KernelId::BackwardFfma, Op::Backward, 100, true, "FFMA kernel", planFfma, launchPortable);
 
 namespace backward {
 
 BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) {
-  const BlockShape shape = blockShapeFor(p.dtype, configHeadDim(plan.config), configTile(plan.config));
-  const WorkspaceLayout ws = workspaceLayout(p, shape);
-  unsigned char *base = static_cast<unsigned char *>(workspace);
+  const BackwardConfig &config = plan.as<BackwardConfig>();
 
   BackwardParams params;
   params.q = buf.q;
@@ -446,10 +368,10 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
   params.dQ = buf.dQ;
   params.dK = buf.dK;
   params.dV = buf.dV;
-  params.rowDot = reinterpret_cast<float *>(base + ws.offset[0]);
-  params.lseLog2 = reinterpret_cast<float *>(base + ws.offset[1]);
-  params.dqAccum = reinterpret_cast<float *>(base + ws.offset[2]);
-  params.dqTurn = p.deterministic ? reinterpret_cast<int32_t *>(base + ws.offset[3]) : nullptr;
+  params.rowDot = static_cast<float *>(plan.regionPointer(kRowDot, workspace));
+  params.lseLog2 = static_cast<float *>(plan.regionPointer(kLseLog2, workspace));
+  params.dqAccum = static_cast<float *>(plan.regionPointer(kDqAccum, workspace));
+  params.dqTurn = p.deterministic ? static_cast<int32_t *>(plan.regionPointer(kTurns, workspace)) : nullptr;
   params.qBatch = p.q.batch;
   params.qHead = p.q.head;
   params.qRow = p.q.row;
@@ -484,8 +406,8 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
   params.seqQ = int32_t(p.seqQ);
   params.seqK = int32_t(p.seqK);
   params.headDim = int32_t(p.headDim);
-  params.keyBlocks = int32_t((p.seqK + shape.blockN - 1) / shape.blockN);
-  params.queryBlocks = int32_t((p.seqQ + shape.blockM - 1) / shape.blockM);
+  params.keyBlocks = int32_t((p.seqK + config.blockN - 1) / config.blockN);
+  params.queryBlocks = int32_t((p.seqQ + config.blockM - 1) / config.blockM);
   params.ragged = p.ragged;
   params.cuSeqlensQ = p.cuSeqlensQ;
   params.cuSeqlensK = p.cuSeqlensK;
@@ -505,34 +427,27 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
 
 }  // namespace backward
 
-cudaError_t launchBackward(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
-                           void *workspace, cudaStream_t stream) {
-  using namespace backward;
-  (void)dev;
-  const int instance = configHeadDim(plan.config);
-  const int tileIndex = configTile(plan.config);
-  const WorkspaceLayout ws = workspaceLayout(p, blockShapeFor(p.dtype, instance, tileIndex));
-  if (ws.bytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
-  const void *pointers[] = {buf.q, buf.k, buf.v, buf.o, buf.dO, buf.dQ, buf.dK, buf.dV, workspace};
-  for (const void *pointer : pointers)
-    if (reinterpret_cast<uintptr_t>(pointer) % 16 != 0) return cudaErrorMisalignedAddress;
+namespace backward {
+
+cudaError_t launchBackwardPipeline(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
+                                   cudaStream_t stream, const std::function<cudaError_t(const BackwardParams &)> &main) {
+  if (plan.workspaceBytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
   const BackwardParams params = makeParams(p, plan, buf, workspace);
   const int32_t rowBlocks = int32_t((p.seqQ + kRowsPerSmallBlock - 1) / kRowsPerSmallBlock);
-  if (ws.zeroedBytes > 0) {
-    const cudaError_t err =
-        cudaMemsetAsync(static_cast<unsigned char *>(workspace) + ws.offset[2], 0, ws.zeroedBytes, stream);
+  // The FP32 dQ accumulator and the turn counters (the regions from dQ to the end) start at zero.
+  const std::size_t zeroedFrom = plan.regions[kDqAccum].offset;
+  if (plan.workspaceBytes > zeroedFrom) {
+    const cudaError_t err = cudaMemsetAsync(static_cast<unsigned char *>(workspace) + zeroedFrom, 0,
+                                            plan.workspaceBytes - zeroedFrom, stream);
     if (err != cudaSuccess) return err;
   }
   cudaError_t err = launchSmall(p.dtype, params, rowBlocks, true, stream);
   if (err != cudaSuccess) return err;
-#if defined(FLASHATTN_HAS_SM90A_BACKWARD)
-  if (tileIndex == backward_sm90::kSm90BackwardTile)
-    err = backward_sm90::launchBackwardSm90(p.dtype, instance, params, dev.device, stream);
-  else
-#endif
-    err = launchMain(p.dtype, instance, params, tileIndex, stream);
+  err = main(params);
   if (err != cudaSuccess) return err;
   return launchSmall(p.dtype, params, rowBlocks, false, stream);
 }
+
+}  // namespace backward
 
 }  // namespace flashattn::cuda

@@ -13,9 +13,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <string>
 
 #include "core/plan.hpp"
 #include "core/problem.hpp"
+#include "cuda/family.hpp"
 
 namespace flashattn::cuda::backward {
 
@@ -153,8 +156,21 @@ constexpr std::size_t fp32SharedBytes(int headDim) {
           2 * std::size_t(t.blockM)) * 4;
 }
 
+// The workspace regions of every backward family (Plan::regions).
+enum BackwardRegion : int { kRowDot = 0, kLseLog2 = 1, kDqAccum = 2, kTurns = 3 };
+
+// What every backward family shares once it has chosen its main kernel's block shape (config): the 16-byte row rule,
+// the 32-bit and grid limits, the workspace regions and the description ("<kernelWords> sm90 bf16 d128 tile ...").
+Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const BackwardConfig &config,
+                           const std::string &kernelWords, Plan *plan, std::string *whyNot);
+
 // The kernel arguments of a planned problem: buffers, strides, the workspace carved as the plan laid it out.
 BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace);
+
+// The three launches of every backward family: zero dQ and the counters, preprocess, `main` (the family's main
+// kernel), convert.
+cudaError_t launchBackwardPipeline(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
+                                   cudaStream_t stream, const std::function<cudaError_t(const BackwardParams &)> &main);
 
 // Defined once per (Element, instance head dim) by the generated instance files (backward_instance.cu.in):
 // launches the main kernel with tile `tileIndex` (tensor-core instances) or the FP32 kernel (Element float).

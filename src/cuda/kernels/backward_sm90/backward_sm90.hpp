@@ -1,9 +1,7 @@
-// The seam between the portable backward chooser (src/cuda/kernels/backward/backward.cu) and the Hopper backward
-// family. planBackward asks sm90BackwardSupports on an sm90 device; when it says yes the plan carries
-// kSm90BackwardTile as its tile index, the workspace is laid out for sm90BackwardTileFor(headDim).blockM query rows
-// per block, and launchBackward runs the same memset, preprocess and convert kernels around launchBackwardSm90
-// instead of the portable main kernel. A new head dim gets its own entry in sm90BackwardTileFor, and its launcher case
-// and shared-memory size in backward_sm90.cu.
+// The Hopper backward family (cuda.bwd.wgmma): its tile per head dim and the instance launcher the generated files
+// define. It registers itself with the backward chooser (backward_sm90.cu) ranked before the portable kernels and runs
+// the portable family's pipeline (preprocess, convert, workspace) around its own main kernel. A new head dim is an
+// entry in src/cuda/generate.py, its tile in sm90BackwardTileFor and its shared-memory size in backward_sm90.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,11 +10,8 @@
 
 #include "core/problem.hpp"
 #include "cuda/kernels/backward/backward_params.hpp"
-#include "cuda/ops.hpp"
 
 namespace flashattn::cuda::backward_sm90 {
-
-constexpr int kSm90BackwardTile = 7;  // the tile index planBackward packs into Plan.config for this family
 
 // The CTA shape of the wgmma main kernel for one head dim: the workspace layout and grid follow from it.
 struct Sm90BackwardTile {
@@ -36,12 +31,9 @@ constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
   }
 }
 
-// Whether this build and device run the problem's main kernel here; otherwise *whyNot names the argument and value.
-bool sm90BackwardSupports(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot);
-
-// The main kernel for a problem sm90BackwardSupports accepted (params built by backward::makeParams with this
-// family's block shape); `device` is the current device, on which the kernel's shared-memory opt-in is made once.
-cudaError_t launchBackwardSm90(DType dtype, int headDim, const backward::BackwardParams &params, int device,
-                               cudaStream_t stream);
+// The main kernel of one instance (params built by backward::makeParams with this family's block shape); `device`
+// is the current device, on which the kernel's shared-memory opt-in is made once. Defined by the generated files.
+template <typename Element, int HeadDim>
+cudaError_t launchSm90Instance(const backward::BackwardParams &params, int device, cudaStream_t stream);
 
 }  // namespace flashattn::cuda::backward_sm90

@@ -25,7 +25,9 @@
 #include "core/host_phases.hpp"
 #include "core/knobs.hpp"
 #include "cuda/kernels/decode/decode_params.hpp"
+#include "cuda/family.hpp"
 #include "cuda/ops.hpp"
+#include "cuda/vector_rule.hpp"
 
 namespace flashattn::cuda {
 
@@ -46,97 +48,12 @@ struct Instance {
 
 #define INSTANCE(T, D) &launchDecodeInstance<T, D>, &occupancyDecodeInstance<T, D>, &clusterCapacityDecodeInstance<T, D>
 
-// The instances this build compiled (sources.cmake generates one file per dtype and head dim of the build's sets
-// that is a multiple of 16 from 32 to 256; these are the candidates listed here).
+// The instances this build compiled: the family's generated list (src/cuda/generate.py).
 const Instance kInstances[] = {
-#if defined(FLASHATTN_HAS_DTYPE_FP16)
-#if defined(FLASHATTN_HAS_HEADDIM_32)
-    {DType::FP16, 32, INSTANCE(__half, 32)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_64)
-    {DType::FP16, 64, INSTANCE(__half, 64)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_80)
-    {DType::FP16, 80, INSTANCE(__half, 80)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_96)
-    {DType::FP16, 96, INSTANCE(__half, 96)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_128)
-    {DType::FP16, 128, INSTANCE(__half, 128)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_160)
-    {DType::FP16, 160, INSTANCE(__half, 160)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_192)
-    {DType::FP16, 192, INSTANCE(__half, 192)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_224)
-    {DType::FP16, 224, INSTANCE(__half, 224)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_256)
-    {DType::FP16, 256, INSTANCE(__half, 256)},
-#endif
-#endif
-#if defined(FLASHATTN_HAS_DTYPE_BF16)
-#if defined(FLASHATTN_HAS_HEADDIM_32)
-    {DType::BF16, 32, INSTANCE(__nv_bfloat16, 32)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_64)
-    {DType::BF16, 64, INSTANCE(__nv_bfloat16, 64)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_80)
-    {DType::BF16, 80, INSTANCE(__nv_bfloat16, 80)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_96)
-    {DType::BF16, 96, INSTANCE(__nv_bfloat16, 96)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_128)
-    {DType::BF16, 128, INSTANCE(__nv_bfloat16, 128)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_160)
-    {DType::BF16, 160, INSTANCE(__nv_bfloat16, 160)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_192)
-    {DType::BF16, 192, INSTANCE(__nv_bfloat16, 192)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_224)
-    {DType::BF16, 224, INSTANCE(__nv_bfloat16, 224)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_256)
-    {DType::BF16, 256, INSTANCE(__nv_bfloat16, 256)},
-#endif
-#endif
-#if defined(FLASHATTN_HAS_DTYPE_FP32)
-#if defined(FLASHATTN_HAS_HEADDIM_32)
-    {DType::FP32, 32, INSTANCE(float, 32)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_64)
-    {DType::FP32, 64, INSTANCE(float, 64)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_80)
-    {DType::FP32, 80, INSTANCE(float, 80)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_96)
-    {DType::FP32, 96, INSTANCE(float, 96)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_128)
-    {DType::FP32, 128, INSTANCE(float, 128)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_160)
-    {DType::FP32, 160, INSTANCE(float, 160)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_192)
-    {DType::FP32, 192, INSTANCE(float, 192)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_224)
-    {DType::FP32, 224, INSTANCE(float, 224)},
-#endif
-#if defined(FLASHATTN_HAS_HEADDIM_256)
-    {DType::FP32, 256, INSTANCE(float, 256)},
-#endif
-#endif
-    {DType::FP32, 0, nullptr, nullptr},  // end marker (keeps the array non-empty in a build without instances)
+#define FLASHATTN_INSTANCE(DT, CT, HD) {DType::DT, HD, INSTANCE(CT, HD)},
+#include "cuda/generated/decode_instances.inc"
+#undef FLASHATTN_INSTANCE
+    {DType::FP32, 0, nullptr, nullptr, nullptr},  // end marker (keeps the array non-empty in a build without instances)
 };
 #undef INSTANCE
 constexpr int kInstanceCount = int(sizeof(kInstances) / sizeof(kInstances[0])) - 1;
@@ -171,23 +88,29 @@ struct PlannedKernel {
   bool clusterWherever = false;   // with clusterWhereFits: wherever it fits, paying or not (FLASHATTN_DECODE_MERGE)
 };
 
-int32_t packConfig(const PlannedKernel &k) {
-  return int32_t(uint32_t(k.instance) | uint32_t(k.libraryVariant) << 6 | uint32_t(k.headDim / 16 - 1) << 7 |
-                 uint32_t(k.variant.warps / 4 - 1) << 11 | uint32_t(k.variant.tileKeys / 16 - 1) << 12 |
-                 uint32_t(k.variant.stages - 2) << 14 | uint32_t(k.variant.loader) << 17 | uint32_t(k.merge) << 20);  // merge: 2 bits
+DecodeConfig toConfig(DType dtype, const PlannedKernel &k) {
+  DecodeConfig c;
+  c.instance = InstanceKey{dtype, k.headDim};
+  c.warps = k.variant.warps;
+  c.tileKeys = k.variant.tileKeys;
+  c.stages = k.variant.stages;
+  c.loader = k.variant.loader;
+  c.merge = k.merge;
+  c.clusterWhereFits = k.clusterWhereFits;
+  c.clusterWherever = k.clusterWherever;
+  return c;
 }
 
-PlannedKernel unpackConfig(int32_t config) {
-  const uint32_t c = uint32_t(config);
+PlannedKernel fromConfig(const DecodeConfig &c) {
   PlannedKernel k;
-  k.instance = int(c & 63u);
-  k.libraryVariant = int((c >> 6) & 1u);
-  k.headDim = int(((c >> 7) & 15u) + 1) * 16;
-  k.variant.warps = int(((c >> 11) & 1u) + 1) * 4;
-  k.variant.tileKeys = int(((c >> 12) & 3u) + 1) * 16;
-  k.variant.stages = int((c >> 14) & 7u) + 2;
-  k.variant.loader = int((c >> 17) & 7u);
-  k.merge = int((c >> 20) & 3u);
+  k.headDim = c.instance.headDim;
+  k.variant = Variant{c.warps, c.tileKeys, c.stages, c.loader};
+  k.merge = c.merge;
+  k.clusterWhereFits = c.clusterWhereFits;
+  k.clusterWherever = c.clusterWherever;
+  const int index = findInstance(c.instance.dtype, c.instance.headDim);
+  k.instance = index >= 0 && kInstances[index].headDim == c.instance.headDim ? index : kExternalInstance;
+  k.libraryVariant = c.loader == kLoaderCpAsync ? 0 : 1;
   return k;
 }
 
@@ -392,8 +315,9 @@ bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t
 // boxes, and strides the encoder accepts (tried on an aligned stand-in address, the real one is only known at launch).
 bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelHeadDim, int64_t kvHeads, int tileKeys,
                         int loader, std::string *whyNot) {
-  if (dev.arch() < 90 || p.paged || !tensorLoadable(int(dtypeSize(p.dtype)), kernelHeadDim)) {
-    *whyNot = concat("the tensor-map loader needs sm_90+ (device sm_", dev.arch(), "), a dense cache (",
+  if (!dev.portableHasSm90() || p.paged || !tensorLoadable(int(dtypeSize(p.dtype)), kernelHeadDim)) {
+    *whyNot = concat("the tensor-map loader needs sm_90+ code on an sm_90+ device (device sm_", dev.arch(),
+                     ", code compute_", dev.portableCodeArch, "), a dense cache (",
                      p.paged ? "paged" : "dense", ") and FP16/BF16 with a kernel head dim that is a multiple of 64 (",
                      dtypeName(p.dtype), ", ", kernelHeadDim, ")");
     return false;
@@ -417,7 +341,7 @@ std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const Planne
   if (loader == kLoaderTensorWSWide || loader == kLoaderTensorWSRows) {
     DecodeParams scratch;
     const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
-    const bool ok = dev.arch() >= 90 && encodeCacheMaps(p, standIn, standIn, kvHeads, k.variant.tileKeys, loader,
+    const bool ok = dev.portableHasSm90() && encodeCacheMaps(p, standIn, standIn, kvHeads, k.variant.tileKeys, loader,
                                                         k.headDim, &scratch);
     name += ok && scratch.kSlots.rank == 5 ? (loader == kLoaderTensorWSRows ? " whole rows, one copy per tile"
                                                                             : " one copy per tile")
@@ -479,13 +403,14 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
   // The cluster merge only where every unit's cluster is resident at once: a cluster that waits for a second wave
   // costs the whole call (B1 L8k 970 GB/s against 1450 with the merge kernel on a board that holds 7 clusters of 16).
-  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.arch() >= 90 &&
+  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.portableHasSm90() &&
       (kernel.clusterWherever ? chunks >= 2 && chunks <= kMaxClusterChunks : clusterMergePays(chunks)) &&
       clusterCapacity(shape.rowTilesPerCta, int(chunks)) >= units)
     kernel.merge = kMergeCluster;
   if (kernel.merge == kMergeCluster) {
-    if (dev.arch() < 90) {
-      *whyNot = concat("the cluster merge needs sm_90+ (device sm_", dev.arch(), ")");
+    if (!dev.portableHasSm90()) {
+      *whyNot = concat("the cluster merge needs sm_90+ code on an sm_90+ device (device sm_", dev.arch(),
+                       ", code compute_", dev.portableCodeArch, ")");
       return false;
     }
     chunks = std::min<int64_t>(chunks, kMaxClusterChunks);
@@ -496,7 +421,8 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   }
 
   *plan = Plan{};
-  plan->config = packConfig(kernel);
+  plan->kernel = KernelId::DecodeSplitKv;
+  plan->config = toConfig(p.dtype, kernel);
   plan->numChunks = int32_t(chunks);
   plan->deterministic = true;
   if (chunks > 1 && kernel.merge != kMergeCluster) {
@@ -511,14 +437,13 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
       *whyNot = concat("the decode workspace for ", chunks, " chunks overflows");
       return false;
     }
-    plan->workspaceOffset[0] = 0;
-    plan->workspaceOffset[1] = alignWorkspace(partialO);
-    plan->workspaceOffset[2] = plan->workspaceOffset[1] + alignWorkspace(partialLse);
     const bool fused = kernel.merge == kMergeFused;
     const std::size_t counts = fused ? std::size_t(units) * sizeof(unsigned long long) : 0;
     const std::size_t flags = fused ? std::size_t(units) * std::size_t(chunks) * sizeof(uint32_t) : 0;
-    plan->workspaceOffset[3] = plan->workspaceOffset[2] + alignWorkspace(counts);
-    plan->workspaceBytes = plan->workspaceOffset[3] + alignWorkspace(flags);
+    plan->addRegion(kPartialORegion, "partial O", partialO);
+    plan->addRegion(kPartialLseRegion, "partial LSE", partialLse);
+    plan->addRegion(kMergeCountsRegion, "merge counts", counts);
+    plan->addRegion(kMergeFlagsRegion, "merge flags", flags);
   }
   const bool tensorCores = p.dtype != DType::FP32;
   const char *merge = chunks == 1                     ? ""
@@ -562,7 +487,8 @@ cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Pla
   err = launchKernel(d, dev, stream);
   FLASHATTN_HOST_PHASE(7);
   if (err != cudaSuccess || plan.numChunks == 1 || d.mergeCounts || d.clusterMerge) return err;
-  return launchDecodeMergeKernel(p.dtype, d, dev.arch() >= 90, stream);
+  // A programmatic dependent only where the kernels' code waits for its primary (griddepcontrol, sm90 code).
+  return launchDecodeMergeKernel(p.dtype, d, dev.portableHasSm90(), stream);
 }
 
 // The last few decode plans of this thread. A decode loop asks for the plan of the same problem every step, and
@@ -691,7 +617,7 @@ bool planDecodeWith(const DeviceInfo &dev, const AttnProblem &p, int instanceHea
 
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                               DecodeParams *params) {
-  const PlannedKernel kernel = unpackConfig(plan.config);
+  const PlannedKernel kernel = fromConfig(plan.as<DecodeConfig>());
   const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
   DecodeParams &d = *params;
   d = DecodeParams{};
@@ -702,12 +628,11 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.lse = p.hasLse ? buf.lse : nullptr;
   d.clusterMerge = kernel.merge == kMergeCluster && plan.numChunks > 1;
   if (plan.numChunks > 1 && !d.clusterMerge) {
-    auto *base = static_cast<unsigned char *>(workspace);
-    d.partialO = reinterpret_cast<float *>(base + plan.workspaceOffset[0]);
-    d.partialLse = reinterpret_cast<float *>(base + plan.workspaceOffset[1]);
+    d.partialO = static_cast<float *>(plan.regionPointer(kPartialORegion, workspace));
+    d.partialLse = static_cast<float *>(plan.regionPointer(kPartialLseRegion, workspace));
     if (kernel.merge == kMergeFused) {
-      d.mergeCounts = reinterpret_cast<unsigned long long *>(base + plan.workspaceOffset[2]);
-      d.mergeFlags = reinterpret_cast<uint32_t *>(base + plan.workspaceOffset[3]);
+      d.mergeCounts = static_cast<unsigned long long *>(plan.regionPointer(kMergeCountsRegion, workspace));
+      d.mergeFlags = static_cast<uint32_t *>(plan.regionPointer(kMergeFlagsRegion, workspace));
     }
   }
   d.qBatch = p.q.batch, d.qHead = p.q.head, d.qRow = p.q.row;
@@ -759,7 +684,7 @@ cudaError_t launchDecodeWith(const DeviceInfo &dev, const AttnProblem &p, const 
 cudaError_t launchDecode(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
                          void *workspace, cudaStream_t stream) {
   using namespace decode;
-  const PlannedKernel kernel = unpackConfig(plan.config);
+  const PlannedKernel kernel = fromConfig(plan.as<DecodeConfig>());
   if (kernel.instance >= kInstanceCount || plan.numChunks < 1) return cudaErrorInvalidValue;
   const Instance &inst = kInstances[kernel.instance];
   auto launchKernel = [&](const DecodeParams &d, const DeviceInfo &device, cudaStream_t s) {
@@ -767,5 +692,33 @@ cudaError_t launchDecode(const DeviceInfo &dev, const AttnProblem &p, const Plan
   };
   return launchPlanned(dev, p, plan, buf, workspace, launchKernel, stream);
 }
+
+namespace {
+
+Verdict planDecodeFamily(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
+  if (dev.arch() < 80) {
+    *whyNot = concat("the decode kernels need compute capability 8.0 or newer; device is sm", dev.arch());
+    return Verdict::Refused;
+  }
+  // Paged caches: Layout.batch is the page stride, always walked.
+  const bool batchUsed = !p.ragged && p.batch > 1;
+  if (!vectorStridesFit(p.dtype,
+                        {{"Q", p.q, batchUsed, p.heads > 1},
+                         {"K", p.k, batchUsed || p.paged, p.kvHeads > 1},
+                         {"V", p.v, batchUsed || p.paged, p.kvHeads > 1},
+                         {"O", p.o, batchUsed, p.heads > 1}},
+                        "decode kernels", whyNot))
+    return Verdict::Refused;
+  if (!p.buffersAligned16) {
+    *whyNot = "a data pointer is not 16-byte aligned: the decode kernels move rows in 16-byte vectors";
+    return Verdict::Refused;
+  }
+  return planDecode(dev, p, plan, whyNot) ? Verdict::Served : Verdict::Refused;
+}
+
+}  // namespace
+
+FLASHATTN_REGISTER_FAMILY(KernelId::DecodeSplitKv, Op::DecodeChunk, 100, true, "split-KV decode", planDecodeFamily,
+                          launchDecode);
 
 }  // namespace flashattn::cuda

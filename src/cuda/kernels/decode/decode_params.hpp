@@ -67,6 +67,10 @@ constexpr int ctaThreads(int warps, int loader) { return (warps + (hasProducerWa
 enum MergeMode : int { kMergeFused = 0, kMergeSeparate = 1, kMergeCluster = 2 };
 constexpr int kMaxClusterChunks = 16;  // the largest (non-portable) cluster on sm90
 
+// The workspace regions of a split decode (Plan::regions): FP32 partial O and LSE per chunk, and the fused merge's
+// count words and flags.
+enum DecodeRegion : int { kPartialORegion = 0, kPartialLseRegion = 1, kMergeCountsRegion = 2, kMergeFlagsRegion = 3 };
+
 // The fused merge's words. A count word is kMergeTag in its high half and the arrivals so far in its low half; every
 // launch leaves it at kMergeCountIdle. A flag ([unit][chunk]) is kMergeFlagRaised when raised, anything else when
 // lowered; a launch that raises flags lowers them all before it ends. Both values are NaN payloads no kernel computes

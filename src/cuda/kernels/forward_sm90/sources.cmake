@@ -1,8 +1,6 @@
-# The Hopper forward family: wgmma/setmaxnreg kernels, sm_90a machine code only (flashattn_add_sm90a_family in
-# cmake/FlashAttnInstances.cmake says how they build and how forward.cu learns they are there).
-flashattn_add_sm90a_family(flashattn_forward_sm90
-  SOURCES "${CMAKE_CURRENT_LIST_DIR}/forward_sm90.cu"
-  FAMILY forward_sm90
-  INSTANCE_TEMPLATE "${CMAKE_CURRENT_LIST_DIR}/forward_sm90_instance.cu.in"
-  HEAD_DIMS 64 128 256
-  ROUTE_DEFINITION FLASHATTN_HAS_SM90A)
+# The Hopper forward family (cuda.fwd.wgmma): sm_90a machine code only (flashattn_add_sm90a_family in
+# cmake/FlashAttnInstances.cmake), built when FLASHATTN_CUDA_ARCHITECTURES has an sm90 entry.
+if(FLASHATTN_GENERATED_FORWARD_SM90_BUILT)
+  flashattn_add_sm90a_family(flashattn_forward_sm90
+    SOURCES "${CMAKE_CURRENT_LIST_DIR}/forward_sm90.cu" ${FLASHATTN_GENERATED_FORWARD_SM90_SOURCES})
+endif()

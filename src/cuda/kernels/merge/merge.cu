@@ -215,7 +215,9 @@ bool planMerge(const DeviceInfo &dev, const MergeProblem &p, Plan *plan, std::st
     return false;
   }
   *plan = Plan{};
-  plan->description = concat("cuda.merge one warp per row, ", p.states, " states, ", dtypeName(p.outType),
+  plan->kernel = KernelId::MergeStates;
+  plan->config = MergeConfig{};
+  plan->description = concat(kernelIdName(KernelId::MergeStates), " one warp per row, ", p.states, " states, ", dtypeName(p.outType),
                              " out; fp32 accumulate; deterministic");
   plan->deterministic = true;
   plan->workspaceBytes = 0;

@@ -1,0 +1,64 @@
+// The definition of launchSm90Instance<Element, HeadDim>: raises the kernel's shared-memory limit once per device and
+// enqueues one CTA per (key block, KV head, sequence). Included only by the generated instance files
+// (backward_sm90_instance.cu.in).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/kernels/backward_sm90/backward_sm90.hpp"
+#include "cuda/kernels/backward_sm90/backward_sm90_d256_kernel.cuh"
+#include "cuda/kernels/backward_sm90/backward_sm90_kernel.cuh"
+#include "cuda/shared_limit.hpp"
+
+namespace flashattn::cuda::backward_sm90 {
+
+namespace detail {
+
+// Both kernels run one CTA per (key block, KV head, sequence). Every kernel here has the same function type, so
+// `configuredDevices` comes from the caller: one set of flags per kernel (shared_limit.hpp).
+template <typename Kernel>
+cudaError_t launchPerKeyBlock(Kernel *kernel, int threads, std::size_t sharedBytes,
+                              const backward::BackwardParams &params, int device,
+                              std::atomic<uint64_t> &configuredDevices, cudaStream_t stream) {
+  const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
+  if (ctas <= 0) return cudaSuccess;
+  const cudaError_t err = ensureSharedLimit(kernel, sharedBytes, device, configuredDevices);
+  if (err != cudaSuccess) return err;
+  kernel<<<dim3(unsigned(ctas)), dim3(threads), sharedBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <typename Element, int D>
+cudaError_t launchD64D128(const backward::BackwardParams &params, int device, cudaStream_t stream) {
+  using L = SharedLayout<D>;
+  static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
+  return params.deterministic ? launchPerKeyBlock(backwardSm90Kernel<Element, D, true>, L::kThreads,
+                                                  L::kDynamicBytes, params, device, configuredDeterministic, stream)
+                              : launchPerKeyBlock(backwardSm90Kernel<Element, D, false>, L::kThreads,
+                                                  L::kDynamicBytes, params, device, configuredDevices, stream);
+}
+
+template <typename Element>
+cudaError_t launchD256(const backward::BackwardParams &params, int device, cudaStream_t stream) {
+  using L = d256::Layout;
+  static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
+  return params.deterministic ? launchPerKeyBlock(backwardSm90D256Kernel<Element, true>, L::kThreads,
+                                                  L::kDynamicBytes, params, device, configuredDeterministic, stream)
+                              : launchPerKeyBlock(backwardSm90D256Kernel<Element, false>, L::kThreads,
+                                                  L::kDynamicBytes, params, device, configuredDevices, stream);
+}
+
+}  // namespace detail
+
+template <typename Element, int HeadDim>
+cudaError_t launchSm90Instance(const backward::BackwardParams &params, int device, cudaStream_t stream) {
+  if constexpr (HeadDim == 256)
+    return detail::launchD256<Element>(params, device, stream);
+  else
+    return detail::launchD64D128<Element, HeadDim>(params, device, stream);
+}
+
+}  // namespace flashattn::cuda::backward_sm90

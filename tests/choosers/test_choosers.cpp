@@ -1,0 +1,218 @@
+// The choosers of src/cuda/family.hpp on fake device descriptions: every operation's pick, by KernelId, for the GPUs
+// the library targets. No kernel runs: on a machine without a GPU the occupancy queries answer their defaults, and the
+// tensor-map encoder is absent (so decode plans keep to cp.async there, and the decode assertions below hold for both).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "core/plan.hpp"
+#include "core/problem.hpp"
+#include "cuda/family.hpp"
+
+namespace {
+
+using flashattn::AttnProblem;
+using flashattn::DType;
+using flashattn::KernelId;
+using flashattn::Mask;
+using flashattn::Op;
+using flashattn::Plan;
+using flashattn::cuda::DeviceInfo;
+
+DeviceInfo fakeDevice(const char *name, int major, int minor, int sms, std::size_t smemOptin, int codeArch) {
+  DeviceInfo d;
+  d.device = 0;
+  d.ccMajor = major;
+  d.ccMinor = minor;
+  d.numSMs = sms;
+  d.smemPerBlockOptin = smemOptin;
+  d.l2Bytes = std::size_t(40) << 20;
+  d.maxThreadsPerSM = 2048;
+  d.portableCodeArch = codeArch;
+  std::snprintf(d.name, sizeof d.name, "%s", name);
+  return d;
+}
+
+const DeviceInfo kA100 = fakeDevice("A100 (fake)", 8, 0, 108, 166912, 80);
+const DeviceInfo kL4 = fakeDevice("L4 (fake)", 8, 9, 58, 101376, 80);
+const DeviceInfo kH100 = fakeDevice("H100 (fake)", 9, 0, 132, 232448, 90);
+const DeviceInfo kH100Ptx80 = fakeDevice("H100 running compute_80 PTX (fake)", 9, 0, 132, 232448, 80);
+
+// A dense BSHD problem [batch, heads, seq, headDim].
+AttnProblem dense(Op op, DType dtype, int64_t heads, int64_t kvHeads, int64_t seqQ, int64_t seqK, int64_t headDim) {
+  AttnProblem p;
+  p.op = op;
+  p.dtype = dtype;
+  p.batch = 2;
+  p.heads = heads;
+  p.kvHeads = kvHeads;
+  p.seqQ = seqQ;
+  p.seqK = seqK;
+  p.headDim = headDim;
+  p.headDimV = headDim;
+  auto bshd = [&](int64_t h, int64_t s) {
+    return flashattn::Layout{s * h * headDim, headDim, h * headDim};
+  };
+  p.q = p.o = p.dO = p.dQ = bshd(heads, seqQ);
+  p.k = p.v = p.dK = p.dV = bshd(kvHeads, seqK);
+  p.lse = flashattn::Layout{heads * seqQ, seqQ, 1};
+  p.hasLse = true;
+  p.scale = 0.125f;
+  return p;
+}
+
+struct Pick {
+  bool served;
+  Plan plan;
+  std::string why;
+};
+
+Pick pick(const DeviceInfo &dev, const AttnProblem &p) {
+  Pick r;
+  r.served = flashattn::cuda::choose(dev, p, &r.plan, &r.why);
+  return r;
+}
+
+TEST(Choosers, RegistryHasEveryOperation) {
+  for (KernelId id : {KernelId::ForwardMma, KernelId::ForwardFfma, KernelId::BackwardMma, KernelId::BackwardFfma,
+                      KernelId::DecodeSplitKv})
+    EXPECT_NE(flashattn::cuda::findFamily(id), nullptr) << flashattn::kernelIdName(id);
+}
+
+TEST(Choosers, ForwardPicks) {
+  const AttnProblem bf16 = dense(Op::Forward, DType::BF16, 16, 4, 1024, 1024, 128);
+  for (const DeviceInfo *dev : {&kA100, &kL4}) {
+    const Pick r = pick(*dev, bf16);
+    ASSERT_TRUE(r.served) << dev->name << ": " << r.why;
+    EXPECT_EQ(r.plan.kernel, KernelId::ForwardMma) << dev->name << ": " << r.plan.description;
+    EXPECT_EQ(r.plan.as<flashattn::ForwardConfig>().instance.headDim, 128);
+  }
+  const Pick fp32 = pick(kA100, dense(Op::Forward, DType::FP32, 8, 8, 100, 100, 64));
+  ASSERT_TRUE(fp32.served) << fp32.why;
+  EXPECT_EQ(fp32.plan.kernel, KernelId::ForwardFfma);
+  // A head dim between instances runs padded on the next one.
+  const Pick padded = pick(kA100, dense(Op::Forward, DType::FP16, 8, 8, 100, 100, 40));
+  ASSERT_TRUE(padded.served) << padded.why;
+  EXPECT_GE(padded.plan.as<flashattn::ForwardConfig>().instance.headDim, 40);
+  EXPECT_NE(padded.plan.description.find("zero-padded"), std::string::npos) << padded.plan.description;
+}
+
+TEST(Choosers, ForwardOnHopper) {
+  AttnProblem p = dense(Op::Forward, DType::BF16, 16, 4, 1024, 1024, 128);
+  const Pick r = pick(kH100, p);
+  ASSERT_TRUE(r.served) << r.why;
+  if (flashattn::cuda::findFamily(KernelId::ForwardWgmma) == nullptr)
+    GTEST_SKIP() << "this build has no sm_90a forward family";
+  EXPECT_EQ(r.plan.kernel, flashattn::cuda::portableOnly() ? KernelId::ForwardMma : KernelId::ForwardWgmma)
+      << r.plan.description;
+  // What the wgmma family leaves to the portable one, each with its reason in the description.
+  struct Case {
+    const char *name;
+    AttnProblem problem;
+    const char *reason;
+  };
+  AttnProblem softcap = p;
+  softcap.softcap = 30.f;
+  AttnProblem unaligned = p;
+  unaligned.buffersAligned16 = false;
+  AttnProblem oddStride = p;
+  oddStride.q.row += 4;
+  const Case cases[] = {{"d96", dense(Op::Forward, DType::BF16, 16, 4, 512, 512, 96), "headDim 96"},
+                        {"softcap", softcap, "softcap"},
+                        {"unaligned pointers", unaligned, "16-byte aligned"},
+                        {"Q row stride", oddStride, "Q row stride"}};
+  for (const Case &c : cases) {
+    const Pick q = pick(kH100, c.problem);
+    ASSERT_TRUE(q.served) << c.name << ": " << q.why;
+    EXPECT_EQ(q.plan.kernel, KernelId::ForwardMma) << c.name << ": " << q.plan.description;
+    if (flashattn::cuda::portableOnly()) continue;  // the wgmma family was never asked
+    const std::string described = q.plan.description;
+    const std::size_t at = described.find("wgmma kernel not used: ");
+    ASSERT_NE(at, std::string::npos) << c.name << ": " << described;
+    EXPECT_NE(described.find(c.reason, at), std::string::npos) << c.name << ": " << described;
+  }
+}
+
+TEST(Choosers, BackwardPicks) {
+  const AttnProblem p = dense(Op::Backward, DType::FP16, 16, 4, 2048, 2048, 128);
+  for (const DeviceInfo *dev : {&kA100, &kL4}) {
+    const Pick r = pick(*dev, p);
+    ASSERT_TRUE(r.served) << dev->name << ": " << r.why;
+    EXPECT_EQ(r.plan.kernel, KernelId::BackwardMma) << dev->name;
+    EXPECT_GT(r.plan.workspaceBytes, 0u);
+    EXPECT_STREQ(r.plan.regions[2].name, "FP32 dQ");
+  }
+  // The L4's 99 KB per block takes a smaller tile than the A100's 163 KB.
+  EXPECT_LE(pick(kL4, p).plan.as<flashattn::BackwardConfig>().blockM *
+                pick(kL4, p).plan.as<flashattn::BackwardConfig>().blockN,
+            pick(kA100, p).plan.as<flashattn::BackwardConfig>().blockM *
+                pick(kA100, p).plan.as<flashattn::BackwardConfig>().blockN);
+  const Pick h = pick(kH100, p);
+  ASSERT_TRUE(h.served) << h.why;
+  const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
+  EXPECT_EQ(h.plan.kernel, wgmma ? KernelId::BackwardWgmma : KernelId::BackwardMma) << h.plan.description;
+  AttnProblem alibi = p;
+  static const float slopes[16] = {};
+  alibi.alibiSlopes = slopes;
+  const Pick a = pick(kH100, alibi);
+  ASSERT_TRUE(a.served) << a.why;
+  EXPECT_EQ(a.plan.kernel, KernelId::BackwardMma) << a.plan.description;
+  const Pick f = pick(kH100, dense(Op::Backward, DType::FP32, 4, 4, 64, 64, 64));
+  ASSERT_TRUE(f.served) << f.why;
+  EXPECT_EQ(f.plan.kernel, KernelId::BackwardFfma);
+}
+
+TEST(Choosers, RefusalsNameTheArgument) {
+  AttnProblem p = dense(Op::Forward, DType::BF16, 8, 8, 64, 64, 300);
+  const Pick r = pick(kH100, p);
+  EXPECT_FALSE(r.served);
+  EXPECT_NE(r.why.find("headDim 300"), std::string::npos) << r.why;
+  const Pick old = pick(fakeDevice("sm75 (fake)", 7, 5, 40, 65536, 75), dense(Op::Forward, DType::BF16, 8, 8, 64, 64, 64));
+  EXPECT_FALSE(old.served);
+  EXPECT_NE(old.why.find("8.0"), std::string::npos) << old.why;
+}
+
+// The decode planner keeps to what the portable code was compiled with: on an H100 running compute_80 PTX there is
+// no tensor-map loader and no cluster merge (their code is compiled out there, and planning them traps the kernel).
+TEST(Choosers, DecodeFollowsTheCompiledArch) {
+  AttnProblem p = dense(Op::DecodeChunk, DType::FP16, 8, 8, 2, 4096, 128);
+  p.batch = 6;
+  for (int chunks : {2, 64, 133}) {
+    p.numChunks = chunks;
+    const Pick r = pick(kH100Ptx80, p);
+    ASSERT_TRUE(r.served) << r.why;
+    EXPECT_EQ(r.plan.kernel, KernelId::DecodeSplitKv);
+    const flashattn::DecodeConfig &c = r.plan.as<flashattn::DecodeConfig>();
+    EXPECT_EQ(c.loader, 0) << "cp.async loader expected: " << r.plan.description;
+    EXPECT_NE(c.merge, 2) << "no cluster merge from compute_80 code: " << r.plan.description;
+    for (const DeviceInfo *dev : {&kA100, &kL4}) {
+      const Pick q = pick(*dev, p);
+      ASSERT_TRUE(q.served) << q.why;
+      EXPECT_EQ(q.plan.as<flashattn::DecodeConfig>().loader, 0) << dev->name;
+      EXPECT_NE(q.plan.as<flashattn::DecodeConfig>().merge, 2) << dev->name;
+    }
+  }
+}
+
+TEST(Choosers, WorkspaceRegionsAreDisjointAndCovered) {
+  AttnProblem d = dense(Op::DecodeChunk, DType::BF16, 32, 8, 1, 8192, 128);
+  d.numChunks = 16;
+  AttnProblem b = dense(Op::Backward, DType::BF16, 8, 8, 300, 300, 64);
+  b.deterministic = true;
+  for (const AttnProblem &p : {d, b}) {
+    const Pick r = pick(kA100, p);
+    ASSERT_TRUE(r.served) << r.why;
+    std::size_t end = 0;
+    for (const flashattn::WorkspaceRegion &region : r.plan.regions) {
+      if (region.name == nullptr) continue;
+      EXPECT_GE(region.offset, end) << region.name;
+      EXPECT_EQ(region.offset % flashattn::kWorkspaceAlignment, 0u) << region.name;
+      end = region.offset + region.bytes;
+    }
+    EXPECT_LE(end, r.plan.workspaceBytes);
+    EXPECT_GT(end, 0u);
+  }
+}
+
+}  // namespace
