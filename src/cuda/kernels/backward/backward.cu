@@ -289,8 +289,9 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
     return refuse(concat("data type ", dtypeName(p.dtype), " has no backward kernel in this build (FLASHATTN_DTYPES)"));
   const int instance = kBackwardInstances.headDimFor(p.dtype, p.headDim);
   if (instance == 0)
-    return refuse(concat("headDim ", p.headDim, " has no backward instance at least as wide in this build (",
-                         dtypeName(p.dtype), " head dims: ", kBackwardInstances.headDims(p.dtype), ")"));
+    return refuse(concat("headDim ", p.headDim, ": this build does not have a backward instance at least as wide (",
+                         dtypeName(p.dtype), " head dims: ", kBackwardInstances.headDims(p.dtype),
+                         "; FLASHATTN_HEAD_DIMS)"));
 
   BackwardConfig config;
   config.instance = InstanceKey{p.dtype, instance};

@@ -67,8 +67,9 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
     return refuse(concat("data type ", dtypeName(p.dtype), " has no forward kernel in this build (FLASHATTN_DTYPES)"));
   const int instance = kForwardInstances.headDimFor(p.dtype, p.headDim);
   if (instance == 0)
-    return refuse(concat("headDim ", p.headDim, " has no forward instance at least as wide in this build (",
-                         dtypeName(p.dtype), " head dims: ", kForwardInstances.headDims(p.dtype), ")"));
+    return refuse(concat("headDim ", p.headDim, ": this build does not have a forward instance at least as wide (",
+                         dtypeName(p.dtype), " head dims: ", kForwardInstances.headDims(p.dtype),
+                         "; FLASHATTN_HEAD_DIMS)"));
 
   const TileShape tile = tileFor(p.dtype, instance);
   const std::size_t shared = sharedBytesFor(p.dtype, instance);
