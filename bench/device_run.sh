@@ -10,7 +10,10 @@
 # usage: bench/device_run.sh [PART [SWEEP]]...
 #   info                 nvidia-smi (always runs first)
 #   build                configure (CMake preset `device` when CMakePresets.json has one) and build with -j$BUILD_JOBS
-#   tests                build, then ctest -L gpu
+#   tests                build, then ctest -L 'gpu|choosers' (every GPU suite twice: the chooser's pick, and the
+#                        portable families pinned; the choosers on fake devices)
+#   ptx80                a second, small build whose only CUDA code is compute_80 PTX (head dim 256, fp16), run on
+#                        this GPU: the choosers must plan only what that code has (test_gpu_decode, test_choosers)
 #   sanitize             build, then compute-sanitizer memcheck/racecheck/initcheck/synccheck over the GPU tests
 #                        with FLASHATTN_TEST_SLICE=edge
 #   peers [SWEEP]        python3 .peers/peers.py (SWEEP prefill|decode|all sets PEERS; default $PEERS or all)
@@ -54,7 +57,7 @@ while [ $i -lt ${#args[@]} ]; do
   a="${args[$i]}"
   next="${args[$((i + 1))]:-}"
   case "$a" in
-    info | build | tests | sanitize | report) parts+=("$a") ;;
+    info | build | tests | sanitize | report | ptx80) parts+=("$a") ;;
     peers | bench)
       parts+=("$a")
       if [ "$next" = prefill ] || [ "$next" = decode ] || [ "$next" = all ]; then
@@ -178,9 +181,23 @@ if wants build || wants tests || wants sanitize || wants bench; then build; fi
 if wants tests; then
   if [ $built -eq 1 ]; then
     # shellcheck disable=SC2086
-    step ctest-gpu 540 ctest --test-dir "$BUILD" -L gpu --output-on-failure --timeout 500 ${CTEST_ARGS:-}
+    step ctest-gpu 540 ctest --test-dir "$BUILD" -L 'gpu|choosers' -j 2 --output-on-failure --timeout 500 \
+      ${CTEST_ARGS:-}
   else
     printf '%-24s SKIPPED (no build)\n' ctest-gpu | tee -a "$STEPS"
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------------------- ptx80
+if wants ptx80; then
+  PTX="$ROOT/build-ptx80"
+  if step ptx80-configure 300 cmake -S . -B "$PTX" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+      -DFLASHATTN_CUDA_ARCHITECTURES=80-virtual -DFLASHATTN_HEAD_DIMS=256 -DFLASHATTN_DTYPES=fp16 \
+      -DFLASHATTN_BUILD_BENCH=OFF -DFLASHATTN_BUILD_DOCS=OFF &&
+    step ptx80-build 540 cmake --build "$PTX" -j "$JOBS" --target test_gpu_decode test_choosers; then
+    step ptx80-decode 300 "$PTX/tests/gpu/test_gpu_decode" \
+      --gtest_filter='DecodeSupport.PlansOnlyWhatTheCodeWasCompiledFor:DecodeSupport.CheckSupportNamesTheKernel'
+    step ptx80-choosers 120 "$PTX/tests/choosers/test_choosers"
   fi
 fi
 

@@ -463,6 +463,30 @@ TEST_P(DecodeGrid, MatchesFloat64OracleAndIsDeterministic) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, DecodeGrid, ::testing::ValuesIn(gridCases()), caseName);
 
+// The case that trapped (and lost the CUDA context) in a build whose only code was compute_80 PTX, run on an H200:
+// the planner picked the sm90 cluster merge by the device, not by the code. Now every build plans only what its code
+// has (bench/device_run.sh runs this suite in such a build too); in any build the results must pass the oracle.
+TEST(DecodeSupport, PlansOnlyWhatTheCodeWasCompiledFor) {
+  DecodeCase c;
+  c.name = "fp16_d256_b6_h8_sq2";
+  c.dtype = FLASHATTN_DATA_FP16;
+  c.headDim = 256;
+  c.batch = 6, c.heads = 8, c.kvHeads = 8, c.sq = 2, c.cap = 4500;
+  c.chunks = {64, 133};
+  DecodeFixture f(c);
+  for (int32_t chunks : c.chunks) {
+    SCOPED_TRACE("chunks " + std::to_string(chunks));
+    f.poisonOutputs();
+    const flashAttnStatus_t status = f.run(chunks);
+    if (status == FLASHATTN_STATUS_NOT_SUPPORTED && lastError().find("this build") != std::string::npos)
+      GTEST_SKIP() << lastError();
+    ASSERT_EQ(status, FLASHATTN_STATUS_SUCCESS) << lastError();
+    bool pass = false;
+    const std::string text = f.check(&pass);
+    EXPECT_TRUE(pass) << text;
+  }
+}
+
 // seqQ 64 is past the decode contract (1..16 query tokens): refused with a message and outputs untouched.
 TEST(DecodeSupport, SeqQ64IsRefusedAndOutputsStayUntouched) {
   DecodeCase c;
