@@ -47,13 +47,16 @@ struct NamedPointer {
 
 // The run's plan: the size query's problem plus whether every data pointer is 16-byte aligned, which only the run
 // knows (a chooser may serve unaligned rows with another kernel, or refuse them: the refusal then names the pointer).
+// A pointer that is not even element-aligned is left to checkBuffers (BAD_PARAM).
 Plan planRun(flashAttnContext &ctx, AttnProblem &p, std::initializer_list<NamedPointer> pointers) {
   const NamedPointer *unaligned = nullptr;
-  for (const NamedPointer &n : pointers)
-    if (n.pointer != nullptr && reinterpret_cast<uintptr_t>(n.pointer) % 16 != 0) {
+  for (const NamedPointer &n : pointers) {
+    const uintptr_t address = reinterpret_cast<uintptr_t>(n.pointer);
+    if (n.pointer != nullptr && address % 16 != 0 && address % dtypeSize(p.dtype) == 0) {
       unaligned = &n;
       break;
     }
+  }
   p.buffersAligned16 = unaligned == nullptr;
   try {
     return ctx.backend->plan(p);
