@@ -19,6 +19,8 @@
 #   peers [SWEEP]        python3 .peers/peers.py (SWEEP prefill|decode|all sets PEERS; default $PEERS or all)
 #   bench [SWEEP]        build, then flashattn-bench --sweep SWEEP --json $OUT/ours.json (default $BENCH_SWEEP or all)
 #   report               bench/report.py over $OUT/ours.json and $OUT/peers.json
+#   baseline             the previous build (.baseline/source.tar, a git archive of it) against this one: both
+#                        flashattn-bench sweeps twice, interleaved, --no-check; bench/compare.py -> $OUT/baseline.md
 #   all                  build tests sanitize peers bench report
 # Without arguments: $DEVICE_RUN_PARTS, or `tests`.
 #
@@ -57,7 +59,7 @@ while [ $i -lt ${#args[@]} ]; do
   a="${args[$i]}"
   next="${args[$((i + 1))]:-}"
   case "$a" in
-    info | build | tests | sanitize | report | ptx80) parts+=("$a") ;;
+    info | build | tests | sanitize | report | ptx80 | baseline) parts+=("$a") ;;
     peers | bench)
       parts+=("$a")
       if [ "$next" = prefill ] || [ "$next" = decode ] || [ "$next" = all ]; then
@@ -175,7 +177,7 @@ build() {
   built=1
 }
 
-if wants build || wants tests || wants sanitize || wants bench; then build; fi
+if wants build || wants tests || wants sanitize || wants bench || wants baseline; then build; fi
 
 # ---------------------------------------------------------------------------------------------------------- tests
 if wants tests; then
@@ -254,6 +256,30 @@ if wants bench; then
     wants report || sed -n '/^shape /,$p' "$LOGS/bench-$sweep_bench.log" | head -n 200
   else
     printf '%-24s SKIPPED (no build)\n' "bench-$sweep_bench" | tee -a "$STEPS"
+  fi
+fi
+
+# ---------------------------------------------------------------------------------------------------------- baseline
+if wants baseline; then
+  BASE="$ROOT/.baseline/build"
+  if [ -f .baseline/source.tar ] && [ $built -eq 1 ]; then
+    mkdir -p .baseline/src && tar -xf .baseline/source.tar -C .baseline/src &&
+      step baseline-configure 300 cmake -S .baseline/src -B "$BASE" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+        -DFLASHATTN_CUDA_ARCHITECTURES=90-real -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_DOCS=OFF &&
+      step baseline-build 540 cmake --build "$BASE" -j "$JOBS" --target flashattn-bench &&
+      for round in 1 2; do
+        # shellcheck disable=SC2086
+        step "bench-new-$round" 400 "$BUILD/bench/flashattn-bench" --sweep "$sweep_bench" --no-check \
+          --json "$OUT/new-$round.json" ${BENCH_ARGS:-}
+        # shellcheck disable=SC2086
+        step "bench-old-$round" 400 "$BASE/bench/flashattn-bench" --sweep "$sweep_bench" --no-check \
+          --json "$OUT/old-$round.json" ${BENCH_ARGS:-}
+      done
+    step baseline-compare 60 python3 bench/compare.py --new "$OUT"/new-*.json --old "$OUT"/old-*.json \
+      --markdown "$OUT/baseline.md"
+    cat "$LOGS/baseline-compare.log"
+  else
+    printf '%-24s SKIPPED (.baseline/source.tar missing or no build)\n' baseline | tee -a "$STEPS"
   fi
 fi
 

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Compares flashattn-bench runs of two builds taken in the same device call, shape by shape.
+
+usage: compare.py --new A.json [A2.json ...] --old B.json [B2.json ...] [--tolerance 0.02] [--markdown FILE]
+
+Each build may have been run several times (interleaved with the other's runs); a shape's figure is its best run,
+for both builds alike. Prints new/old per shape (TFLOP/s for prefill rows, KV-read GB/s for decode) and exits 1 when
+a shape of the new build is slower than the old by more than the tolerance.
+"""
+import argparse
+import json
+import sys
+
+
+def rows(path):
+    with open(path) as f:
+        data = json.load(f)
+    return [r for r in (data["rows"] if isinstance(data, dict) else data) if r.get("kind") in ("prefill", "decode")]
+
+
+def key(r):
+    return (r["kind"], r["op"], r["dtype"], r["D"], r.get("S"), r.get("Sk", r.get("L")), r["B"], r["H"], r.get("HK"),
+            r.get("causal"), r.get("Sq", 0), r.get("page_size", 0))
+
+
+def figure(r):
+    return r["tflops"] if r["kind"] == "prefill" else r["kv_GBps"]
+
+
+def best(paths):
+    out = {}
+    for p in paths:
+        for r in rows(p):
+            k = key(r)
+            if k not in out or figure(r) > figure(out[k]):
+                out[k] = r
+    return out
+
+
+def name(k):
+    kind, op, dtype, d, s, sk, b, h, hk, causal, sq, page = k
+    if kind == "decode":
+        return f"decode {dtype} B{b} L{sk} H{h}/{hk} D{d}" + (f" page {page}" if page else "")
+    return f"{op} {dtype} D{d} S{s} B{b} H{h}/{hk}" + (" causal" if causal else "")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--new", nargs="+", required=True)
+    ap.add_argument("--old", nargs="+", required=True)
+    ap.add_argument("--tolerance", type=float, default=0.02)
+    ap.add_argument("--markdown")
+    a = ap.parse_args()
+    new, old = best(a.new), best(a.old)
+    common = sorted(set(new) & set(old), key=lambda k: tuple(str(x) for x in k))
+    if not common:
+        print("compare.py: no shape in common")
+        return 1
+    lines = ["| shape | new | old | new/old |", "|---|---:|---:|---:|"]
+    slower = []
+    ratios = []
+    for k in common:
+        n, o = figure(new[k]), figure(old[k])
+        r = n / o if o else float("inf")
+        ratios.append(r)
+        flag = " **slower**" if r < 1 - a.tolerance else ""
+        if flag:
+            slower.append(name(k))
+        lines.append(f"| {name(k)} | {n:.1f} | {o:.1f} | {r:.3f}{flag} |")
+    geo = 1.0
+    for r in ratios:
+        geo *= r
+    geo **= 1 / len(ratios)
+    lines.append("")
+    lines.append(f"{len(common)} shapes, geometric mean new/old {geo:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}; "
+                 f"{len(slower)} more than {a.tolerance:.0%} slower" + (": " + ", ".join(slower) if slower else ""))
+    text = "\n".join(lines)
+    print(text)
+    if a.markdown:
+        with open(a.markdown, "w") as f:
+            f.write(text + "\n")
+    return 1 if slower else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
