@@ -1,11 +1,6 @@
-// The compiled instances of a family, as its generated list (src/cuda/generate.py) gives them. A family builds its
-// table from the same X-macro file as its dispatch switch, so the planner never names an instance the switch lacks:
-//   const InstanceKey kKeys[] = {
-//   #define FLASHATTN_INSTANCE(DT, CT, HD) {DType::DT, HD},
-//   #include "cuda/generated/<family>_instances.inc"
-//   #undef FLASHATTN_INSTANCE
-//       {DType::FP32, 0}};  // keeps the array non-empty in a build without instances of the family
-//   const InstanceList kInstances{kKeys, int(std::size(kKeys)) - 1};
+// The compiled instances of a family, as src/cuda/generate.py writes them for the build: a family's plan function
+// searches generated::k<Family>Instances (cuda/generated/<family>_instance_list.hpp), and its dispatch switch is made
+// from the same entries (cuda/generated/<family>_instances.inc), so a plan never names an instance the switch lacks.
 #pragma once
 
 #include <cstdint>

@@ -16,7 +16,6 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
-#include <iterator>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -24,6 +23,7 @@
 
 #include "core/error.hpp"
 #include "cuda/family.hpp"
+#include "cuda/generated/backward_instance_list.hpp"
 #include "cuda/instances.hpp"
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
@@ -36,12 +36,7 @@ namespace {
 
 constexpr int kRowsPerSmallBlock = 64;  // preprocess and convert: query rows per CTA (8 warps)
 
-const InstanceKey kBackwardKeys[] = {
-#define FLASHATTN_INSTANCE(DT, CT, HD) {DType::DT, HD},
-#include "cuda/generated/backward_instances.inc"
-#undef FLASHATTN_INSTANCE
-    {DType::FP32, 0}};
-const InstanceList kBackwardInstances{kBackwardKeys, int(std::size(kBackwardKeys)) - 1};
+const InstanceList &kBackwardInstances = generated::kBackwardInstances;
 
 // ---- preprocess and convert ----------------------------------------------------------------------------------------
 

@@ -9,10 +9,10 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <iterator>
 
 #include "core/error.hpp"
 #include "cuda/family.hpp"
+#include "cuda/generated/backward_sm90_instance_list.hpp"
 #include "cuda/instances.hpp"
 #include "cuda/kernels/backward_sm90/backward_sm90_d256_kernel.cuh"
 #include "cuda/kernels/backward_sm90/backward_sm90_kernel.cuh"
@@ -21,12 +21,7 @@ namespace flashattn::cuda::backward_sm90 {
 
 namespace {
 
-const InstanceKey kSm90Keys[] = {
-#define FLASHATTN_INSTANCE(DT, CT, HD) {DType::DT, HD},
-#include "cuda/generated/backward_sm90_instances.inc"
-#undef FLASHATTN_INSTANCE
-    {DType::FP32, 0}};
-const InstanceList kSm90Instances{kSm90Keys, int(std::size(kSm90Keys)) - 1};
+const InstanceList &kSm90Instances = generated::kBackwardSm90Instances;
 
 // The dynamic shared memory the launch of headDim's kernel asks for.
 std::size_t sharedBytesFor(int64_t headDim) {

@@ -8,13 +8,13 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <iterator>
 #include <limits>
 #include <sstream>
 #include <string>
 
 #include "core/error.hpp"
 #include "cuda/family.hpp"
+#include "cuda/generated/forward_instance_list.hpp"
 #include "cuda/instances.hpp"
 #include "cuda/kernels/forward/forward_params.hpp"
 
@@ -25,12 +25,7 @@ using forward::ForwardParams;
 using forward::launchInstance;
 using forward::TileShape;
 
-const InstanceKey kForwardKeys[] = {
-#define FLASHATTN_INSTANCE(DT, CT, HD) {DType::DT, HD},
-#include "cuda/generated/forward_instances.inc"
-#undef FLASHATTN_INSTANCE
-    {DType::FP32, 0}};
-const InstanceList kForwardInstances{kForwardKeys, int(std::size(kForwardKeys)) - 1};
+const InstanceList &kForwardInstances = generated::kForwardInstances;
 
 TileShape tileFor(DType t, int instanceHeadDim) {
   return t == DType::FP32 ? forward::fp32TileFor(instanceHeadDim) : forward::mmaTileFor(instanceHeadDim);

@@ -6,13 +6,13 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <iterator>
 #include <limits>
 #include <sstream>
 #include <string>
 
 #include "core/error.hpp"
 #include "cuda/family.hpp"
+#include "cuda/generated/forward_sm90_instance_list.hpp"
 #include "cuda/instances.hpp"
 #include "cuda/kernels/forward_sm90/forward_sm90.hpp"
 #include "cuda/kernels/forward_sm90/forward_sm90_params.hpp"
@@ -20,12 +20,7 @@
 namespace flashattn::cuda::forward_sm90 {
 namespace {
 
-const InstanceKey kSm90Keys[] = {
-#define FLASHATTN_INSTANCE(DT, CT, HD) {DType::DT, HD},
-#include "cuda/generated/forward_sm90_instances.inc"
-#undef FLASHATTN_INSTANCE
-    {DType::FP32, 0}};
-const InstanceList kSm90Instances{kSm90Keys, int(std::size(kSm90Keys)) - 1};
+const InstanceList &kSm90Instances = generated::kForwardSm90Instances;
 
 std::size_t sharedBytesFor(int64_t headDim) {
   return headDim <= 64 ? instanceSharedBytes<64>() : headDim <= 128 ? instanceSharedBytes<128>()
