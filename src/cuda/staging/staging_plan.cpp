@@ -158,6 +158,7 @@ StagingPlan planStaging(const AttnProblem &p, uint32_t room) {
 
 bool stagedInCall(const StagingPlan &s, Staged t, const AttnBuffers &user) {
   const StagedTensor &st = s[t];
+  // A tensor of no element moves nothing, whatever its strides; an unaddressable plan is refused by the caller.
   if (!st.reserved || st.bytes == 0) return false;
   const void *ptr = stagedPointer(user, t);
   if (ptr == nullptr) return false;
@@ -167,7 +168,7 @@ bool stagedInCall(const StagingPlan &s, Staged t, const AttnBuffers &user) {
 AttnProblem restage(const AttnProblem &p, const StagingPlan &s) {
   AttnProblem out = p;
   for (int i = 0; i < kStagedCount; ++i)
-    if (s.tensor[i].reserved && s.tensor[i].byStrides) layoutIn(out, Staged(i)) = s.tensor[i].packed;
+    if (s.tensor[i].byStrides && s.tensor[i].bytes > 0) layoutIn(out, Staged(i)) = s.tensor[i].packed;
   return out;
 }
 
