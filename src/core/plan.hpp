@@ -76,6 +76,8 @@ struct Plan {
   std::size_t workspaceBytes = 0;
   // Indexed by the family's own region enum (e.g. backward's kRowDot...); a family never reads another's regions.
   std::array<WorkspaceRegion, 6> regions{};
+  // The CUDA backend's staging slots (src/cuda/staging) lie first; the family's regions follow them.
+  std::size_t stagingBytes = 0;
   int32_t numChunks = 0;  // decode: the chunk count decided
 
   template <typename Config>

@@ -11,6 +11,7 @@
 #include "core/host_phases.hpp"
 #include "cuda/family.hpp"
 #include "cuda/ops.hpp"
+#include "cuda/staging/staging.hpp"
 
 namespace flashattn {
 
@@ -79,11 +80,25 @@ class CudaBackend final : public Backend {
   void setStream(CUstream_st *stream) override { stream_ = stream; }
   CUstream_st *stream() const override { return stream_; }
 
+  // The chooser's plan of the problem the kernels see: tensors whose strides their 16-byte loads cannot serve are
+  // staged through the workspace (src/cuda/staging), in slots ahead of the family's own regions.
   Plan plan(const AttnProblem &p) const override {
     if (p.op == Op::MergeStates) fail(FLASHATTN_STATUS_INTERNAL_ERROR, "merge planned as an attention problem");
+    const cuda::StagingPlan staging = stagingOf(p);
+    if (!staging.addressable)
+      fail(FLASHATTN_STATUS_NOT_SUPPORTED, "the packed copy of a tensor this call must stage through the workspace ",
+           "would span 2^62 bytes or more");
     Plan plan;
     std::string whyNot;
-    if (!cuda::choose(dev_, p, &plan, &whyNot)) fail(FLASHATTN_STATUS_NOT_SUPPORTED, whyNot);
+    if (!cuda::choose(dev_, cuda::restage(p, staging), &plan, &whyNot)) fail(FLASHATTN_STATUS_NOT_SUPPORTED, whyNot);
+    if (staging.totalBytes > 0) {
+      for (WorkspaceRegion &r : plan.regions)
+        if (r.name != nullptr) r.offset += staging.totalBytes;
+      plan.workspaceBytes += staging.totalBytes;
+      plan.stagingBytes = staging.totalBytes;
+      const std::string staged = cuda::describeStaging(staging);
+      if (!staged.empty()) plan.description += "; staged through the workspace: " + staged;
+    }
     return plan;
   }
 
@@ -113,13 +128,28 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Backward's size query has no gradient descriptors: it reserves room to stage any of them, so its size covers
+  // every call (slot sizes follow from the shapes); the call itself stages exactly what its strides need.
+  static cuda::StagingPlan stagingOf(const AttnProblem &p) {
+    return cuda::planStaging(p, p.op == Op::Backward && !p.gradientLayoutsKnown ? cuda::kGradientRoom
+                                                                                  : cuda::kNoStagedRoom);
+  }
+
   void run(const char *what, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) {
     const cuda::Family *family = cuda::findFamily(plan.kernel);
     if (family == nullptr || family->op != p.op)
       fail(FLASHATTN_STATUS_INTERNAL_ERROR, "the plan names kernel ", kernelIdName(plan.kernel),
            ", which does not serve this operation in this build");
     DeviceScope scope(dev_.device);
-    check(what, family->launch(dev_, p, plan, buf, workspace, stream_));
+    if (plan.stagingBytes == 0) {
+      check(what, family->launch(dev_, p, plan, buf, workspace, stream_));
+      return;
+    }
+    const cuda::StagingPlan staging = stagingOf(p);
+    AttnBuffers kernelBuffers;
+    check("staging copy in", cuda::stageIn(staging, p, buf, workspace, &kernelBuffers, stream_));
+    check(what, family->launch(dev_, cuda::restage(p, staging, buf), plan, kernelBuffers, workspace, stream_));
+    check("staging copy out", cuda::stageOut(staging, p, buf, workspace, stream_));
   }
   static void check(const char *what, cudaError_t err) {
     if (err != cudaSuccess) {

@@ -460,3 +460,37 @@ TEST(BackwardSupport, DeterministicWorkspaceIsLargerAndExact) {
 }
 
 }  // namespace
+
+namespace {
+
+// Strides that are not whole 16-byte vectors: CheckSupport (which sees no gradient descriptor) says SUCCESS, and the
+// call must then succeed too, staging those tensors through the workspace (src/cuda/staging). The first case is the
+// one where the two used to disagree (bf16, headDim 176 padded to 192, B3 Hq16 Hkv2, seq 3, causal bottom-right,
+// deterministic, dO in odd strides); the second has every tensor of an FP32 d96 problem in odd strides.
+TEST(BackwardSupport, OddStridesAreStagedAndAgreeWithCheckSupport) {
+  BwdCase a;
+  a.name = "bf16_d176_b3_h16_2_seq3_causalBR_det_dO_odd";
+  a.dtype = FLASHATTN_DATA_BF16;
+  a.headDim = 176;
+  a.batch = 3, a.heads = 16, a.kvHeads = 2, a.sq = 3, a.sk = 3;
+  a.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+  a.deterministic = true;
+  a.dOPad = 3;  // dO rows of 179 elements: no stride of dO is a multiple of 8
+  BwdCase b;
+  b.name = "fp32_d96_b2_h4_2_all_odd";
+  b.dtype = FLASHATTN_DATA_FP32;
+  b.headDim = 96;
+  b.batch = 2, b.heads = 4, b.kvHeads = 2, b.sq = 70, b.sk = 90;
+  b.rowPad = 1;  // every tensor: rows of 97 floats
+  b.dOPad = 1;
+  for (const BwdCase &c : {a, b}) {
+    SCOPED_TRACE(c.name);
+    Handle h(FLASHATTN_BACKEND_CUDA);
+    auto s = build(c);
+    const std::string described = describeBackward(h, *s);
+    EXPECT_EQ(described.find("refused"), std::string::npos) << described;
+    runAndCheckAgainstOracle(h, c, *s);
+  }
+}
+
+}  // namespace
