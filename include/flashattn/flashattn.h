@@ -647,7 +647,11 @@ FLASHATTN_API flashAttnStatus_t flashAttnForward(flashAttnHandle_t handle, flash
                                                  size_t workspaceBytes);
 
 /**
- * \brief Workspace bytes flashAttnBackward() needs for these descriptors.
+ * \brief Workspace bytes flashAttnBackward() needs for these descriptors, with gradients in their tensors' strides.
+ *
+ * dO, dQ, dK and dV are sized as if they had the strides of O, Q, K and V (as frameworks allocate them); for other
+ * gradient strides flashAttnBackwardGetWorkspaceSizeWithGradients() gives the exact size, and a workspace too small
+ * for the call's gradients is ::FLASHATTN_STATUS_INSUFFICIENT_WORKSPACE (the message names the query to use).
  * \param[in]  handle   a live handle.
  * \param[in]  attnDesc attention descriptor or NULL.
  * \param[in]  seqDesc  sequence descriptor or NULL.
@@ -663,6 +667,36 @@ FLASHATTN_API flashAttnStatus_t flashAttnBackwardGetWorkspaceSize(
     flashAttnHandle_t handle, flashAttnAttentionDescriptor_t attnDesc, flashAttnSeqDescriptor_t seqDesc,
     flashAttnTensorDescriptor_t qDesc, flashAttnTensorDescriptor_t kDesc, flashAttnTensorDescriptor_t vDesc,
     flashAttnTensorDescriptor_t oDesc, flashAttnTensorDescriptor_t lseDesc, size_t *bytes);
+
+/**
+ * \brief Workspace bytes flashAttnBackward() needs for exactly these descriptors, gradients included.
+ *
+ * flashAttnBackwardGetWorkspaceSize() takes no gradient descriptors and sizes dO, dQ, dK and dV as if they had the
+ * strides of O, Q, K and V. Where they do not, and a gradient's batch, head or row stride is not a multiple of 16
+ * bytes while its tensor's is, the CUDA backend stages that gradient through the workspace and needs more: this
+ * query takes the operation's own descriptors and returns exactly what it needs (equal to the other query's answer
+ * whenever the gradients have their tensors' strides).
+ * \param[in]  handle   a live handle.
+ * \param[in]  attnDesc attention descriptor or NULL.
+ * \param[in]  seqDesc  sequence descriptor or NULL.
+ * \param[in]  qDesc    Q.
+ * \param[in]  kDesc    K.
+ * \param[in]  vDesc    V.
+ * \param[in]  oDesc    O.
+ * \param[in]  dODesc   dO.
+ * \param[in]  lseDesc  LSE.
+ * \param[in]  dQDesc   dQ.
+ * \param[in]  dKDesc   dK.
+ * \param[in]  dVDesc   dV.
+ * \param[out] bytes    receives the size.
+ * \retval FLASHATTN_STATUS_SUCCESS written. Other values as for the operation.
+ */
+FLASHATTN_API flashAttnStatus_t flashAttnBackwardGetWorkspaceSizeWithGradients(
+    flashAttnHandle_t handle, flashAttnAttentionDescriptor_t attnDesc, flashAttnSeqDescriptor_t seqDesc,
+    flashAttnTensorDescriptor_t qDesc, flashAttnTensorDescriptor_t kDesc, flashAttnTensorDescriptor_t vDesc,
+    flashAttnTensorDescriptor_t oDesc, flashAttnTensorDescriptor_t dODesc, flashAttnTensorDescriptor_t lseDesc,
+    flashAttnTensorDescriptor_t dQDesc, flashAttnTensorDescriptor_t dKDesc, flashAttnTensorDescriptor_t dVDesc,
+    size_t *bytes);
 
 /**
  * \brief dQ, dK, dV of flashAttnForward() given dO, recomputing P from Q, K and the saved LSE.

@@ -29,6 +29,19 @@ AttnTensors attnTensors(flashAttnTensorDescriptor_t q, flashAttnTensorDescriptor
   return t;
 }
 
+AttnTensors backwardTensors(flashAttnTensorDescriptor_t q, flashAttnTensorDescriptor_t k, flashAttnTensorDescriptor_t v,
+                            flashAttnTensorDescriptor_t o, flashAttnTensorDescriptor_t dO, flashAttnTensorDescriptor_t lse,
+                            flashAttnTensorDescriptor_t dQ, flashAttnTensorDescriptor_t dK,
+                            flashAttnTensorDescriptor_t dV) {
+  AttnTensors t = attnTensors(q, k, v, o, lse);
+  t.lse = &tensorRef(lse, "LSE");
+  t.dO = &tensorRef(dO, "dO");
+  t.dQ = &tensorRef(dQ, "dQ");
+  t.dK = &tensorRef(dK, "dK");
+  t.dV = &tensorRef(dV, "dV");
+  return t;
+}
+
 void writeDescription(const Plan &plan, char *description, size_t len, int32_t *deterministic) {
   if (description && len > 0) {
     const size_t n = plan.description.size() < len - 1 ? plan.description.size() : len - 1;
@@ -183,6 +196,21 @@ FLASHATTN_API flashAttnStatus_t flashAttnBackwardGetWorkspaceSize(
   });
 }
 
+FLASHATTN_API flashAttnStatus_t flashAttnBackwardGetWorkspaceSizeWithGradients(
+    flashAttnHandle_t handle, flashAttnAttentionDescriptor_t attnDesc, flashAttnSeqDescriptor_t seqDesc,
+    flashAttnTensorDescriptor_t qDesc, flashAttnTensorDescriptor_t kDesc, flashAttnTensorDescriptor_t vDesc,
+    flashAttnTensorDescriptor_t oDesc, flashAttnTensorDescriptor_t dODesc, flashAttnTensorDescriptor_t lseDesc,
+    flashAttnTensorDescriptor_t dQDesc, flashAttnTensorDescriptor_t dKDesc, flashAttnTensorDescriptor_t dVDesc,
+    size_t *bytes) {
+  return guarded("flashAttnBackwardGetWorkspaceSizeWithGradients", [&] {
+    flashAttnContext &ctx = handleRef(handle);
+    requireOutputPointer(bytes, "bytes");
+    const AttnTensors t = backwardTensors(qDesc, kDesc, vDesc, oDesc, dODesc, lseDesc, dQDesc, dKDesc, dVDesc);
+    const AttnProblem p = buildAttnProblem(Op::Backward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
+    *bytes = ctx.backend->plan(p).workspaceBytes;
+  });
+}
+
 FLASHATTN_API flashAttnStatus_t flashAttnBackward(
     flashAttnHandle_t handle, flashAttnAttentionDescriptor_t attnDesc, flashAttnSeqDescriptor_t seqDesc,
     flashAttnTensorDescriptor_t qDesc, const void *q, flashAttnTensorDescriptor_t kDesc, const void *k,
@@ -192,18 +220,18 @@ FLASHATTN_API flashAttnStatus_t flashAttnBackward(
     flashAttnTensorDescriptor_t dVDesc, void *dV, void *workspace, size_t workspaceBytes) {
   return guarded("flashAttnBackward", [&] {
     flashAttnContext &ctx = handleRef(handle);
-    AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
-    t.lse = &tensorRef(lseDesc, "LSE");
-    t.dO = &tensorRef(dODesc, "dO");
-    t.dQ = &tensorRef(dQDesc, "dQ");
-    t.dK = &tensorRef(dKDesc, "dK");
-    t.dV = &tensorRef(dVDesc, "dV");
+    const AttnTensors t = backwardTensors(qDesc, kDesc, vDesc, oDesc, dODesc, lseDesc, dQDesc, dKDesc, dVDesc);
     AttnProblem p = buildAttnProblem(Op::Backward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
     const Plan plan = planRun(ctx, p, {{"Q", q}, {"K", k}, {"V", v}, {"O", o}, {"dO", dO}, {"dQ", dQ}, {"dK", dK},
                                        {"dV", dV}});
     checkBuffers({{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, false},
                   {"dO", dO, t.dO, false}, {"LSE", lse, t.lse, false}, {"dQ", dQ, t.dQ, true},
                   {"dK", dK, t.dK, true}, {"dV", dV, t.dV, true}});
+    // flashAttnBackwardGetWorkspaceSize sizes the gradients in their tensors' strides; staging other ones needs more.
+    if (plan.stagingBytes > 0 && workspaceBytes < plan.workspaceBytes)
+      fail(FLASHATTN_STATUS_INSUFFICIENT_WORKSPACE, "workspaceBytes is ", workspaceBytes, ", this call needs ",
+           plan.workspaceBytes, " (", plan.stagingBytes, " of them to stage tensors whose strides are not multiples of ",
+           "16 bytes): size it with flashAttnBackwardGetWorkspaceSizeWithGradients");
     checkWorkspace(plan, workspace, workspaceBytes,
                    {{"dQ", dQ, t.dQ, true}, {"dK", dK, t.dK, true}, {"dV", dV, t.dV, true}});
     ctx.backend->validateIndexData(p);

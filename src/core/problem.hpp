@@ -72,9 +72,6 @@ struct AttnProblem {
   // assume so (as cudaMalloc gives); the run sets it from the real ones, so a chooser may pick a kernel that serves
   // unaligned rows instead (docs/semantics.md).
   bool buffersAligned16 = true;
-  // Backward: whether dO, dQ, dK and dV came with their own descriptors. The size query and CheckSupport take none and
-  // give them the layouts of O, Q, K and V; a workspace sized then must also cover gradients the call may stage.
-  bool gradientLayoutsKnown = true;
 
   int32_t numChunks = 0;  // decode: 0 = automatic
 };
@@ -97,7 +94,7 @@ inline bool operator==(const AttnProblem &a, const AttnProblem &b) {
          a.scale == b.scale && a.softcap == b.softcap && a.mask == b.mask && a.windowLeft == b.windowLeft &&
          a.windowRight == b.windowRight && a.alibiSlopes == b.alibiSlopes &&
          a.alibiBatchStride == b.alibiBatchStride && a.deterministic == b.deterministic &&
-         a.buffersAligned16 == b.buffersAligned16 && a.gradientLayoutsKnown == b.gradientLayoutsKnown &&
+         a.buffersAligned16 == b.buffersAligned16 &&
          a.numChunks == b.numChunks;
 }
 

@@ -254,7 +254,6 @@ AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const 
       const flashAttnTensorStruct &d = g.desc ? *g.desc : *g.like;
       *g.layout = ragged ? layoutRagged(d) : layout4(d);
     }
-    p.gradientLayoutsKnown = t.dO != nullptr && t.dQ != nullptr && t.dK != nullptr && t.dV != nullptr;
   }
 
   for (const auto *in : {&q, &k, &v}) expectAddressable(*in, in == &q ? "Q" : in == &k ? "K" : "V");

@@ -128,12 +128,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // Backward's size query has no gradient descriptors: it reserves room to stage any of them, so its size covers
-  // every call (slot sizes follow from the shapes); the call itself stages exactly what its strides need.
-  static cuda::StagingPlan stagingOf(const AttnProblem &p) {
-    return cuda::planStaging(p, p.op == Op::Backward && !p.gradientLayoutsKnown ? cuda::kGradientRoom
-                                                                                  : cuda::kNoStagedRoom);
-  }
+  static cuda::StagingPlan stagingOf(const AttnProblem &p) { return cuda::planStaging(p, cuda::kNoStagedRoom); }
 
   void run(const char *what, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) {
     const cuda::Family *family = cuda::findFamily(plan.kernel);

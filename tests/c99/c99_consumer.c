@@ -762,6 +762,16 @@ static void testBackward(flashAttnHandle_t handle) {
     CHECK_OK(flashAttnBackwardGetWorkspaceSize(handle, attn, NULL, q.desc, k.desc, v.desc, o.desc, lse.desc,
                                                &backwardBytes));
     CHECK(backwardBytes != (size_t)-1, "backward workspace size not written");
+    {
+      /* The query that sees the gradients: never less than the one that does not. */
+      size_t withGradients = (size_t)-1;
+      CHECK_OK(flashAttnBackwardGetWorkspaceSizeWithGradients(handle, attn, NULL, q.desc, k.desc, v.desc, o.desc,
+                                                              dO.desc, lse.desc, dQ.desc, dK.desc, dV.desc,
+                                                              &withGradients));
+      CHECK(withGradients != (size_t)-1 && withGradients >= backwardBytes,
+            "backward workspace size with gradients not written or smaller");
+      backwardBytes = withGradients;
+    }
     workspaceInit(&backwardWorkspace, backwardBytes);
     tensorPoison(&dQ), tensorPoison(&dK), tensorPoison(&dV);
     CHECK_OK(flashAttnBackward(handle, attn, NULL, q.desc, q.data, k.desc, k.data, v.desc, v.data, o.desc, o.data,

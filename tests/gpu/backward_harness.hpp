@@ -282,10 +282,18 @@ inline void runForward(Handle &h, Setup &s) {
   FA_CUDA_CHECK(cudaStreamSynchronize(nullptr));
 }
 
+// The workspace from the query that sees the gradients' descriptors (exact for any gradient strides); it must never
+// be smaller than the query without them, and equal to it when no gradient needs staging more than its tensor.
 inline void prepareBackward(Handle &h, Setup &s) {
-  ASSERT_EQ(flashAttnBackwardGetWorkspaceSize(h, s.attn, seqOf(s), *s.tq, *s.tk, *s.tv, *s.to, *s.tlse, &s.wsBytes),
+  size_t plain = 0;
+  ASSERT_EQ(flashAttnBackwardGetWorkspaceSize(h, s.attn, seqOf(s), *s.tq, *s.tk, *s.tv, *s.to, *s.tlse, &plain),
             FLASHATTN_STATUS_SUCCESS)
       << lastError();
+  ASSERT_EQ(flashAttnBackwardGetWorkspaceSizeWithGradients(h, s.attn, seqOf(s), *s.tq, *s.tk, *s.tv, *s.to, *s.tdO,
+                                                           *s.tlse, *s.tdQ, *s.tdK, *s.tdV, &s.wsBytes),
+            FLASHATTN_STATUS_SUCCESS)
+      << lastError();
+  EXPECT_GE(s.wsBytes, plain);
   s.dws = DeviceBuffer(s.wsBytes);
 }
 
