@@ -249,9 +249,9 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
   return encoder;
 }
 
-// How a map views a row: 64-column boxes (one copy per box), or rank-5 views whose one copy takes every box of a tile:
-// wide lands the boxes one after another ([box][key][64], as the boxes do), rows lands whole rows ([key][box][64]).
-enum MapView : int { kMapBoxes = 0, kMapWide = 1, kMapRows = 2 };
+// How a map views a row: 64-column boxes (one copy per box), or the rank-5 wide view whose one copy takes every box of
+// a tile, landing them one after another ([box][key][64], as the boxes do).
+enum MapView : int { kMapBoxes = 0, kMapWide = 1 };
 
 // Everything a cache's tensor map depends on (a map is a pure function of it).
 struct CacheMapKey {
@@ -313,8 +313,8 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
     if ((a.size == 1) != (b.size == 1)) return b.size == 1;
     return a.stride < b.stride;
   });
-  // Dimension 0: the head dim, or for the rank-5 views its first 64 columns, the boxes being a dimension of their own
-  // (stride 128 bytes): right after the keys (wide: shared layout [box][key][64]) or before them (rows: [key][box][64]).
+  // Dimension 0: the head dim, or for the rank-5 view its first 64 columns, the boxes being a dimension of their own
+  // (stride 128 bytes) right after the keys (shared layout [box][key][64]).
   const bool rank5 = key.view != kMapBoxes;
   const int64_t boxes = key.headDim / 64;
   if (rank5 && (key.headDim % 64 != 0 || boxes < 1)) return false;
@@ -331,7 +331,6 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
     box[next] = cuuint32_t(boxes);
     ++next;
   };
-  if (key.view == kMapRows) addBoxes();
   for (int i = 0; i < 3; ++i) {
     globalDim[next] = dims[i].size;
     globalStrides[next - 1] = dims[i].stride;
@@ -373,9 +372,9 @@ CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &la
   return k;
 }
 
-// The K and V maps of a tensor loader, in the loader's view: the rank-5 views need the problem's head dim to be the
-// kernel's (their boxes are whole 64-column pieces of real rows); the wide loader falls back to 64-column boxes (the
-// same shared layout) where its view cannot be had, so K and V always come in maps of one rank.
+// The K and V maps of the tensor loader: the rank-5 wide view needs the problem's head dim to be the kernel's (its boxes
+// are whole 64-column pieces of real rows); where it cannot be had the loader falls back to 64-column boxes (the same
+// shared layout), so K and V always come in maps of one rank.
 bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t kvHeads, int tileKeys, int loader,
                      int kernelHeadDim, DecodeParams *d) {
   const bool exact = p.headDim == kernelHeadDim;
@@ -383,8 +382,7 @@ bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t
     return encodeCacheMap(cacheMapKey(p, k, p.k, kvHeads, tileKeys, view), &d->kMap, &d->kSlots) &&
            encodeCacheMap(cacheMapKey(p, v, p.v, kvHeads, tileKeys, view), &d->vMap, &d->vSlots);
   };
-  if (loader == kLoaderTensorWSRows) return exact && both(kMapRows);
-  if (loader == kLoaderTensorWSWide && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
+  if (loader == kLoaderTensorMap && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
   return both(kMapBoxes);
 }
 
@@ -413,16 +411,12 @@ bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelH
 std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &k, int64_t kvHeads) {
   const int loader = k.variant.loader;
   if (!isTensorLoader(loader)) return "cp.async";
-  std::string name = hasProducerWarp(loader) ? "tensor-map copies (full/empty ring)" : "tensor-map copies";
-  if (loader == kLoaderTensorWSWide || loader == kLoaderTensorWSRows) {
-    DecodeParams scratch;
-    const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
-    const bool ok = dev.arch() >= 90 && encodeCacheMaps(p, standIn, standIn, kvHeads, k.variant.tileKeys, loader,
-                                                        k.headDim, &scratch);
-    name += ok && scratch.kSlots.rank == 5 ? (loader == kLoaderTensorWSRows ? " whole rows, one copy per tile"
-                                                                            : " one copy per tile")
-                                           : " 64-column boxes";
-  }
+  std::string name = "tensor-map copies (full/empty ring)";
+  DecodeParams scratch;
+  const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
+  const bool ok = dev.arch() >= 90 &&
+                  encodeCacheMaps(p, standIn, standIn, kvHeads, k.variant.tileKeys, loader, k.headDim, &scratch);
+  name += ok && scratch.kSlots.rank == 5 ? " one copy per tile" : " 64-column boxes";
   return name;
 }
 
@@ -475,11 +469,11 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int64_t maxChunks = std::max<int64_t>(1, (p.seqK + tileKeys - 1) / tileKeys);
   const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
   const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
-  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (hasProducerWarp(kernel.variant.loader) ? 1 : ctasPerSM);
+  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (isTensorLoader(kernel.variant.loader) ? 1 : ctasPerSM);
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
   // The cluster merge only where every unit's cluster is resident at once: a cluster that waits for a second wave
   // costs the whole call (B1 L8k 970 GB/s against 1450 with the merge kernel on a board that holds 7 clusters of 16).
-  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.arch() >= 90 &&
+  if (kernel.clusterWhereFits && isTensorLoader(loader) && dev.arch() >= 90 &&
       (kernel.clusterWherever ? chunks >= 2 && chunks <= kMaxClusterChunks : clusterMergePays(chunks)) &&
       clusterCapacity(shape.rowTilesPerCta, int(chunks)) >= units)
     kernel.merge = kMergeCluster;
@@ -528,7 +522,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   plan->description =
       concat("cuda.decode.", tensorCores ? "mma_sync" : "simt_fp32", " ", dtypeName(p.dtype), " d", kernel.headDim,
              " (headDim ", p.headDim, "): ", loaderName(dev, p, kernel, shape.kvHeads), ", ", kernel.variant.warps,
-             hasProducerWarp(loader) ? " consumer warps + a producer warp, " : " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
+             isTensorLoader(loader) ? " consumer warps + a producer warp, " : " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
              " key groups per CTA, ", tileKeys, "-key tiles, ", kernel.variant.stages, " stages, ", chunks,
              " KV chunks", merge, ", ", ctasPerSM, " CTAs/SM; fp32 accumulate; deterministic");
   return true;

@@ -1,17 +1,17 @@
 // Split-KV decode kernel: one CTA per (batch, KV head, KV chunk, row block).
 //
-// Memory is the bound: every K/V byte of a chunk is read once into a ring of `Stages` shared-memory tiles, Stages - 1
-// tiles in flight while one is consumed. Two loaders fill the ring (decode_params.hpp, Loader):
+// Memory is the bound: every K/V byte of a chunk is read once into a ring of `Stages` shared-memory tiles. Two loaders
+// fill the ring (decode_params.hpp, Loader):
 //   CpAsync: the row addresses of each tile (dense or through the block table) are computed one tile ahead by one
-//     thread per key into a small table, then every thread issues 16-byte cp.async copies into padded rows.
-//   Tensor (sm90, dense FP16/BF16 caches): thread 0 issues one cp.async.bulk.tensor copy per 64-column box of K and V
-//     through tensor maps (kernel parameters), 128-byte swizzled; each stage has an mbarrier that completes with the
-//     bytes, so no warp waits on per-thread copies and one CTA barrier per tile remains. The warp-specialized variants
-//     give the copies to a producer warp that refills each stage once its "empty" mbarrier says every consumer warp
-//     has read it: no CTA barrier in the main loop, and the whole ring in flight.
+//     thread per key into a small table, then every thread issues 16-byte cp.async copies into padded rows; Stages - 1
+//     tiles in flight while one is consumed.
+//   TensorMap (sm90, dense FP16/BF16 caches): a producer warp issues cp.async.bulk.tensor copies of K and V through
+//     tensor maps (kernel parameters), 128-byte swizzled, and refills each stage once its "empty" mbarrier says every
+//     consumer warp has read it; each stage's "full" mbarrier completes with the bytes. No CTA barrier in the main
+//     loop, and the whole ring in flight.
 // Keys outside the chunk or in a page whose id is out of range are marked absent in a per-tile bit mask (their scores
-// become -inf) and their V rows are zero in shared memory (cp.async zero-fills them; the tensor loader's last partial
-// tile is zeroed after it lands, or with a producer warp cleared in the V fragments), so neither NaN in unused cache slots nor a bad block id can reach the output.
+// become -inf) and their V rows never reach the output: cp.async zero-fills them, and the tensor-map loader's
+// consumers clear them in their V fragments, so neither NaN in unused cache slots nor a bad block id can spread.
 //
 // Compute engines: FP16/BF16 use mma.sync m16n8k16 (Q K^T with K through ldmatrix, P from registers times V through
 // ldmatrix.trans); FP32 storage uses CUDA-core FMAs in the same fragment layout so that the softmax, masking and the
@@ -167,11 +167,8 @@ __device__ __forceinline__ void storeOut4<__nv_bfloat16>(__nv_bfloat16 *dst, flo
 // bytes each, whose 16-byte chunk c of key k sits at chunk c ^ (k % 8) (the copy engine's 128-byte swizzle). The lane's
 // key % 8 is lane % 8 in both ldmatrix patterns, and its chunk within a row is 2 * (step % 4) plus one lane bit, so the
 // swizzled chunk is (2 * (step % 4)) ^ (lane bit ^ lane % 8).
-// RowsLayout (TensorWSRows): keys are whole rows of HeadDim / 64 boxes, [key][box][64]; the 128-byte line of (key, box)
-// is key * boxes + box, and the swizzle XORs the chunk with that line index % 8.
-template <typename Element, int HeadDim, int BoxKeys = 0, bool RowsLayout = false>
+template <typename Element, int HeadDim, int BoxKeys = 0>
 struct MmaEngine {
-  static constexpr int kBoxes = HeadDim / 64;
   static constexpr int kRow = smemRowElements(int(sizeof(Element)), HeadDim);
   static constexpr int kKSteps = HeadDim / 16;
   // Q fragments stay in registers when they fit beside the O accumulators; wider heads reload them per key tile.
@@ -193,15 +190,11 @@ struct MmaEngine {
     }
   }
 
-  // Shared address of 16-byte chunk `chunkPair * 2 + laneBit` (row-relative) of this lane's key row. laneXor: boxed,
-  // laneBit ^ key % 8; rows layout, laneBit ^ (key * boxes) % 8 (the box is added here: chunkPair is a constant).
+  // Shared address of 16-byte chunk `chunkPair * 2 + laneBit` (row-relative) of this lane's key row. laneXor (boxed):
+  // laneBit ^ key % 8.
   static __device__ __forceinline__ uint32_t chunkAddress(uint32_t rowAddress, int chunkPair, uint32_t laneXor) {
     if constexpr (BoxKeys == 0) {
       return rowAddress + uint32_t(chunkPair) * 32u;
-    } else if constexpr (RowsLayout) {
-      const uint32_t box = uint32_t(chunkPair / 4);
-      const uint32_t line = ((laneXor >> 1) + box) & 7u;  // (key * boxes + box) % 8
-      return rowAddress + box * 128u + (((2u * uint32_t(chunkPair % 4) + (laneXor & 1u)) ^ line) << 4);
     } else {
       return rowAddress + uint32_t(chunkPair / 4) * uint32_t(BoxKeys * 128) +
              (((2u * uint32_t(chunkPair % 4)) ^ laneXor) << 4);
@@ -216,10 +209,8 @@ struct MmaEngine {
     const int key = ((lane >> 4) << 3) + (lane & 7);
     const int laneBit = (lane >> 3) & 1;
     const uint32_t kAddress = BoxKeys == 0 ? prim::smemAddress(kTile + key * kRow + laneBit * 8)
-                              : RowsLayout ? prim::smemAddress(kTile + key * HeadDim)
                                            : prim::smemAddress(kTile + key * 64);
-    const uint32_t laneXor = RowsLayout ? (uint32_t((key * kBoxes) & 7) << 1) | uint32_t(laneBit)
-                                        : uint32_t(laneBit ^ (lane & 7));
+    const uint32_t laneXor = uint32_t(laneBit ^ (lane & 7));
     float chains[kScoreChains][2][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
@@ -259,10 +250,8 @@ struct MmaEngine {
     const int key = (((lane >> 3) & 1) << 3) + (lane & 7);
     const int laneBit = lane >> 4;
     const uint32_t vAddress = BoxKeys == 0 ? prim::smemAddress(vTile + key * kRow + laneBit * 8)
-                              : RowsLayout ? prim::smemAddress(vTile + key * HeadDim)
                                            : prim::smemAddress(vTile + key * 64);
-    const uint32_t laneXor = RowsLayout ? (uint32_t((key * kBoxes) & 7) << 1) | uint32_t(laneBit)
-                                        : uint32_t(laneBit ^ (lane & 7));
+    const uint32_t laneXor = uint32_t(laneBit ^ (lane & 7));
 #pragma unroll
     for (int dp = 0; dp < HeadDim / 16; ++dp) {
       uint32_t b[4];
@@ -350,9 +339,9 @@ struct SimtEngine {
   }
 };
 
-template <typename Element, int HeadDim, int BoxKeys, bool RowsLayout>
-using Engine = std::conditional_t<std::is_same_v<Element, float>, SimtEngine<HeadDim>,
-                                  MmaEngine<Element, HeadDim, BoxKeys, RowsLayout>>;
+template <typename Element, int HeadDim, int BoxKeys>
+using Engine =
+    std::conditional_t<std::is_same_v<Element, float>, SimtEngine<HeadDim>, MmaEngine<Element, HeadDim, BoxKeys>>;
 
 struct KeyOffsets {
   int64_t k;
@@ -371,7 +360,7 @@ __device__ __forceinline__ void prefetchTensorMap(const CUtensorMap *tensorMap) 
 
 // One box of a rank-4 tensor map at coordinates (c0 innermost .. c3) into shared memory (1024-byte aligned for the
 // 128-byte swizzle); completes its bytes on the mbarrier. tensorMap is the generic address of a __grid_constant__
-// kernel parameter. With a cache policy (createL2EvictFirstPolicy) the lines it fills in L2 are the first to go.
+// kernel parameter.
 __device__ __forceinline__ void tensorCopy4d(uint32_t destination, const CUtensorMap *tensorMap, int c0, int c1, int c2,
                                              int c3, uint32_t barrier) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -385,20 +374,7 @@ __device__ __forceinline__ void tensorCopy4d(uint32_t destination, const CUtenso
 #endif
 }
 
-__device__ __forceinline__ void tensorCopy4dHinted(uint32_t destination, const CUtensorMap *tensorMap, int c0, int c1,
-                                                   int c2, int c3, uint32_t barrier, uint64_t policy) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%2, %3, "
-      "%4, %5}], [%6], %7;\n" ::"r"(destination),
-      "l"(reinterpret_cast<uint64_t>(tensorMap)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(barrier), "l"(policy)
-      : "memory");
-#else
-  __trap();
-#endif
-}
-
-// One copy through a rank-5 map (the wide and rows views: every 64-column box of a tile's rows at once).
+// One copy through a rank-5 map (the wide view: every 64-column box of a tile's rows at once).
 __device__ __forceinline__ void tensorCopy5d(uint32_t destination, const CUtensorMap *tensorMap, int c1, int c2, int c3,
                                              int c4, uint32_t barrier) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -454,18 +430,6 @@ __device__ __forceinline__ float4 clusterLoad4(uint32_t address) {
   __trap();
 #endif
   return x;
-}
-
-// K/V bytes are read once per launch: an evict-first policy keeps them from pushing the partial states (and whatever
-// the caller reads next) out of L2.
-__device__ __forceinline__ uint64_t createL2EvictFirstPolicy() {
-  uint64_t policy = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-#else
-  __trap();
-#endif
-  return policy;
 }
 
 // O row (4 columns from d) and LSE of one query row from the chunks' partial states, in chunk order, Batch chunks at a
@@ -532,8 +496,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   using namespace detail;
   constexpr int kThreads = ctaThreads(Warps, LoaderKind);
   constexpr bool kTensor = isTensorLoader(LoaderKind);
-  constexpr bool kProducerWarp = hasProducerWarp(LoaderKind);
-  constexpr bool kRowsLayout = LoaderKind == kLoaderTensorWSRows;
   constexpr int kElementBytes = int(sizeof(Element));
   constexpr int kVec = 16 / kElementBytes;  // elements per 16-byte copy
   constexpr int kChunksPerRow = HeadDim / kVec;
@@ -541,7 +503,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   constexpr int kSubTiles = TileKeys / 16;
   constexpr int kMaskSlots = maskSlots(Stages, LoaderKind);
   // Elements from one key's row to the next in a K/V tile, and from K to V in a stage.
-  constexpr int kKeyStride = kRowsLayout ? HeadDim : kTensor ? 64 : kRow;
+  constexpr int kKeyStride = kTensor ? 64 : kRow;
   constexpr int kBoxes = HeadDim / 64;  // tensor loader: 64-column boxes per row
   constexpr int kStageHalf = kTensor ? kBoxes * TileKeys * 64 : TileKeys * kRow;
   static_assert(HeadDim % 16 == 0 && TileKeys % 16 == 0 && TileKeys <= 64 && Stages >= 2, "tile shape");
@@ -572,17 +534,16 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   const int warp = tid >> 5;
   const int lane = tid & 31;
 
-  // The thread that issues the tensor copies: thread 0, or the producer warp's first lane. It sets up the stage
-  // barriers and starts fetching the maps first thing, so that both overlap the index arithmetic instead of delaying
+  // The thread that issues the tensor copies: the producer warp's first lane. It sets up the stage barriers and starts
+  // fetching the maps first thing, so that both overlap the index arithmetic instead of delaying
   // the first copy (NOTES.md, seventh and eighth passes). The prefetches come after the barriers' fence, which would
   // otherwise wait for them. (Placed after the block arithmetic, this block was compiled into warp-uniform
   // instructions that racecheck reads as another thread's writes.)
-  constexpr int kIssuer = kProducerWarp ? Warps * 32 : 0;
+  constexpr int kIssuer = Warps * 32;
   if constexpr (kTensor) {
     if (tid == kIssuer) {
       for (int st = 0; st < Stages; ++st) prim::mbarrierInit(barrierBase + 8u * uint32_t(st), 1u);
-      if constexpr (kProducerWarp)
-        for (int st = 0; st < Stages; ++st) prim::mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
+      for (int st = 0; st < Stages; ++st) prim::mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
       prim::fenceBarrierInit();
       prefetchTensorMap(&p.kMap);
       prefetchTensorMap(&p.vMap);
@@ -695,17 +656,13 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     }
   };
 
-  // ---- tensor loader (thread 0): tile x's presence mask, then its K and V boxes on the stage's barrier. Dense
-  // caches only: keys exist up to the chunk's end; boxes reaching past the capacity are zero-filled by the copy engine.
+  // ---- tensor loader (the producer's lane 0): tile x's K and V on the stage's barrier. Dense caches only: keys exist
+  // up to the chunk's end (the consumers derive the presence mask themselves); boxes reaching past the capacity are
+  // zero-filled by the copy engine.
   auto issueTensor = [&](int x) {
     const int slot = x % Stages;
     const uint32_t barrier = barrierBase + 8u * uint32_t(slot);
     const int key0 = keyBegin + x * TileKeys;
-    if constexpr (!kProducerWarp) {  // the consumers of the warp-specialized loaders derive the mask themselves
-      const int present = min(TileKeys, keyEnd - key0);
-      validMask[slot * 2] = present >= 32 ? 0xffffffffu : (1u << present) - 1u;
-      validMask[slot * 2 + 1] = present >= 64 ? 0xffffffffu : present > 32 ? (1u << (present - 32)) - 1u : 0u;
-    }
     prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
     const uint32_t kTile = prim::smemAddress(kvSmem + slot * 2 * kStageHalf);
     const uint32_t vTile = kTile + uint32_t(kStageHalf * kElementBytes);
@@ -715,36 +672,24 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     };
     const int k1 = coordinate(p.kSlots, 1), k2 = coordinate(p.kSlots, 2), k3 = coordinate(p.kSlots, 3);
     const int v1 = coordinate(p.vSlots, 1), v2 = coordinate(p.vSlots, 2), v3 = coordinate(p.vSlots, 3);
-    if constexpr (LoaderKind == kLoaderTensorWSWide || kRowsLayout) {
-      if (kRowsLayout || p.kSlots.rank == 5) {  // the planner gives K and V maps of the same rank
-        tensorCopy5d(kTile, &p.kMap, k1, k2, k3, coordinate(p.kSlots, 4), barrier);
-        tensorCopy5d(vTile, &p.vMap, v1, v2, v3, coordinate(p.vSlots, 4), barrier);
-        return;
-      }
+    if (p.kSlots.rank == 5) {  // the planner gives K and V maps of the same rank
+      tensorCopy5d(kTile, &p.kMap, k1, k2, k3, coordinate(p.kSlots, 4), barrier);
+      tensorCopy5d(vTile, &p.vMap, v1, v2, v3, coordinate(p.vSlots, 4), barrier);
+      return;
     }
     // K's boxes back to back, then V's: the two halves of a 256-byte row go out close together.
-    if (p.evictFirst) {
-      const uint64_t policy = createL2EvictFirstPolicy();
 #pragma unroll
-      for (int box = 0; box < kBoxes; ++box)
-        tensorCopy4dHinted(kTile + uint32_t(box * TileKeys * 128), &p.kMap, box * 64, k1, k2, k3, barrier, policy);
+    for (int box = 0; box < kBoxes; ++box)
+      tensorCopy4d(kTile + uint32_t(box * TileKeys * 128), &p.kMap, box * 64, k1, k2, k3, barrier);
 #pragma unroll
-      for (int box = 0; box < kBoxes; ++box)
-        tensorCopy4dHinted(vTile + uint32_t(box * TileKeys * 128), &p.vMap, box * 64, v1, v2, v3, barrier, policy);
-    } else {
-#pragma unroll
-      for (int box = 0; box < kBoxes; ++box)
-        tensorCopy4d(kTile + uint32_t(box * TileKeys * 128), &p.kMap, box * 64, k1, k2, k3, barrier);
-#pragma unroll
-      for (int box = 0; box < kBoxes; ++box)
-        tensorCopy4d(vTile + uint32_t(box * TileKeys * 128), &p.vMap, box * 64, v1, v2, v3, barrier);
-    }
+    for (int box = 0; box < kBoxes; ++box)
+      tensorCopy4d(vTile + uint32_t(box * TileKeys * 128), &p.vMap, box * 64, v1, v2, v3, barrier);
   };
 
   if constexpr (kTensor) {
     if (tid == kIssuer) {
-      // With a producer warp every stage starts empty: the whole ring goes out before anything else.
-      for (int x = 0; x < (kProducerWarp ? Stages : Stages - 1) && x < numTiles; ++x) {
+      // Every stage starts empty: the whole ring goes out before anything else.
+      for (int x = 0; x < Stages && x < numTiles; ++x) {
         issueTensor(x);
         if (x == 0) FA_PHASE(9);
       }
@@ -804,7 +749,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     }
   }
 
-  Engine<Element, HeadDim, kTensor ? TileKeys : 0, kRowsLayout> engine;
+  Engine<Element, HeadDim, kTensor ? TileKeys : 0> engine;
   engine.init(qSmem + rowTile * kRowsPerTile * kRow, lane);
   float *pScratch = pScratchAll + warp * kRowsPerTile * 20;
 
@@ -886,11 +831,11 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
           acc[n][3] *= rescale[1];
         }
       }
-      // The warp-specialized loaders leave the rows of absent keys as they came (a cache slot past the sequence may
-      // hold NaN, and NaN * 0 is NaN): their halves of this lane's V fragments are cleared in registers instead, so
-      // that no thread writes a stage the copy engine fills.
+      // The tensor-map loader leaves the rows of absent keys as they came (a cache slot past the sequence may hold NaN,
+      // and NaN * 0 is NaN): their halves of this lane's V fragments are cleared in registers instead, so that no
+      // thread writes a stage the copy engine fills.
       uint32_t keep[2] = {~0u, ~0u};
-      if constexpr (kProducerWarp) {
+      if constexpr (kTensor) {
         const uint32_t pair0 = uint32_t(present >> (sub * 16 + 2 * t)) & 3u;
         const uint32_t pair1 = uint32_t(present >> (sub * 16 + 8 + 2 * t)) & 3u;
         keep[0] = ((pair0 & 1u) ? 0x0000ffffu : 0u) | ((pair0 & 2u) ? 0xffff0000u : 0u);
@@ -906,7 +851,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     return present >= 64 ? ~0ull : (1ull << present) - 1ull;
   };
 
-  if constexpr (kProducerWarp) {
+  if constexpr (kTensor) {
     // Q and the barriers' initialization are visible to every warp after this one CTA barrier; from here on the
     // producer and the consumers meet only at the stages' full / empty barriers.
     prim::cpAsyncCommit();
@@ -936,35 +881,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
         if (lane == 0) prim::mbarrierArrive(emptyBase + 8u * uint32_t(slot));
       }
       if (tid == 0) FA_PHASE(3);
-    }
-  } else if constexpr (kTensor) {
-    prim::cpAsyncCommit();
-    // One barrier per tile: it frees the stage consumed in the previous iteration for tile it + Stages - 1 and orders
-    // the presence mask of tile it (written by thread 0 at least one iteration earlier) before its reads.
-    for (int it = 0; it < numTiles; ++it) {
-      if (it == 0) prim::cpAsyncWaitAll();
-      __syncthreads();
-      const int x = it + Stages - 1;
-      if (tid == 0 && x < numTiles) issueTensor(x);
-      if (it == 0) engine.loadQ();
-      const int slot = it % Stages;
-      const uint32_t parity = uint32_t(it / Stages) & 1u;
-      prim::mbarrierWait(barrierBase + 8u * uint32_t(slot), parity);
-      const int tileKey0 = keyBegin + it * TileKeys;
-      if (tileKey0 + TileKeys > keyEnd) {
-        // The chunk ends inside this tile (only the last tile of a sequence's key range): the rows past it are cache
-        // slots no sequence uses, which may hold NaN, and P * V would spread it. Zero those V rows (K is masked).
-        const int firstAbsent = keyEnd - tileKey0;
-        uint4 *vTile = reinterpret_cast<uint4 *>(kvSmem + slot * 2 * kStageHalf + kStageHalf);
-        const int pieces = (TileKeys - firstAbsent) * 8;  // 16-byte pieces of one box's absent rows
-        for (int idx = tid; idx < kBoxes * pieces; idx += kThreads) {
-          const int box = idx / pieces;
-          const int piece = idx - box * pieces;
-          vTile[(box * TileKeys + firstAbsent) * 8 + piece] = make_uint4(0u, 0u, 0u, 0u);
-        }
-        __syncthreads();
-      }
-      if (computes) consume(it, slot, uint64_t(validMask[slot * 2]) | (uint64_t(validMask[slot * 2 + 1]) << 32));
     }
   } else {
     // Iterations before 0 only fill the pipeline. Iteration it issues tile it + Stages - 1 (copy group
