@@ -140,7 +140,6 @@ const Instance kInstances[] = {
 };
 #undef INSTANCE
 constexpr int kInstanceCount = int(sizeof(kInstances) / sizeof(kInstances[0])) - 1;
-constexpr int kExternalInstance = 63;  // planDecodeWith: the caller brings the kernel
 
 std::string compiledHeadDims(DType dtype) {
   std::string list;
@@ -160,9 +159,9 @@ int findInstance(DType dtype, int64_t headDim) {
   return best;
 }
 
-// What a plan's `config` carries: the kernel (instance or external, its head dim and variant) and the merge mode.
+// What a plan's `config` carries: the kernel (instance, its head dim and variant) and the merge mode.
 struct PlannedKernel {
-  int instance = kExternalInstance;
+  int instance = 0;
   int libraryVariant = 0;  // index into libraryVariant() when instance is a library instance
   int headDim = 0;         // of the kernel (>= the problem's)
   Variant variant;         // tileKeys resolved
@@ -666,23 +665,6 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
 
 namespace decode {
 
-bool planDecodeWith(const DeviceInfo &dev, const AttnProblem &p, int instanceHeadDim, const Variant &variant,
-                    int mergeMode, KernelOccupancyFn occupancy, Plan *plan, std::string *whyNot) {
-  if (!checkProblem(p, whyNot)) return false;
-  if (instanceHeadDim < p.headDim || instanceHeadDim % 16 != 0 || instanceHeadDim > 256) {
-    *whyNot = concat("kernel head dim ", instanceHeadDim, " cannot serve headDim ", p.headDim);
-    return false;
-  }
-  PlannedKernel kernel;
-  kernel.instance = kExternalInstance;
-  kernel.headDim = instanceHeadDim;
-  kernel.variant = variant;
-  kernel.merge = mergeMode;
-  auto occ = [&](int rowTiles) { return occupancy(dev, rowTiles); };
-  auto noAutomaticCluster = [](int, int) { return 0; };  // the merge mode is the caller's, never chosen here
-  return planKernel(dev, p, kernel, occ, noAutomaticCluster, plan, whyNot);
-}
-
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                               DecodeParams *params) {
   const PlannedKernel kernel = unpackConfig(plan.config);
@@ -740,12 +722,6 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
       return cudaErrorInvalidValue;  // the plan tried these strides; only a misaligned address gets here
   }
   return cudaSuccess;
-}
-
-cudaError_t launchDecodeWith(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
-                             void *workspace, KernelLaunchFn kernel, cudaStream_t stream) {
-  if (plan.numChunks < 1 || kernel == nullptr) return cudaErrorInvalidValue;
-  return launchPlanned(dev, p, plan, buf, workspace, kernel, stream);
 }
 
 }  // namespace decode

@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include "core/plan.hpp"
 #include "core/problem.hpp"
@@ -219,22 +218,9 @@ __host__ __device__ inline int chunkTileBegin(int chunk, int tiles, const FastDi
   return chunk * share + (chunk < extra ? chunk : extra);
 }
 
-// A kernel of one element type, instance head dim and variant, launched as planned; and its resident CTAs per SM.
-using KernelLaunchFn = cudaError_t (*)(const DecodeParams &, const DeviceInfo &, cudaStream_t);
-using KernelOccupancyFn = int (*)(const DeviceInfo &, int rowTilesPerCta);
-
-// Plans a problem for one given kernel (instance head dim, variant, merge mode; numChunks as the problem says, 0 =
-// automatic). planDecode calls it with the library's choice; benchmarks call it with other variants.
-bool planDecodeWith(const DeviceInfo &dev, const AttnProblem &p, int instanceHeadDim, const Variant &variant,
-                    int mergeMode, KernelOccupancyFn occupancy, Plan *plan, std::string *whyNot);
-
-// The kernel parameters of a planned problem (tensor maps encoded for the tensor loader), and the enqueue of everything
-// a planned call runs (decode kernel, separate merge) with a given kernel; launchDecode is this with the
-// planned library instance.
+// The kernel parameters of a planned problem (tensor maps encoded for the tensor loader).
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                               DecodeParams *params);
-cudaError_t launchDecodeWith(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
-                             void *workspace, KernelLaunchFn kernel, cudaStream_t stream);
 
 // The separate merge (kMergeSeparate) of a launch's partial states; a programmatic dependent launch on sm90.
 cudaError_t launchDecodeMergeKernel(DType dtype, const DecodeParams &params, bool dependentLaunch,
