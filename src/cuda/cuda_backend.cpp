@@ -8,7 +8,6 @@
 
 #include "core/backend.hpp"
 #include "core/error.hpp"
-#include "core/host_phases.hpp"
 #include "cuda/ops.hpp"
 
 namespace flashattn {
@@ -157,9 +156,7 @@ class CudaBackend final : public Backend {
   void decode(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
     requireAligned(buf);
     DeviceScope scope(dev_.device);
-    FLASHATTN_HOST_PHASE(5);
     check("decode kernel launch", cuda::launchDecode(dev_, p, plan, buf, workspace, stream_));
-    FLASHATTN_HOST_PHASE(8);
   }
   void merge(const MergeProblem &m, const Plan &plan, const MergeBuffers &buf, void *workspace) override {
     DeviceScope scope(dev_.device);

@@ -22,7 +22,6 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "core/host_phases.hpp"
 #include "core/knobs.hpp"
 #include "cuda/kernels/decode/decode_params.hpp"
 #include "cuda/ops.hpp"
@@ -551,9 +550,7 @@ cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Pla
   DecodeParams d;
   cudaError_t err = buildDecodeParams(p, plan, buf, workspace, &d);
   if (err != cudaSuccess) return err;
-  FLASHATTN_HOST_PHASE(6);
   err = launchKernel(d, dev, stream);
-  FLASHATTN_HOST_PHASE(7);
   if (err != cudaSuccess || plan.numChunks == 1 || d.mergeCounts || d.clusterMerge) return err;
   return launchDecodeMergeKernel(p.dtype, d, dev.arch() >= 90, stream);
 }

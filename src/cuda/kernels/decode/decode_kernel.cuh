@@ -30,10 +30,6 @@
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
-#if defined(FLASHATTN_DECODE_PHASES)
-#include <cstdio>
-#include <cstdlib>
-#endif
 
 #include "core/problem.hpp"
 #include "cuda/kernels/decode/decode_params.hpp"
@@ -46,95 +42,6 @@
 namespace flashattn::cuda::decode {
 
 namespace detail {
-
-#if defined(FLASHATTN_DECODE_PHASES)
-// Measurement builds only (-DFLASHATTN_DECODE_PHASES; bench/decode_phases/ reads the output, NOTES.md seventh pass):
-// per CTA, %globaltimer at the kernel's phases for the last kPhaseCalls launches, written to the file named by
-// $FLASHATTN_DECODE_PHASES at exit. Every CTA of a launch reads the same call number: the last CTA to finish advances
-// it, after all have read it.
-constexpr int kPhaseCalls = 320, kPhaseBlocks = 1024, kPhaseSlots = 16;
-static __device__ unsigned long long gPhase[kPhaseCalls][kPhaseBlocks][kPhaseSlots];
-static __device__ unsigned int gPhaseGrid[kPhaseCalls];
-static __device__ unsigned int gPhaseCall, gPhaseDone;
-__device__ __forceinline__ unsigned long long globalTimer() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-// Stamps stay in registers until the end (a store needs the call number, a global load whose wait would stall the
-// phase being timed).
-__device__ __forceinline__ void phaseStore(const unsigned long long (&stamps)[kPhaseSlots]) {
-  const unsigned call = *static_cast<volatile unsigned *>(&gPhaseCall);
-  if (blockIdx.x < kPhaseBlocks)
-    for (int i = 0; i < kPhaseSlots; ++i)
-      if (stamps[i]) gPhase[call % kPhaseCalls][blockIdx.x][i] = stamps[i];
-}
-__device__ __forceinline__ void phaseFinish(unsigned long long (&stamps)[kPhaseSlots]) {
-  if (threadIdx.x != 0) return;
-  stamps[6] = globalTimer();
-  stamps[15] = clock64();
-  phaseStore(stamps);
-  const unsigned call = *static_cast<volatile unsigned *>(&gPhaseCall);
-  if (blockIdx.x == 0) gPhaseGrid[call % kPhaseCalls] = gridDim.x;
-  __threadfence();
-  if (atomicAdd(&gPhaseDone, 1u) == gridDim.x - 1) {
-    gPhaseDone = 0;
-    __threadfence();
-    atomicAdd(&gPhaseCall, 1u);
-  }
-}
-static const char *gPhaseTag = "decode";
-static bool gPhaseDumpRegistered = false;
-static void dumpPhases() {
-  const char *path = std::getenv("FLASHATTN_DECODE_PHASES");
-  if (!path) return;
-  static unsigned long long host[kPhaseCalls][kPhaseBlocks][kPhaseSlots];
-  static unsigned grid[kPhaseCalls];
-  unsigned calls = 0;
-  if (cudaMemcpyFromSymbol(host, gPhase, sizeof host) != cudaSuccess ||
-      cudaMemcpyFromSymbol(grid, gPhaseGrid, sizeof grid) != cudaSuccess ||
-      cudaMemcpyFromSymbol(&calls, gPhaseCall, sizeof calls) != cudaSuccess)
-    return;
-  FILE *out = std::fopen(path, "a");
-  if (!out) return;
-  const unsigned first = calls > unsigned(kPhaseCalls) ? calls - kPhaseCalls : 0u;
-  for (unsigned c = first; c < calls; ++c) {
-    const unsigned slot = c % kPhaseCalls, blocks = grid[slot] < unsigned(kPhaseBlocks) ? grid[slot] : kPhaseBlocks;
-    for (unsigned b = 0; b < blocks; ++b) {
-      std::fprintf(out, "%s %u %u %u", gPhaseTag, c, grid[slot], b);
-      for (int i = 0; i < kPhaseSlots; ++i) std::fprintf(out, " %llu", host[slot][b][i]);
-      std::fprintf(out, "\n");
-    }
-  }
-  std::fclose(out);
-}
-// The kernels' hooks: stamps 0 start, 8 barriers set, 9 first copy issued, 1 ring issued, 2 first tile, 3 last tile,
-// 4 epilogue, 5 cluster barrier / merge decided, 6 end, 7 (tiles << 32 | SM id), 10 key range found, 11 partial state
-// stored, 12 counted in, 13 merged; 14 and 15 the SM clock (clock64) at the start and the end.
-#define FA_PHASE_BEGIN()                                       \
-  unsigned long long phaseStamps[detail::kPhaseSlots] = {}; \
-  phaseStamps[0] = detail::globalTimer();                   \
-  phaseStamps[14] = clock64()
-#define FA_PHASE(slot) (phaseStamps[slot] = detail::globalTimer())
-#define FA_PHASE_SM(tiles)                                                          \
-  do {                                                                              \
-    unsigned smid_;                                                                 \
-    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid_));                             \
-    phaseStamps[7] = (unsigned long long)(tiles) << 32 | smid_;                     \
-    phaseStamps[10] = detail::globalTimer();                                        \
-  } while (0)
-#define FA_PHASE_PRODUCER_DONE() \
-  (phaseStamps[0] = phaseStamps[7] = phaseStamps[14] = 0, detail::phaseStore(phaseStamps))
-#define FA_PHASE_END() detail::phaseFinish(phaseStamps)
-#define FA_PHASE_SYNC() __syncthreads()
-#else
-#define FA_PHASE_BEGIN() ((void)0)
-#define FA_PHASE(slot) ((void)0)
-#define FA_PHASE_SM(tiles) ((void)0)
-#define FA_PHASE_PRODUCER_DONE() ((void)0)
-#define FA_PHASE_END() ((void)0)
-#define FA_PHASE_SYNC() ((void)0)
-#endif
 
 __device__ __forceinline__ float negInf() { return __int_as_float(0xff800000); }
 
@@ -515,7 +422,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   // for this grid's completion and memory flush before reading the partial states.
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
-  FA_PHASE_BEGIN();
 
   extern __shared__ __align__(128) unsigned char smem[];
   // Every CTA has the same layout for a given launch; rowTilesPerCta only sizes the Q region.
@@ -547,7 +453,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       prim::fenceBarrierInit();
       prefetchTensorMap(&p.kMap);
       prefetchTensorMap(&p.vMap);
-      FA_PHASE(8);
     }
   }
 
@@ -595,7 +500,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   const int numTiles = tileEnd - tileBegin;
   const int keyBegin = int(unionLo + int64_t(tileBegin) * TileKeys);
   const int keyEnd = int(min(unionLo + int64_t(tileEnd) * TileKeys, unionHi + 1));
-  FA_PHASE_SM(numTiles);
 
   const Element *qBase = static_cast<const Element *>(p.q);
   const Element *kBase = static_cast<const Element *>(p.k);
@@ -691,9 +595,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       // Every stage starts empty: the whole ring goes out before anything else.
       for (int x = 0; x < Stages && x < numTiles; ++x) {
         issueTensor(x);
-        if (x == 0) FA_PHASE(9);
       }
-      FA_PHASE(1);
     }
   }
 
@@ -866,7 +768,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
           prim::mbarrierWait(emptyBase + 8u * uint32_t(slot), parity);
           issueTensor(x);
         }
-        FA_PHASE_PRODUCER_DONE();
       }
       __syncwarp();
     } else {
@@ -875,12 +776,10 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
         const int slot = it % Stages;
         const uint32_t parity = uint32_t(it / Stages) & 1u;
         prim::mbarrierWait(barrierBase + 8u * uint32_t(slot), parity);
-        if (it == 0 && tid == 0) FA_PHASE(2);
         if (computes) consume(it, slot, tilePresence(it));
         __syncwarp();
         if (lane == 0) prim::mbarrierArrive(emptyBase + 8u * uint32_t(slot));
       }
-      if (tid == 0) FA_PHASE(3);
     }
   } else {
     // Iterations before 0 only fill the pipeline. Iteration it issues tile it + Stages - 1 (copy group
@@ -924,7 +823,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     }
   }
   __syncthreads();
-  if (tid == 0) FA_PHASE(4);
 
   constexpr int kQuads = HeadDim / 4;
   // The key groups' states of one row (local row `localRow`, columns d..d+3) combined: the largest max (log2 units),
@@ -978,7 +876,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       if (d == 0) clusterStats[localRow * 2] = maxAll, clusterStats[localRow * 2 + 1] = total;
     }
     clusterSync();
-    if (tid == 0) FA_PHASE(5);
     const uint32_t statsBase = prim::smemAddress(clusterStats);
     const uint32_t oBase = prim::smemAddress(scratchO);
     for (int item = chunk * kThreads + tid; item < rowsPerCta * kQuads; item += p.numChunks * kThreads) {
@@ -1028,7 +925,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       if (p.lse && d == 0) p.lse[int64_t(batch) * p.lseBatch + head * p.lseHead + int64_t(token) * p.lseRow] = lse;
     }
     clusterSync();
-    FA_PHASE_END();
     return;
   }
 
@@ -1062,9 +958,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       if (d == 0) p.partialLse[stateRow] = lse;
     }
   }
-  FA_PHASE_SYNC();
   if (direct || p.mergeCounts == nullptr) {
-    FA_PHASE_END();
     return;
   }
 
@@ -1077,7 +971,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   // sees the other's flag, so the last to fence sees them all; one finishing beside it may too, and both then merge,
   // with the same loads in the same order, writing the same bytes. A merging CTA lowers the flags and tags the word.
   __syncthreads();
-  if (tid == 0) FA_PHASE(11);
   enum : int { kSkip = 0, kMerge = 1, kUntagged = 2 };
   volatile int *decision = reinterpret_cast<volatile int *>(validMask);  // the masks are no longer read
   const int unit = (batch * p.kvHeads + kvHead) * p.rowBlocks + rowBlock;
@@ -1091,7 +984,6 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
       verdict = last ? kMerge : kSkip;
     }
     *decision = verdict;
-    FA_PHASE(12);
   }
   __syncthreads();
   if (*decision == kUntagged) {
@@ -1114,9 +1006,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     }
     __syncthreads();
   }
-  if (tid == 0) FA_PHASE(5);
   if (*decision != kMerge) {
-    FA_PHASE_END();
     return;
   }
   for (int item = tid; item < rowsPerCta * kQuads; item += kThreads) {
@@ -1128,22 +1018,15 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
     const int token = row - groupHead * p.seqQ;
     mergeChunksOfRow<Element, 16>(p, batch, int64_t(kvHead) * p.groupSize + groupHead, token, d);
   }
-  if (tid == 0) FA_PHASE(13);
-  FA_PHASE_SYNC();
-  FA_PHASE_END();
 }
 
 // The separate merge: one thread per (query row, 4 columns); with programmatic dependent launch it waits on the device
 // for the decode grid's completion and memory flush.
 template <typename Element>
 __global__ void __launch_bounds__(128) decodeMergeKernel(const __grid_constant__ DecodeParams p) {
-  FA_PHASE_BEGIN();
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;\n" ::: "memory");
 #endif
-  FA_PHASE(2);
-  FA_PHASE_SYNC();
-  FA_PHASE_END();
   const int quads = p.headDim / 4;
   const int64_t item = int64_t(blockIdx.x) * 128 + threadIdx.x;
   if (item >= int64_t(p.batch) * p.heads * p.seqQ * quads) return;
@@ -1202,9 +1085,6 @@ struct DecodeKernel {
   }
 
   static cudaError_t launch(const DecodeParams &params, const DeviceInfo &dev, cudaStream_t stream) {
-#if defined(FLASHATTN_DECODE_PHASES)
-    if (!detail::gPhaseDumpRegistered) detail::gPhaseDumpRegistered = std::atexit(detail::dumpPhases) == 0;
-#endif
     cudaError_t err = prepare(dev);
     if (err != cudaSuccess) return err;
     const int64_t blocks = int64_t(params.rowBlocks) * params.numChunks * params.kvHeads * params.batch;

@@ -11,10 +11,6 @@ namespace {
 
 template <typename Element>
 cudaError_t launchMergeTyped(const DecodeParams &d, bool dependentLaunch, cudaStream_t stream) {
-#if defined(FLASHATTN_DECODE_PHASES)
-  detail::gPhaseTag = "merge";
-  if (!detail::gPhaseDumpRegistered) detail::gPhaseDumpRegistered = std::atexit(detail::dumpPhases) == 0;
-#endif
   const int64_t items = int64_t(d.batch) * d.heads * d.seqQ * (d.headDim / 4);
   if (items <= 0) return cudaSuccess;
   cudaLaunchConfig_t config = {};
