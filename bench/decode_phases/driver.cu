@@ -1,5 +1,6 @@
-// Not part of the CMake build (bench/decode_phases/run.sh builds it): where the time of one decode call goes. Links a libflashattn built with
-// -DFLASHATTN_DECODE_PHASES (per-CTA %globaltimer stamps, dumped to $FLASHATTN_DECODE_PHASES at exit) and times, on
+// Not part of the CMake build (bench/decode_phases/run.sh builds it): where the time of one decode call goes. Links the
+// instrumented libflashattn of run.sh (per-CTA %globaltimer stamps, dumped to $FLASHATTN_DECODE_PHASES at exit) and
+// times, on
 // the bench's shape (GQA 32/8, D128, bf16, one token, inputs rotated over >= 512 MB):
 //   lib    flashAttnDecodeChunk: per call (events), back to back, graph of 30
 //   empty  an empty kernel of the decode's grid / block / smem / 640-byte params, with and without a 16-CTA cluster,

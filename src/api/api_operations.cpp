@@ -11,7 +11,6 @@
 #include "api/guard.hpp"
 #include "core/descriptors.hpp"
 #include "core/error.hpp"
-#include "core/host_phases.hpp"
 #include "core/problem_builder.hpp"
 
 using namespace flashattn;
@@ -267,21 +266,16 @@ FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunk(
     flashAttnTensorDescriptor_t qDesc, const void *q, flashAttnTensorDescriptor_t kDesc, const void *k,
     flashAttnTensorDescriptor_t vDesc, const void *v, flashAttnTensorDescriptor_t oDesc, void *o,
     flashAttnTensorDescriptor_t lseDesc, float *lse, int32_t numChunks, void *workspace, size_t workspaceBytes) {
-  FLASHATTN_HOST_PHASE(0);
   return guarded("flashAttnDecodeChunk", [&] {
     flashAttnContext &ctx = handleRef(handle);
     const AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
-    FLASHATTN_HOST_PHASE(1);
     AttnProblem p =
         buildAttnProblem(Op::DecodeChunk, optionalAttention(attnDesc), optionalSeq(seqDesc), t, numChunks);
-    FLASHATTN_HOST_PHASE(2);
     const Plan plan = planRun(ctx, p, {{"Q", q}, {"K", k}, {"V", v}, {"O", o}});
-    FLASHATTN_HOST_PHASE(3);
     checkBuffers({{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true},
                   {"LSE", lse, t.lse, true}});
     checkWorkspace(plan, workspace, workspaceBytes, {{"O", o, t.o, true}, {"LSE", lse, t.lse, true}});
     ctx.backend->validateIndexData(p);
-    FLASHATTN_HOST_PHASE(4);
     AttnBuffers buf;
     buf.q = q;
     buf.k = k;
@@ -289,7 +283,6 @@ FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunk(
     buf.o = o;
     buf.lse = lse;
     ctx.backend->decode(p, plan, buf, workspace);
-    FLASHATTN_HOST_PHASE(9);
   });
 }
 

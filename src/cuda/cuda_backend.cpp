@@ -8,7 +8,6 @@
 
 #include "core/backend.hpp"
 #include "core/error.hpp"
-#include "core/host_phases.hpp"
 #include "cuda/family.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/staging/staging.hpp"
@@ -118,9 +117,7 @@ class CudaBackend final : public Backend {
     run("backward kernel launch", p, plan, buf, workspace);
   }
   void decode(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
-    FLASHATTN_HOST_PHASE(5);
     run("decode kernel launch", p, plan, buf, workspace);
-    FLASHATTN_HOST_PHASE(8);
   }
   void merge(const MergeProblem &m, const Plan &plan, const MergeBuffers &buf, void *workspace) override {
     DeviceScope scope(dev_.device);

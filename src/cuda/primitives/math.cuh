@@ -37,6 +37,19 @@ __device__ __forceinline__ uint32_t packFloat2<__nv_bfloat16>(float lo, float hi
   return *reinterpret_cast<uint32_t *>(&h);
 }
 
+// Four FP32 values rounded to nearest into four consecutive elements (a 16-byte or 8-byte store: dst aligned to it).
+template <typename Element>
+__device__ __forceinline__ void storeFloat4(Element *dst, float4 v) {
+  if constexpr (sizeof(Element) == 4) {
+    *reinterpret_cast<float4 *>(dst) = v;
+  } else {
+    uint2 packed;
+    packed.x = packFloat2<Element>(v.x, v.y);
+    packed.y = packFloat2<Element>(v.z, v.w);
+    *reinterpret_cast<uint2 *>(dst) = packed;
+  }
+}
+
 // Inverse of packFloat2.
 template <typename Element>
 __device__ __forceinline__ float2 unpackFloat2(uint32_t packed);

@@ -22,7 +22,6 @@
 #include <string>
 
 #include "core/error.hpp"
-#include "core/host_phases.hpp"
 #include "core/knobs.hpp"
 #include "cuda/kernels/decode/decode_params.hpp"
 #include "cuda/family.hpp"
@@ -57,7 +56,6 @@ const Instance kInstances[] = {
 };
 #undef INSTANCE
 constexpr int kInstanceCount = int(sizeof(kInstances) / sizeof(kInstances[0])) - 1;
-constexpr int kExternalInstance = 63;  // planDecodeWith: the caller brings the kernel
 
 std::string compiledHeadDims(DType dtype) {
   std::string list;
@@ -77,9 +75,9 @@ int findInstance(DType dtype, int64_t headDim) {
   return best;
 }
 
-// What a plan's `config` carries: the kernel (instance or external, its head dim and variant) and the merge mode.
+// What a plan's `config` carries: the kernel (instance, its head dim and variant) and the merge mode.
 struct PlannedKernel {
-  int instance = kExternalInstance;
+  int instance = 0;
   int libraryVariant = 0;  // index into libraryVariant() when instance is a library instance
   int headDim = 0;         // of the kernel (>= the problem's)
   Variant variant;         // tileKeys resolved
@@ -109,7 +107,8 @@ PlannedKernel fromConfig(const DecodeConfig &c) {
   k.clusterWhereFits = c.clusterWhereFits;
   k.clusterWherever = c.clusterWherever;
   const int index = findInstance(c.instance.dtype, c.instance.headDim);
-  k.instance = index >= 0 && kInstances[index].headDim == c.instance.headDim ? index : kExternalInstance;
+  // Plans name instances of kInstances only; anything else is caught by launchDecode.
+  k.instance = index >= 0 && kInstances[index].headDim == c.instance.headDim ? index : kInstanceCount;
   k.libraryVariant = c.loader == kLoaderCpAsync ? 0 : 1;
   return k;
 }
@@ -172,9 +171,9 @@ PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
   return encoder;
 }
 
-// How a map views a row: 64-column boxes (one copy per box), or rank-5 views whose one copy takes every box of a tile:
-// wide lands the boxes one after another ([box][key][64], as the boxes do), rows lands whole rows ([key][box][64]).
-enum MapView : int { kMapBoxes = 0, kMapWide = 1, kMapRows = 2 };
+// How a map views a row: 64-column boxes (one copy per box), or the rank-5 wide view whose one copy takes every box of
+// a tile, landing them one after another ([box][key][64], as the boxes do).
+enum MapView : int { kMapBoxes = 0, kMapWide = 1 };
 
 // Everything a cache's tensor map depends on (a map is a pure function of it).
 struct CacheMapKey {
@@ -236,8 +235,8 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
     if ((a.size == 1) != (b.size == 1)) return b.size == 1;
     return a.stride < b.stride;
   });
-  // Dimension 0: the head dim, or for the rank-5 views its first 64 columns, the boxes being a dimension of their own
-  // (stride 128 bytes): right after the keys (wide: shared layout [box][key][64]) or before them (rows: [key][box][64]).
+  // Dimension 0: the head dim, or for the rank-5 view its first 64 columns, the boxes being a dimension of their own
+  // (stride 128 bytes) right after the keys (shared layout [box][key][64]).
   const bool rank5 = key.view != kMapBoxes;
   const int64_t boxes = key.headDim / 64;
   if (rank5 && (key.headDim % 64 != 0 || boxes < 1)) return false;
@@ -254,7 +253,6 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
     box[next] = cuuint32_t(boxes);
     ++next;
   };
-  if (key.view == kMapRows) addBoxes();
   for (int i = 0; i < 3; ++i) {
     globalDim[next] = dims[i].size;
     globalStrides[next - 1] = dims[i].stride;
@@ -296,9 +294,9 @@ CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &la
   return k;
 }
 
-// The K and V maps of a tensor loader, in the loader's view: the rank-5 views need the problem's head dim to be the
-// kernel's (their boxes are whole 64-column pieces of real rows); the wide loader falls back to 64-column boxes (the
-// same shared layout) where its view cannot be had, so K and V always come in maps of one rank.
+// The K and V maps of the tensor loader: the rank-5 wide view needs the problem's head dim to be the kernel's (its boxes
+// are whole 64-column pieces of real rows); where it cannot be had the loader falls back to 64-column boxes (the same
+// shared layout), so K and V always come in maps of one rank.
 bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t kvHeads, int tileKeys, int loader,
                      int kernelHeadDim, DecodeParams *d) {
   const bool exact = p.headDim == kernelHeadDim;
@@ -306,8 +304,7 @@ bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t
     return encodeCacheMap(cacheMapKey(p, k, p.k, kvHeads, tileKeys, view), &d->kMap, &d->kSlots) &&
            encodeCacheMap(cacheMapKey(p, v, p.v, kvHeads, tileKeys, view), &d->vMap, &d->vSlots);
   };
-  if (loader == kLoaderTensorWSRows) return exact && both(kMapRows);
-  if (loader == kLoaderTensorWSWide && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
+  if (loader == kLoaderTensorMap && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
   return both(kMapBoxes);
 }
 
@@ -337,16 +334,12 @@ bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelH
 std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &k, int64_t kvHeads) {
   const int loader = k.variant.loader;
   if (!isTensorLoader(loader)) return "cp.async";
-  std::string name = hasProducerWarp(loader) ? "tensor-map copies (full/empty ring)" : "tensor-map copies";
-  if (loader == kLoaderTensorWSWide || loader == kLoaderTensorWSRows) {
-    DecodeParams scratch;
-    const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
-    const bool ok = dev.portableHasSm90() && encodeCacheMaps(p, standIn, standIn, kvHeads, k.variant.tileKeys, loader,
-                                                        k.headDim, &scratch);
-    name += ok && scratch.kSlots.rank == 5 ? (loader == kLoaderTensorWSRows ? " whole rows, one copy per tile"
-                                                                            : " one copy per tile")
-                                           : " 64-column boxes";
-  }
+  std::string name = "tensor-map copies (full/empty ring)";
+  DecodeParams scratch;
+  const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
+  const bool ok = dev.portableHasSm90() &&
+                  encodeCacheMaps(p, standIn, standIn, kvHeads, k.variant.tileKeys, loader, k.headDim, &scratch);
+  name += ok && scratch.kSlots.rank == 5 ? " one copy per tile" : " 64-column boxes";
   return name;
 }
 
@@ -399,11 +392,11 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int64_t maxChunks = std::max<int64_t>(1, (p.seqK + tileKeys - 1) / tileKeys);
   const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
   const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
-  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (hasProducerWarp(kernel.variant.loader) ? 1 : ctasPerSM);
+  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (isTensorLoader(kernel.variant.loader) ? 1 : ctasPerSM);
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
   // The cluster merge only where every unit's cluster is resident at once: a cluster that waits for a second wave
   // costs the whole call (B1 L8k 970 GB/s against 1450 with the merge kernel on a board that holds 7 clusters of 16).
-  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.portableHasSm90() &&
+  if (kernel.clusterWhereFits && isTensorLoader(loader) && dev.portableHasSm90() &&
       (kernel.clusterWherever ? chunks >= 2 && chunks <= kMaxClusterChunks : clusterMergePays(chunks)) &&
       clusterCapacity(shape.rowTilesPerCta, int(chunks)) >= units)
     kernel.merge = kMergeCluster;
@@ -453,7 +446,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   plan->description =
       concat("cuda.decode.", tensorCores ? "mma_sync" : "simt_fp32", " ", dtypeName(p.dtype), " d", kernel.headDim,
              " (headDim ", p.headDim, "): ", loaderName(dev, p, kernel, shape.kvHeads), ", ", kernel.variant.warps,
-             hasProducerWarp(loader) ? " consumer warps + a producer warp, " : " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
+             isTensorLoader(loader) ? " consumer warps + a producer warp, " : " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
              " key groups per CTA, ", tileKeys, "-key tiles, ", kernel.variant.stages, " stages, ", chunks,
              " KV chunks", merge, ", ", ctasPerSM, " CTAs/SM; fp32 accumulate; deterministic");
   return true;
@@ -483,9 +476,7 @@ cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Pla
   DecodeParams d;
   cudaError_t err = buildDecodeParams(p, plan, buf, workspace, &d);
   if (err != cudaSuccess) return err;
-  FLASHATTN_HOST_PHASE(6);
   err = launchKernel(d, dev, stream);
-  FLASHATTN_HOST_PHASE(7);
   if (err != cudaSuccess || plan.numChunks == 1 || d.mergeCounts || d.clusterMerge) return err;
   // A programmatic dependent only where the kernels' code waits for its primary (griddepcontrol, sm90 code).
   return launchDecodeMergeKernel(p.dtype, d, dev.portableHasSm90(), stream);
@@ -598,23 +589,6 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
 
 namespace decode {
 
-bool planDecodeWith(const DeviceInfo &dev, const AttnProblem &p, int instanceHeadDim, const Variant &variant,
-                    int mergeMode, KernelOccupancyFn occupancy, Plan *plan, std::string *whyNot) {
-  if (!checkProblem(p, whyNot)) return false;
-  if (instanceHeadDim < p.headDim || instanceHeadDim % 16 != 0 || instanceHeadDim > 256) {
-    *whyNot = concat("kernel head dim ", instanceHeadDim, " cannot serve headDim ", p.headDim);
-    return false;
-  }
-  PlannedKernel kernel;
-  kernel.instance = kExternalInstance;
-  kernel.headDim = instanceHeadDim;
-  kernel.variant = variant;
-  kernel.merge = mergeMode;
-  auto occ = [&](int rowTiles) { return occupancy(dev, rowTiles); };
-  auto noAutomaticCluster = [](int, int) { return 0; };  // the merge mode is the caller's, never chosen here
-  return planKernel(dev, p, kernel, occ, noAutomaticCluster, plan, whyNot);
-}
-
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                               DecodeParams *params) {
   const PlannedKernel kernel = fromConfig(plan.as<DecodeConfig>());
@@ -671,12 +645,6 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
       return cudaErrorInvalidValue;  // the plan tried these strides; only a misaligned address gets here
   }
   return cudaSuccess;
-}
-
-cudaError_t launchDecodeWith(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
-                             void *workspace, KernelLaunchFn kernel, cudaStream_t stream) {
-  if (plan.numChunks < 1 || kernel == nullptr) return cudaErrorInvalidValue;
-  return launchPlanned(dev, p, plan, buf, workspace, kernel, stream);
 }
 
 }  // namespace decode

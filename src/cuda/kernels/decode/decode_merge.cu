@@ -1,20 +1,34 @@
-// The separate merge of a split-KV decode's partial states (MergeMode kMergeSeparate): decodeMergeKernel of
-// decode_kernel.cuh for each output type, launched as a programmatic dependent of the decode kernel on sm90.
+// The separate merge of a split-KV decode's partial states (MergeMode kMergeSeparate), launched as a programmatic
+// dependent of the decode kernel on sm90.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "cuda/kernels/decode/decode_kernel.cuh"
+#include "cuda/kernels/decode/decode_epilogue.cuh"
+#include "cuda/primitives/grid_dependency.cuh"
 
 namespace flashattn::cuda::decode {
 namespace {
 
+// One thread per (query row, 4 columns); with programmatic dependent launch it waits on the device for the decode
+// grid's completion and memory flush.
+template <typename Element>
+__global__ void __launch_bounds__(128) decodeMergeKernel(const __grid_constant__ DecodeParams p) {
+  prim::waitForPrerequisiteGrids();
+  const int quads = p.headDim / 4;
+  const int64_t item = int64_t(blockIdx.x) * 128 + threadIdx.x;
+  if (item >= int64_t(p.batch) * p.heads * p.seqQ * quads) return;
+  int64_t rest = item / quads;
+  const int d = int(item - rest * quads) * 4;
+  const int token = int(rest % p.seqQ);
+  rest /= p.seqQ;
+  const int64_t head = rest % p.heads;
+  const int batch = int(rest / p.heads);
+  mergeChunksOfRow<Element, 16>(p, batch, head, token, d);
+}
+
 template <typename Element>
 cudaError_t launchMergeTyped(const DecodeParams &d, bool dependentLaunch, cudaStream_t stream) {
-#if defined(FLASHATTN_DECODE_PHASES)
-  detail::gPhaseTag = "merge";
-  if (!detail::gPhaseDumpRegistered) detail::gPhaseDumpRegistered = std::atexit(detail::dumpPhases) == 0;
-#endif
   const int64_t items = int64_t(d.batch) * d.heads * d.seqQ * (d.headDim / 4);
   if (items <= 0) return cudaSuccess;
   cudaLaunchConfig_t config = {};

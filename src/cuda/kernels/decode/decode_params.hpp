@@ -11,7 +11,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include "core/plan.hpp"
 #include "core/problem.hpp"
@@ -29,30 +28,17 @@ constexpr int kRowsPerTile = 16;
 // How K/V tiles reach shared memory.
 //   CpAsync: every thread issues 16-byte cp.async copies into padded rows (sm80+; any cache: dense or paged, any
 //     element type).
-//   Tensor: one thread issues cp.async.bulk.tensor copies of 64-column boxes (128 bytes of a row, 128-byte swizzled)
-//     through a tensor map of the dense cache, completing on an mbarrier per stage (sm90+, FP16/BF16, kernel head dim
-//     a multiple of 64). Four requests move a 64-key tile of K and V at head dim 128, where per-row or per-thread copies
-//     need hundreds; columns past the head dim and keys past the capacity arrive as zeros.
-//   TensorWS: the tensor loader with a producer warp beside the Warps consumer warps: each stage has a "full" mbarrier
-//     (the copies' bytes) and an "empty" one (every consumer warp arrives once it has read the stage), so the producer
-//     refills a stage as soon as it is free and no warp waits for the slowest one at a CTA barrier per tile.
-//   TensorWSWide: TensorWS with one copy per K (and V) tile where the encoder takes a {64 columns, keys, boxes} view
-//     of the cache (the same shared layout as the 64-column boxes, a quarter of the requests at head dim 128); where
-//     it does not (the problem's head dim is narrower than the kernel's, or the strides), the 64-column boxes.
-//   TensorWSRows: TensorWS over a {64 columns, boxes, keys} view: a tile lands as whole rows [key][boxes][64], one
-//     contiguous copy; the ldmatrix rows of one 8-key group then share swizzle phases (bank conflicts at head dim
-//     > 64). Only where the problem's head dim equals the kernel's.
-enum Loader : int {
-  kLoaderCpAsync = 0,
-  kLoaderTensor = 1,
-  kLoaderTensorWS = 2,
-  kLoaderTensorWSWide = 3,
-  kLoaderTensorWSRows = 4
-};
-constexpr bool isTensorLoader(int loader) { return loader >= kLoaderTensor; }
-constexpr bool hasProducerWarp(int loader) { return loader >= kLoaderTensorWS; }
-// Threads of a CTA: the consumer warps (Variant::warps), plus the producer warp of the warp-specialized loaders.
-constexpr int ctaThreads(int warps, int loader) { return (warps + (hasProducerWarp(loader) ? 1 : 0)) * 32; }
+//   TensorMap: a producer warp beside the Warps consumer warps issues cp.async.bulk.tensor copies through tensor maps
+//     of the dense cache (sm90+, FP16/BF16, kernel head dim a multiple of 64), 128-byte swizzled. Each stage has a
+//     "full" mbarrier (the copies' bytes) and an "empty" one (every consumer warp arrives once it has read the stage),
+//     so the producer refills a stage as soon as it is free and no warp waits for the slowest one at a CTA barrier per
+//     tile. One copy takes a whole K (or V) tile where the encoder takes a {64 columns, keys, boxes} view of the cache
+//     and the problem's head dim is the kernel's; otherwise one copy per 64-column box (the same shared layout).
+//     Columns past the head dim and keys past the capacity arrive as zeros.
+enum Loader : int { kLoaderCpAsync = 0, kLoaderTensorMap = 1 };
+constexpr bool isTensorLoader(int loader) { return loader == kLoaderTensorMap; }
+// Threads of a CTA: the consumer warps (Variant::warps), plus the tensor-map loader's producer warp.
+constexpr int ctaThreads(int warps, int loader) { return (warps + (isTensorLoader(loader) ? 1 : 0)) * 32; }
 
 // How the partial states of a split KV range are combined.
 //   Fused: the decode kernel merges: each CTA publishes its partial state and counts itself in on its unit's tagged
@@ -103,7 +89,7 @@ constexpr int resolvedTileKeys(const Variant &v, int elementBytes, int headDim) 
 // The variants the library instances compile, by index: the portable one first (any sm80+ GPU), then the Hopper one.
 constexpr int kLibraryVariantCount = 2;
 constexpr Variant libraryVariant(int index) {
-  return index == 0 ? Variant{4, 0, 3, kLoaderCpAsync} : Variant{4, 0, 3, kLoaderTensorWSWide};
+  return index == 0 ? Variant{4, 0, 3, kLoaderCpAsync} : Variant{4, 0, 3, kLoaderTensorMap};
 }
 
 // Shared-memory row of a K, V or Q tile: the instance head dim plus 16 bytes, so the 8 rows one ldmatrix (or one
@@ -115,15 +101,14 @@ constexpr bool tensorLoadable(int elementBytes, int headDim) { return elementByt
 
 // Byte layout of the dynamic shared memory. The epilogue's per-warp partial states reuse the K/V stages.
 //   cp.async: a stage is [2 (K, V)][tileKeys][rowElements] (padded rows).
-//   tensor: a stage is [2 (K, V)][headDim / 64 boxes][tileKeys][64 elements] (TensorWSRows: [2][tileKeys][boxes][64]),
-//     128-byte swizzled; the region starts at the next 1024-byte boundary of the shared window at run time (the swizzle
+//   tensor: a stage is [2 (K, V)][headDim / 64 boxes][tileKeys][64 elements], 128-byte swizzled; the region starts at the next 1024-byte boundary of the shared window at run time (the swizzle
 //     pattern is 1024 bytes), hence the slack.
 struct SmemLayout {
   std::size_t q = 0;          // [rowsPerCta][rowElements]
   std::size_t kv = 0;         // K/V stages (tensor: before the run-time 1024-byte alignment)
   std::size_t offsets = 0;    // cp.async: [2][tileKeys] pairs of int64 (K, V element offsets), by tile parity
   std::size_t validMask = 0;  // [maskSlots][2] uint32: which keys of a tile exist (in range, valid page)
-  std::size_t barriers = 0;   // tensor: [stages] mbarriers (full); with a producer warp then [stages] (empty)
+  std::size_t barriers = 0;   // tensor: [stages] mbarriers (full), then [stages] (empty)
   std::size_t pScratch = 0;   // FP32 engine: [warps][16][16 + 4] floats of P
   std::size_t total = 0;
   std::size_t kvBytes = 0;
@@ -153,7 +138,7 @@ constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int ti
   s.offsets = alignUp(s.kv + s.kvBytes, 16);
   s.validMask = s.offsets + (tensor ? 0 : 2 * keys * 16);
   s.barriers = alignUp(s.validMask + std::size_t(maskSlots(stages, loader)) * 2 * 4, 16);
-  const std::size_t barrierCount = hasProducerWarp(loader) ? 2 * std::size_t(stages) : tensor ? std::size_t(stages) : 0;
+  const std::size_t barrierCount = tensor ? 2 * std::size_t(stages) : 0;
   s.pScratch = alignUp(s.barriers + barrierCount * 8, 16);
   const std::size_t pBytes = elementBytes == 4 ? std::size_t(warps) * kRowsPerTile * (16 + 4) * 4 : 0;
   s.total = alignUp(s.pScratch + pBytes, 128);
@@ -162,7 +147,7 @@ constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int ti
 
 // Which tensor-map dimension (1..3; 0 is the head dim) holds the key, KV head and batch coordinate: the map lists them
 // by increasing stride, as the tensor-map encoder wants.
-// Rank 5 maps (the wide and rows views) also have a dimension of the 64-column boxes of a row (stride 128 bytes); its
+// Rank 5 maps (the wide view) also have a dimension of the 64-column boxes of a row (stride 128 bytes); its
 // coordinate is always 0, since one copy takes every box.
 struct TensorMapSlots {
   int8_t key = 1;
@@ -188,7 +173,6 @@ struct DecodeParams {
   int32_t mask = 0;  // flashattn::Mask
   int32_t rowTilesPerCta = 1;
   TensorMapSlots kSlots, vSlots;
-  bool evictFirst = false;    // tensor loader: K/V copies carry an L2 evict-first policy (streamed once)
   bool clusterMerge = false;  // kMergeCluster: launched in clusters of numChunks CTAs, the chunk varying fastest
   const void *q = nullptr;
   int64_t qBatch = 0, qHead = 0, qRow = 0;
@@ -238,22 +222,9 @@ __host__ __device__ inline int chunkTileBegin(int chunk, int tiles, const FastDi
   return chunk * share + (chunk < extra ? chunk : extra);
 }
 
-// A kernel of one element type, instance head dim and variant, launched as planned; and its resident CTAs per SM.
-using KernelLaunchFn = cudaError_t (*)(const DecodeParams &, const DeviceInfo &, cudaStream_t);
-using KernelOccupancyFn = int (*)(const DeviceInfo &, int rowTilesPerCta);
-
-// Plans a problem for one given kernel (instance head dim, variant, merge mode; numChunks as the problem says, 0 =
-// automatic). planDecode calls it with the library's choice; benchmarks call it with other variants.
-bool planDecodeWith(const DeviceInfo &dev, const AttnProblem &p, int instanceHeadDim, const Variant &variant,
-                    int mergeMode, KernelOccupancyFn occupancy, Plan *plan, std::string *whyNot);
-
-// The kernel parameters of a planned problem (tensor maps encoded for the tensor loader), and the enqueue of everything
-// a planned call runs (decode kernel, separate merge) with a given kernel; launchDecode is this with the
-// planned library instance.
+// The kernel parameters of a planned problem (tensor maps encoded for the tensor loader).
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                               DecodeParams *params);
-cudaError_t launchDecodeWith(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
-                             void *workspace, KernelLaunchFn kernel, cudaStream_t stream);
 
 // The separate merge (kMergeSeparate) of a launch's partial states; a programmatic dependent launch on sm90.
 cudaError_t launchDecodeMergeKernel(DType dtype, const DecodeParams &params, bool dependentLaunch,

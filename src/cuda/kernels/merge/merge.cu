@@ -1,9 +1,11 @@
 // Merge of S partial attention states: O = sum_s exp(lse_s - LSE) O_s with LSE = log sum_s exp(lse_s).
 //
-// One warp per output row. The warp first reduces the S partial LSEs (max, then sum of exp) with xor butterflies,
-// whose results are bitwise equal in every lane, then streams the S partial rows in a fixed order with 16-byte loads
-// (4 FP32 per lane). A partial LSE of -inf is an empty state and its O is never read (it may hold anything); a row
-// whose states are all empty gets O = 0 and LSE = -inf. Nothing depends on timing, so the result is deterministic.
+// One warp per output row, each lane 4 columns (1 where rows are not 16-byte vectors). Every lane streams the S
+// states in a fixed order, kBatch at a time (all of a batch's loads in flight, the LSEs broadcast across the warp),
+// and folds them into its running state with prim's merge of softmax states (merge_state.cuh), the same as the
+// split-KV decode's; every lane computes the same LSE. A partial LSE of -inf is an empty state: its O may hold
+// anything and is replaced by zeros before the merge; a row whose states are all empty gets O = 0 and LSE = -inf.
+// Nothing depends on timing, so the result is deterministic.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -14,39 +16,13 @@
 #include "core/error.hpp"
 #include "cuda/kernels/merge/merge_launch.hpp"
 #include "cuda/ops.hpp"
+#include "cuda/primitives/grid_dependency.cuh"
+#include "cuda/primitives/merge_state.cuh"
 
 namespace flashattn::cuda {
 
 namespace merge {
 namespace {
-
-__device__ __forceinline__ float negInf() { return __int_as_float(0xff800000); }
-
-template <typename Out>
-__device__ __forceinline__ void store4(Out *dst, float4 v);
-
-template <>
-__device__ __forceinline__ void store4<float>(float *dst, float4 v) {
-  *reinterpret_cast<float4 *>(dst) = v;
-}
-
-template <>
-__device__ __forceinline__ void store4<__half>(__half *dst, float4 v) {
-  __half2 lo = __floats2half2_rn(v.x, v.y), hi = __floats2half2_rn(v.z, v.w);
-  uint2 packed;
-  packed.x = *reinterpret_cast<uint32_t *>(&lo);
-  packed.y = *reinterpret_cast<uint32_t *>(&hi);
-  *reinterpret_cast<uint2 *>(dst) = packed;
-}
-
-template <>
-__device__ __forceinline__ void store4<__nv_bfloat16>(__nv_bfloat16 *dst, float4 v) {
-  __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
-  uint2 packed;
-  packed.x = *reinterpret_cast<uint32_t *>(&lo);
-  packed.y = *reinterpret_cast<uint32_t *>(&hi);
-  *reinterpret_cast<uint2 *>(dst) = packed;
-}
 
 template <typename Out>
 __device__ __forceinline__ Out fromFloat(float v);
@@ -60,11 +36,9 @@ __device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { ret
 // Vectorized needs dimV % 4 == 0, 16-byte aligned partial rows and 4-element aligned output rows.
 template <typename Out, bool Vectorized>
 __global__ void __launch_bounds__(kMergeWarps * 32) mergeKernel(const MergeParams p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  // Launched as a programmatic dependent of the decode kernel: wait until its partial states are complete and
+  // Launched as a programmatic dependent of a kernel writing the partial states: wait until they are complete and
   // visible. Without such a launch this returns at once.
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
+  prim::waitForPrerequisiteGrids();
   const int lane = int(threadIdx.x) & 31;
   const int64_t row = int64_t(blockIdx.x) * kMergeWarps + (threadIdx.x >> 5);
   if (row >= p.rows) return;
@@ -75,77 +49,53 @@ __global__ void __launch_bounds__(kMergeWarps * 32) mergeKernel(const MergeParam
 
   const float *lseRow = p.partialLse + batch * p.partialLseStride[1] + head * p.partialLseStride[2] +
                         token * p.partialLseStride[3];
-  float maxLse = negInf();
-  for (int s = lane; s < p.states; s += 32) maxLse = fmaxf(maxLse, __ldg(lseRow + s * p.partialLseStride[0]));
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) maxLse = fmaxf(maxLse, __shfl_xor_sync(0xffffffffu, maxLse, offset));
-
-  float total = negInf();
-  if (maxLse != negInf()) {
-    float sum = 0.f;
-    for (int s = lane; s < p.states; s += 32) {
-      const float l = __ldg(lseRow + s * p.partialLseStride[0]);
-      if (l != negInf()) sum += expf(l - maxLse);
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    total = maxLse + logf(sum);
-  }
-
   const float *oRow = p.partialO + batch * p.partialOStride[1] + head * p.partialOStride[2] +
                       token * p.partialOStride[3];
   Out *out = static_cast<Out *>(p.o) + batch * p.oBatch + head * p.oHead + token * p.oRow;
   constexpr int kWidth = Vectorized ? 4 : 1;  // elements per lane and load
-  constexpr int kBatch = 8;                   // partial rows loaded before the first is used
-  // Every lane runs the same trip counts (the shuffles below need the whole warp); lanes past headDimV idle.
+  constexpr int kBatch = 8;                   // states loaded before the first is merged
+  float ones[kBatch];                         // a normalized partial state (LSE, O) is the state (LSE, 1, O)
+#pragma unroll
+  for (int u = 0; u < kBatch; ++u) ones[u] = 1.f;
+  float lse = prim::negInf();
   for (int d0 = 0; d0 < p.headDimV; d0 += 32 * kWidth) {
     const int d = d0 + lane * kWidth;
     const bool active = d < p.headDimV;
-    float4 accum = make_float4(0.f, 0.f, 0.f, 0.f);
-    // Blocks of 32 states: lane j holds the weight of state base + j (0 for an empty state), broadcast by shuffles.
-    for (int base = 0; base < p.states; base += 32) {
-      const int count = min(32, p.states - base);
-      float weight = 0.f;
-      if (lane < count && total != negInf()) {
-        const float l = __ldg(lseRow + (base + lane) * p.partialLseStride[0]);
-        if (l != negInf()) weight = expf(l - total);
-      }
-      for (int j0 = 0; j0 < count; j0 += kBatch) {
-        // The loads of a batch do not depend on the weights, so they are all in flight before the first use; an
-        // empty state's row is still loaded (it is inside the tensor) but selected away, never multiplied.
-        float4 v[kBatch];
+    prim::MergeState state;
+    for (int s0 = 0; s0 < p.states; s0 += kBatch) {
+      float l[kBatch];
+      float4 v[kBatch];
 #pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (active && j0 + u < count) {
-            const float *src = oRow + int64_t(base + j0 + u) * p.partialOStride[0] + d;
-            if constexpr (Vectorized) {
-              v[u] = __ldg(reinterpret_cast<const float4 *>(src));
-            } else {
-              v[u].x = __ldg(src);
-            }
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const float w = __shfl_sync(0xffffffffu, weight, (j0 + u) & 31);
-          if (j0 + u < count && w != 0.f) {
-            accum.x += w * v[u].x;
-            accum.y += w * v[u].y;
-            accum.z += w * v[u].z;
-            accum.w += w * v[u].w;
+      for (int u = 0; u < kBatch; ++u) {
+        const bool inRange = s0 + u < p.states;
+        l[u] = inRange ? __ldg(lseRow + int64_t(s0 + u) * p.partialLseStride[0]) : prim::negInf();
+        v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (active && inRange) {
+          const float *src = oRow + int64_t(s0 + u) * p.partialOStride[0] + d;
+          if constexpr (Vectorized) {
+            v[u] = __ldg(reinterpret_cast<const float4 *>(src));
+          } else {
+            v[u].x = __ldg(src);
           }
         }
       }
+#pragma unroll
+      for (int u = 0; u < kBatch; ++u)
+        if (l[u] == prim::negInf()) v[u] = make_float4(0.f, 0.f, 0.f, 0.f);
+      prim::mergeStates<prim::ExpNatural>(state, l, ones, v);
     }
+    float4 o;
+    state.finish<prim::ExpNatural>(o, lse);
     if (!active) continue;
     if constexpr (Vectorized) {
-      store4<Out>(out + d, accum);
+      prim::storeFloat4<Out>(out + d, o);
     } else {
-      out[d] = fromFloat<Out>(accum.x);
+      out[d] = fromFloat<Out>(o.x);
     }
   }
-  if (p.lse && lane == 0) p.lse[batch * p.lseBatch + head * p.lseHead + token * p.lseRow] = total;
+  if (p.lse && lane == 0) {  // headDimV >= 1: the column loop ran, and its LSE is the row's
+    p.lse[batch * p.lseBatch + head * p.lseHead + token * p.lseRow] = lse;
+  }
 }
 
 template <typename Out, bool Vectorized>

@@ -1,4 +1,4 @@
-// Measurement builds only (-DFLASHATTN_DECODE_PHASES; NOTES.md of src/cuda/kernels/decode, eighth pass): host time of
+// The instrumented build of run.sh only (instrument.patch puts the marks into a copy of the shipped source): host time of
 // the steps of one API call, summed per step over the calls of the process and printed to stderr at exit. Elsewhere
 // FLASHATTN_HOST_PHASE(n) is nothing.
 #pragma once

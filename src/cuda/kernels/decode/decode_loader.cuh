@@ -1,0 +1,283 @@
+// The split-KV decode's loaders: how Q and the K/V tiles of a chunk reach shared memory, and the pipeline that hands
+// each tile to the math (decode_params.hpp, Loader, says when each is used).
+//
+// Both expose the same surface to the kernel: prepare() (first thing in the kernel), start() (once the CTA knows its
+// work), kTile() / vTile() of a stage with kKeyStride elements from one key's row to the next, and run(), which calls
+// loadQ() once Q has landed and consume(tile, stage, present) for each tile of the chunk in order, `present` holding
+// bit k for key k of the tile that exists (inside the chunk, in a valid page).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "cuda/kernels/decode/decode_params.hpp"
+#include "cuda/kernels/decode/decode_work.cuh"
+#include "cuda/primitives/mbarrier.cuh"
+#include "cuda/primitives/primitives.cuh"
+#include "cuda/primitives/tma.cuh"
+
+namespace flashattn::cuda::decode {
+
+// Q rows of this CTA into padded shared rows (zero rows past the last, zero columns past the head dim), by cp.async:
+// the cp.async loader's tile 0 group takes them along, the tensor-map loader waits for them once.
+template <typename Element, int HeadDim, int Threads>
+__device__ __forceinline__ void loadQ(const DecodeParams &p, const DecodeWork &w, Element *qSmem) {
+  constexpr int kVec = 16 / int(sizeof(Element));  // elements per 16-byte copy
+  constexpr int kChunksPerRow = HeadDim / kVec;
+  constexpr int kRow = smemRowElements(int(sizeof(Element)), HeadDim);
+  const Element *qBase = static_cast<const Element *>(p.q);
+  for (int idx = int(threadIdx.x); idx < w.rowsPerCta * kChunksPerRow; idx += Threads) {
+    const int localRow = idx / kChunksPerRow;
+    const int c = idx - localRow * kChunksPerRow;
+    const int row = w.firstRow + localRow;
+    const bool valid = row < p.rows && c * kVec < p.headDim;
+    const Element *src = qBase;
+    if (valid) {
+      const int groupHead = row / p.seqQ;
+      const int token = row - groupHead * p.seqQ;
+      const int64_t head = w.headOf(p, groupHead);
+      src = qBase + int64_t(w.batch) * p.qBatch + head * p.qHead + int64_t(token) * p.qRow + c * kVec;
+    }
+    prim::cpAsync16(prim::smemAddress(qSmem + localRow * kRow + c * kVec), src, valid);
+  }
+}
+
+struct KeyOffsets {
+  int64_t k;
+  int64_t v;
+};
+
+// cp.async: the row addresses of tile x (dense, or through the block table) are computed one tile ahead by one thread
+// per key (the first TileKeys threads) into a table alternating by tile parity, with the tile's presence mask; then
+// every thread issues 16-byte copies into padded rows, absent keys zero-filled. Stages - 1 tiles in flight.
+template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
+struct CpAsyncLoader {
+  static constexpr int kThreads = ctaThreads(Warps, kLoaderCpAsync);
+  static constexpr int kVec = 16 / int(sizeof(Element));
+  static constexpr int kChunksPerRow = HeadDim / kVec;
+  static constexpr int kRow = smemRowElements(int(sizeof(Element)), HeadDim);
+  static constexpr int kKeyStride = kRow;
+  static constexpr int kStageHalf = TileKeys * kRow;
+  // The presence masks have Stages + 1 slots so that the one written before a tile's first barrier never belongs to
+  // a tile a slow warp may still be reading.
+  static constexpr int kMaskSlots = maskSlots(Stages, kLoaderCpAsync);
+  static_assert(Warps >= 2 && Warps <= 8, "the offset table takes the first two warps");
+
+  Element *kv;
+  KeyOffsets *offsetTable;
+  uint32_t *validMask;
+
+  __device__ __forceinline__ CpAsyncLoader(unsigned char *smem, const SmemLayout &layout)
+      : kv(reinterpret_cast<Element *>(smem + layout.kv)),
+        offsetTable(reinterpret_cast<KeyOffsets *>(smem + layout.offsets)),
+        validMask(reinterpret_cast<uint32_t *>(smem + layout.validMask)) {}
+
+  __device__ __forceinline__ void prepare(const DecodeParams &) const {}
+  __device__ __forceinline__ void start(const DecodeParams &, const DecodeWork &) const {}
+  __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
+  __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
+
+  // Element offsets of a key's K and V rows; false when it has none (a page id out of range). pageId: the block-table
+  // entry of the key's page, for paged caches.
+  static __device__ __forceinline__ bool rowOffsets(const DecodeParams &p, const DecodeWork &w, int key, int32_t pageId,
+                                                    KeyOffsets &off) {
+    if (p.paged) {
+      if (pageId < 0 || int64_t(pageId) >= p.numPages) return false;
+      const uint32_t page = uint32_t(key) / uint32_t(p.pageSize);
+      const int64_t inPage = int64_t(uint32_t(key) - page * uint32_t(p.pageSize));
+      off.k = int64_t(pageId) * p.kBatch + inPage * p.kRow + int64_t(w.kvHead) * p.kHead;
+      off.v = int64_t(pageId) * p.vBatch + inPage * p.vRow + int64_t(w.kvHead) * p.vHead;
+    } else {
+      off.k = int64_t(w.batch) * p.kBatch + int64_t(w.kvHead) * p.kHead + int64_t(key) * p.kRow;
+      off.v = int64_t(w.batch) * p.vBatch + int64_t(w.kvHead) * p.vHead + int64_t(key) * p.vRow;
+    }
+    return true;
+  }
+
+  // The block-table entry of a key's page, -1 past the sequence's table row (the entry there is never read).
+  static __device__ __forceinline__ int32_t pageIdOf(const DecodeParams &p, const DecodeWork &w, int key) {
+    const uint32_t page = uint32_t(key) / uint32_t(p.pageSize);
+    return int64_t(page) < p.maxPagesPerSeq ? __ldg(p.blockTable + int64_t(w.batch) * p.maxPagesPerSeq + page) : -1;
+  }
+
+  __device__ __forceinline__ void computeOffsets(const DecodeParams &p, const DecodeWork &w, int x) const {
+    const int tid = int(threadIdx.x);
+    if (tid < ((TileKeys + 31) & ~31)) {
+      const int key = w.keyBegin + x * TileKeys + tid;
+      KeyOffsets off{0, 0};
+      bool present = tid < TileKeys && key < w.keyEnd;
+      if (present) present = rowOffsets(p, w, key, p.paged ? pageIdOf(p, w, key) : 0, off);
+      if (tid < TileKeys) offsetTable[(x & 1) * TileKeys + tid] = off;
+      const uint32_t bits = __ballot_sync(0xffffffffu, present);
+      if ((tid & 31) == 0) validMask[(x % kMaskSlots) * 2 + (tid >> 5)] = bits;
+      if (TileKeys <= 32 && tid == 0) validMask[(x % kMaskSlots) * 2 + 1] = 0u;
+    }
+  }
+
+  __device__ __forceinline__ void issueTile(const DecodeParams &p, int x) const {
+    const Element *kBase = static_cast<const Element *>(p.k);
+    const Element *vBase = static_cast<const Element *>(p.v);
+    const KeyOffsets *offsets = offsetTable + (x & 1) * TileKeys;
+    const uint32_t *bits = validMask + (x % kMaskSlots) * 2;
+    Element *kDst = kv + (x % Stages) * 2 * TileKeys * kRow;
+    Element *vDst = kDst + TileKeys * kRow;
+#pragma unroll 4
+    for (int idx = int(threadIdx.x); idx < TileKeys * kChunksPerRow; idx += kThreads) {
+      const int key = idx / kChunksPerRow;
+      const int c = idx - key * kChunksPerRow;
+      const bool valid = ((bits[key >> 5] >> (key & 31)) & 1u) && c * kVec < p.headDim;
+      const KeyOffsets off = offsets[key];
+      const Element *kSrc = valid ? kBase + off.k + c * kVec : kBase;
+      const Element *vSrc = valid ? vBase + off.v + c * kVec : vBase;
+      prim::cpAsync16(prim::smemAddress(kDst + key * kRow + c * kVec), kSrc, valid);
+      prim::cpAsync16(prim::smemAddress(vDst + key * kRow + c * kVec), vSrc, valid);
+    }
+  }
+
+  // Iterations before 0 only fill the pipeline. Iteration it issues tile it + Stages - 1 (copy group it + Stages - 1;
+  // Q joins group 0) and consumes tile it. Hazards: the data slot a tile is copied into was consumed two barriers
+  // earlier; offset tables alternate by tile parity; the presence masks rotate over kMaskSlots.
+  template <typename LoadQ, typename Consume>
+  __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
+                                      Consume &&consume) const {
+    const int numTiles = w.numTiles;
+    for (int it = -(Stages - 1); it < numTiles; ++it) {
+      const int x = it + Stages - 1;
+      if (x < numTiles) computeOffsets(p, w, x);
+      __syncthreads();
+      if (x < numTiles) issueTile(p, x);
+      prim::cpAsyncCommit();
+      if (it < 0) continue;
+      prim::cpAsyncWait<Stages - 1>();
+      __syncthreads();
+      if (it == 0) loadQ();
+      const uint32_t *bits = validMask + (it % kMaskSlots) * 2;
+      consume(it, it % Stages, uint64_t(bits[0]) | (uint64_t(bits[1]) << 32));
+    }
+  }
+};
+
+// Tensor maps (sm90, dense FP16/BF16 caches): the producer warp's lane 0 sets up the stages' full / empty mbarriers and
+// issues every copy; the consumer warps wait on a stage's full barrier and arrive on its empty one once read. Dense
+// caches only: keys exist up to the chunk's end, so the consumers derive the presence mask themselves; boxes reaching
+// past the capacity are zero-filled by the copy engine. Absent keys' V rows are left as they came (the math clears
+// them in its fragments), so that no thread writes a stage the copy engine fills.
+template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
+struct TensorMapLoader {
+  static constexpr int kIssuer = Warps * 32;  // the producer warp's lane 0
+  static constexpr int kBoxes = HeadDim / 64;  // 64-column boxes per row
+  static constexpr int kKeyStride = 64;
+  static constexpr int kStageHalf = kBoxes * TileKeys * 64;
+  static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "tensor loader: 16-bit elements, head dim % 64");
+
+  Element *kv;
+  uint32_t fullBase;   // [Stages] full barriers, then [Stages] empty ones
+  uint32_t emptyBase;
+
+  // The stages start at a 1024-byte boundary of the shared window (the swizzle repeats every 1024 bytes).
+  __device__ __forceinline__ TensorMapLoader(unsigned char *smem, const SmemLayout &layout) {
+    const uint32_t shift = (1024u - (prim::smemAddress(smem + layout.kv) & 1023u)) & 1023u;
+    kv = reinterpret_cast<Element *>(smem + layout.kv + shift);
+    fullBase = prim::smemAddress(smem + layout.barriers);
+    emptyBase = fullBase + 8u * uint32_t(Stages);
+  }
+
+  __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
+  __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
+
+  // First thing in the kernel: the barriers' setup and the maps' fetch overlap the block arithmetic instead of
+  // delaying the first copy (NOTES.md); the prefetches come after the barriers' fence, which would otherwise wait
+  // for them. (Placed after the block arithmetic, this was compiled into warp-uniform instructions that racecheck
+  // reads as another thread's writes.)
+  __device__ __forceinline__ void prepare(const DecodeParams &p) const {
+    if (int(threadIdx.x) == kIssuer) {
+      for (int st = 0; st < Stages; ++st) prim::mbarrierInit(fullBase + 8u * uint32_t(st), 1u);
+      for (int st = 0; st < Stages; ++st) prim::mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
+      prim::fenceBarrierInit();
+      prim::prefetchTensorMap(&p.kMap);
+      prim::prefetchTensorMap(&p.vMap);
+    }
+  }
+
+  // Tile x's K and V on its stage's full barrier: one rank-5 copy each where the maps take the wide view, else K's
+  // 64-column boxes back to back, then V's (the two halves of a 256-byte row go out close together).
+  __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, int x) const {
+    const int slot = x % Stages;
+    const uint32_t barrier = fullBase + 8u * uint32_t(slot);
+    const int key0 = w.keyBegin + x * TileKeys;
+    prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
+    const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
+    const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
+    // The box dimension of a rank-5 map (the one not named) takes coordinate 0.
+    auto coordinate = [&](const TensorMapSlots &slots, int dim) {
+      return slots.key == dim ? key0 : slots.head == dim ? w.kvHead : slots.batch == dim ? w.batch : 0;
+    };
+    const int k1 = coordinate(p.kSlots, 1), k2 = coordinate(p.kSlots, 2), k3 = coordinate(p.kSlots, 3);
+    const int v1 = coordinate(p.vSlots, 1), v2 = coordinate(p.vSlots, 2), v3 = coordinate(p.vSlots, 3);
+    if (p.kSlots.rank == 5) {  // the planner gives K and V maps of the same rank
+      prim::tensorCopy5d(kDst, &p.kMap, 0, k1, k2, k3, coordinate(p.kSlots, 4), barrier);
+      prim::tensorCopy5d(vDst, &p.vMap, 0, v1, v2, v3, coordinate(p.vSlots, 4), barrier);
+      return;
+    }
+#pragma unroll
+    for (int box = 0; box < kBoxes; ++box)
+      prim::tensorCopy4d(kDst + uint32_t(box * TileKeys * 128), &p.kMap, box * 64, k1, k2, k3, barrier);
+#pragma unroll
+    for (int box = 0; box < kBoxes; ++box)
+      prim::tensorCopy4d(vDst + uint32_t(box * TileKeys * 128), &p.vMap, box * 64, v1, v2, v3, barrier);
+  }
+
+  // Every stage starts empty: the whole ring goes out before anything else.
+  __device__ __forceinline__ void start(const DecodeParams &p, const DecodeWork &w) const {
+    if (int(threadIdx.x) == kIssuer) {
+      for (int x = 0; x < Stages && x < w.numTiles; ++x) {
+        issue(p, w, x);
+      }
+    }
+  }
+
+  // Q and the barriers' initialization are visible to every warp after one CTA barrier; from there on the producer
+  // and the consumers meet only at the stages' full / empty barriers.
+  template <typename LoadQ, typename Consume>
+  __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
+                                      Consume &&consume) const {
+    const int warp = int(threadIdx.x) >> 5;
+    const int lane = int(threadIdx.x) & 31;
+    const int numTiles = w.numTiles;
+    prim::cpAsyncCommit();
+    prim::cpAsyncWaitAll();
+    __syncthreads();
+    if (warp == Warps) {
+      if (lane == 0) {
+        for (int x = Stages; x < numTiles; ++x) {
+          const int slot = x % Stages;
+          // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
+          const uint32_t parity = uint32_t(x / Stages - 1) & 1u;
+          prim::mbarrierWait(emptyBase + 8u * uint32_t(slot), parity);
+          issue(p, w, x);
+        }
+      }
+      __syncwarp();
+    } else {
+      loadQ();
+      for (int it = 0; it < numTiles; ++it) {
+        const int slot = it % Stages;
+        const uint32_t parity = uint32_t(it / Stages) & 1u;
+        prim::mbarrierWait(fullBase + 8u * uint32_t(slot), parity);
+        // The keys before the chunk's end (dense caches: every key there exists).
+        const int present = min(TileKeys, w.keyEnd - (w.keyBegin + it * TileKeys));
+        consume(it, slot, present >= 64 ? ~0ull : (1ull << present) - 1ull);
+        __syncwarp();
+        if (lane == 0) prim::mbarrierArrive(emptyBase + 8u * uint32_t(slot));
+      }
+    }
+  }
+};
+
+template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, int LoaderKind>
+using LoaderOf = std::conditional_t<isTensorLoader(LoaderKind), TensorMapLoader<Element, HeadDim, Warps, TileKeys, Stages>,
+                                  CpAsyncLoader<Element, HeadDim, Warps, TileKeys, Stages>>;
+
+}  // namespace flashattn::cuda::decode

@@ -1,0 +1,112 @@
+// Softmax states and their merge: the one place where partial attention results are combined (flashAttnMergeStates'
+// kernel, the split-KV decode's fused and separate merges, its cluster merge and its combine of key groups).
+//
+// A state of one query row over some keys is (m, l, o): m the largest logit it saw, l the sum of exp(logit - m), o
+// the sum of exp(logit - m) * v over its keys (four columns here), unnormalized. A normalized partial result (LSE, O)
+// is the state (LSE, 1, O). The empty state, no key seen, is (-inf, 0, 0).
+//
+// Merging rescales every state to the largest m, the running one included: weight exp(m_s - max). Exponents are
+// measured against 0 when every m is -inf, so -inf - -inf never makes a NaN and every weight is exactly 0; an empty
+// state's o must then be finite (callers whose empty states may hold anything clear o first). finish() gives the
+// normalized O and the natural-log LSE, or O = 0 and LSE = -inf for the empty state.
+//
+// The exponential's base is a policy: natural (LSEs as the API stores them, expf/logf), or 2 for logits already
+// scaled by log2 e, with the precise library functions (Exp2) or the SFU alone (Exp2Fast, the main loop's choice).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "cuda/primitives/math.cuh"
+
+namespace flashattn::cuda::prim {
+
+__device__ __forceinline__ float negInf() { return __int_as_float(0xff800000); }
+
+// The reference exponents of a state are measured against: its max, or 0 for a max of -inf (nothing seen yet).
+__device__ __forceinline__ float softmaxBase(float max) { return max == negInf() ? 0.f : max; }
+
+struct ExpNatural {
+  static __device__ __forceinline__ float exp(float x) { return expf(x); }
+  static __device__ __forceinline__ float log(float x) { return logf(x); }
+  static __device__ __forceinline__ float reciprocal(float x) { return 1.f / x; }
+  static constexpr float kToNatural = 1.f;
+};
+
+struct Exp2 {
+  static __device__ __forceinline__ float exp(float x) { return exp2f(x); }
+  static __device__ __forceinline__ float log(float x) { return log2f(x); }
+  static __device__ __forceinline__ float reciprocal(float x) { return 1.f / x; }
+  static constexpr float kToNatural = kLn2;
+};
+
+// For sums of at least 1 (the largest state's own weight), where the approximate division and log2 are exact enough.
+struct Exp2Fast {
+  static __device__ __forceinline__ float exp(float x) { return exp2Fast(x); }
+  static __device__ __forceinline__ float log(float x) { return __log2f(x); }
+  static __device__ __forceinline__ float reciprocal(float x) { return __fdividef(1.f, x); }
+  static constexpr float kToNatural = kLn2;
+};
+
+struct MergeState {
+  float m = negInf();
+  float l = 0.f;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  // O normalized and the LSE in natural-log units.
+  template <typename Base>
+  __device__ __forceinline__ void finish(float4 &out, float &lse) const {
+    out = make_float4(0.f, 0.f, 0.f, 0.f);
+    lse = negInf();
+    if (m != negInf()) {
+      const float inv = Base::reciprocal(l);
+      out = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+      lse = (m + Base::log(l)) * Base::kToNatural;
+    }
+  }
+};
+
+namespace detail {
+// Adds N states weighted against `base`; the weights do not depend on each other or on the sums, so they all issue
+// before the first addition.
+template <typename Base, int N>
+__device__ __forceinline__ void addWeighted(MergeState &s, float base, const float (&m)[N], const float (&l)[N],
+                                            const float4 (&o)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const float weight = Base::exp(m[i] - base);
+    s.l += weight * l[i];
+    s.o.x += weight * o[i].x, s.o.y += weight * o[i].y, s.o.z += weight * o[i].z, s.o.w += weight * o[i].w;
+  }
+}
+
+template <int N>
+__device__ __forceinline__ float maxOf(float start, const float (&m)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) start = fmaxf(start, m[i]);
+  return start;
+}
+}  // namespace detail
+
+// The merge of N states read at once: one max, then every weight independently (no chain of rescales).
+template <typename Base, int N>
+__device__ __forceinline__ MergeState combineStates(const float (&m)[N], const float (&l)[N], const float4 (&o)[N]) {
+  MergeState s;
+  s.m = detail::maxOf(negInf(), m);
+  detail::addWeighted<Base>(s, softmaxBase(s.m), m, l, o);
+  return s;
+}
+
+// Folds N more states into a running state: the running state is rescaled once to the new max, then the N are added.
+template <typename Base, int N>
+__device__ __forceinline__ void mergeStates(MergeState &s, const float (&m)[N], const float (&l)[N],
+                                            const float4 (&o)[N]) {
+  const float top = detail::maxOf(s.m, m);
+  if (top == negInf()) return;  // nothing seen yet: the state stays empty
+  const float rescale = Base::exp(s.m - top);  // 0 while the running state is empty
+  s.l *= rescale;
+  s.o.x *= rescale, s.o.y *= rescale, s.o.z *= rescale, s.o.w *= rescale;
+  s.m = top;
+  detail::addWeighted<Base>(s, top, m, l, o);
+}
+
+}  // namespace flashattn::cuda::prim
