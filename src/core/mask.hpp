@@ -44,24 +44,29 @@ struct BlockRange {
 namespace mask_detail {
 FLASHATTN_HOST_DEVICE int64_t lesser(int64_t a, int64_t b) { return a < b ? a : b; }
 FLASHATTN_HOST_DEVICE int64_t greater(int64_t a, int64_t b) { return a > b ? a : b; }
+FLASHATTN_HOST_DEVICE int64_t clamp(int64_t x, int64_t lo, int64_t hi) { return x < lo ? lo : (x > hi ? hi : x); }
 }  // namespace mask_detail
 
-// The bottom-right aligned row i' (the masks' and ALiBi's diagonal): ALiBi's distance is |j - i'|.
-FLASHATTN_HOST_DEVICE int64_t alignedRow(int64_t i, int64_t sq, int64_t sk) { return i + sk - sq; }
+// The bottom-right aligned row i' (the masks' and ALiBi's diagonal): ALiBi's distance is |j - i'|. A template so
+// that 32-bit kernel arithmetic stays 32-bit.
+template <typename Index>
+FLASHATTN_HOST_DEVICE Index alignedRow(Index i, Index sq, Index sk) {
+  return i + sk - sq;
+}
 
 // The keys row i (0 <= i < sq) sees, clamped so that lo is in [0, sk] and hi in [-1, sk - 1]: an empty range stays
 // empty and both ends fit any index type that holds sk.
 FLASHATTN_HOST_DEVICE KeyRange visibleKeys(Mask mask, int64_t windowLeft, int64_t windowRight, int64_t i, int64_t sq,
                                            int64_t sk) {
   using namespace mask_detail;
-  const int64_t aligned = alignedRow(i, sq, sk);
+  const int64_t aligned = alignedRow<int64_t>(i, sq, sk);
   int64_t lo = 0;
   int64_t hi = sk - 1;
   if (mask == Mask::CausalTopLeft) hi = lesser(hi, i);
   if (mask == Mask::CausalBottomRight) hi = lesser(hi, aligned);
   if (windowLeft >= 0) lo = greater(lo, aligned - windowLeft);
   if (windowRight >= 0) hi = lesser(hi, aligned + windowRight);
-  return KeyRange{lesser(lo, sk), greater(hi, -1)};
+  return KeyRange{clamp(lo, 0, sk), clamp(hi, -1, sk - 1)};
 }
 
 // The rows that see key j (0 <= j < sk): the same inequalities solved for i. lo is in [0, sq], hi in [-1, sq - 1].
@@ -78,21 +83,34 @@ FLASHATTN_HOST_DEVICE RowRange visibleRows(Mask mask, int64_t windowLeft, int64_
   return RowRange{lesser(lo, sq), greater(hi, -1)};
 }
 
-// Keys seen by at least one row of [m0, m1] (0 <= m0 <= m1 < sq). Row m1 is empty only when every row up to it is
-// (empty rows are a prefix or everything), and otherwise the union runs from m0's first key to m1's last: before the
-// first row with a key, every row's range starts at key 0, as that row's does.
-FLASHATTN_HOST_DEVICE KeyRange keysOfRows(Mask mask, int64_t windowLeft, int64_t windowRight, int64_t m0, int64_t m1,
-                                          int64_t sq, int64_t sk) {
-  const KeyRange last = visibleKeys(mask, windowLeft, windowRight, m1, sq, sk);
-  if (last.lo > last.hi) return last;
-  return KeyRange{visibleKeys(mask, windowLeft, windowRight, m0, sq, sk).lo, last.hi};
+// Block forms. A block of rows [m0, m1] (0 <= m0 <= m1 < sq) is described by the visible keys of its first and last
+// rows, from which everything about the rows between follows (the ends are monotone). The range type is a parameter
+// so that a kernel can pass the 32-bit ranges it keeps in registers.
+
+// Keys seen by at least one row of the block. Row m1 has none only when no row up to it has (rows without keys are a
+// prefix or everything); otherwise the union runs from m0's first key to m1's last: before the first row with a key,
+// every row's range starts at key 0, as that row's does.
+template <typename Range>
+FLASHATTN_HOST_DEVICE Range keysOfRows(Range first, Range last) {
+  return Range{last.lo > last.hi ? last.lo : first.lo, last.hi};
 }
 
-// Keys seen by every row of [m0, m1] (0 <= m0 <= m1 < sq): the ends are monotone, so m1's first and m0's last.
+// Keys seen by every row of the block: m1's first and m0's last.
+template <typename Range>
+FLASHATTN_HOST_DEVICE Range keysOfEveryRow(Range first, Range last) {
+  return Range{last.lo, first.hi};
+}
+
+FLASHATTN_HOST_DEVICE KeyRange keysOfRows(Mask mask, int64_t windowLeft, int64_t windowRight, int64_t m0, int64_t m1,
+                                          int64_t sq, int64_t sk) {
+  return keysOfRows(visibleKeys(mask, windowLeft, windowRight, m0, sq, sk),
+                    visibleKeys(mask, windowLeft, windowRight, m1, sq, sk));
+}
+
 FLASHATTN_HOST_DEVICE KeyRange keysOfEveryRow(Mask mask, int64_t windowLeft, int64_t windowRight, int64_t m0,
                                               int64_t m1, int64_t sq, int64_t sk) {
-  return KeyRange{visibleKeys(mask, windowLeft, windowRight, m1, sq, sk).lo,
-                  visibleKeys(mask, windowLeft, windowRight, m0, sq, sk).hi};
+  return keysOfEveryRow(visibleKeys(mask, windowLeft, windowRight, m0, sq, sk),
+                        visibleKeys(mask, windowLeft, windowRight, m1, sq, sk));
 }
 
 // Rows that see at least one key of [n0, n1] (0 <= n0 <= n1 < sk). Keys with no row are a prefix (left window), a
@@ -100,41 +118,29 @@ FLASHATTN_HOST_DEVICE KeyRange keysOfEveryRow(Mask mask, int64_t windowLeft, int
 // i' - l > i for every row); outside that last case the union runs from n0's first row to n1's last.
 FLASHATTN_HOST_DEVICE RowRange rowsOfKeys(Mask mask, int64_t windowLeft, int64_t windowRight, int64_t n0, int64_t n1,
                                           int64_t sq, int64_t sk) {
-  if (mask == Mask::CausalTopLeft && windowLeft >= 0 && sk - sq > windowLeft) return RowRange{0, -1};
+  const bool noKeyHasRows = mask == Mask::CausalTopLeft && windowLeft >= 0 && sk - sq > windowLeft;
   return RowRange{visibleRows(mask, windowLeft, windowRight, n0, sq, sk).lo,
-                  visibleRows(mask, windowLeft, windowRight, n1, sq, sk).hi};
+                  noKeyHasRows ? -1 : visibleRows(mask, windowLeft, windowRight, n1, sq, sk).hi};
 }
 
-// True when every (row, key) of [m0, m1] x [n0, n1] lies inside the sequence and is visible: such a tile needs no
-// per-element mask.
-FLASHATTN_HOST_DEVICE bool tileFullyVisible(Mask mask, int64_t windowLeft, int64_t windowRight, int64_t m0, int64_t m1,
-                                            int64_t n0, int64_t n1, int64_t sq, int64_t sk) {
-  if (m0 < 0 || m1 >= sq || n0 < 0 || n1 >= sk) return false;
-  const KeyRange every = keysOfEveryRow(mask, windowLeft, windowRight, m0, m1, sq, sk);
-  return every.lo <= n0 && n1 <= every.hi;
+// The blocks of `size` elements ([b * size, (b + 1) * size)) holding a range, {0, -1} for an empty one: the key blocks
+// a query block needs from keysOfRows, the query blocks that see a key block from rowsOfKeys. For the kernels, whose
+// lengths fit 32 bits.
+template <typename Range>
+FLASHATTN_HOST_DEVICE BlockRange blocksOf(Range r, int32_t size) {
+  const bool empty = r.lo > r.hi;
+  return BlockRange{empty ? 0 : int32_t(r.lo) / size, empty ? -1 : int32_t(r.hi) / size};
 }
 
-// Block forms for the kernels, whose sequence lengths fit 32 bits. Blocks are [b * size, (b + 1) * size) clipped to
-// the sequence; the result is the blocks holding at least one key (row) of the union, {0, -1} when there is none.
-
-// The key blocks of size blockN that the query block [m0, m0 + blockM) needs.
-FLASHATTN_HOST_DEVICE BlockRange keyBlocksOfQueryBlock(Mask mask, int64_t windowLeft, int64_t windowRight, int32_t m0,
-                                                       int32_t blockM, int32_t blockN, int32_t sq, int32_t sk) {
-  if (m0 >= sq || sk <= 0) return BlockRange{0, -1};
-  const int32_t m1 = m0 + blockM < sq ? m0 + blockM - 1 : sq - 1;
-  const KeyRange r = keysOfRows(mask, windowLeft, windowRight, m0, m1, sq, sk);
-  if (r.lo > r.hi) return BlockRange{0, -1};
-  return BlockRange{int32_t(r.lo) / blockN, int32_t(r.hi) / blockN};
-}
-
-// The query blocks of size blockM that see a key of the key block [n0, n0 + blockN).
-FLASHATTN_HOST_DEVICE BlockRange queryBlocksOfKeyBlock(Mask mask, int64_t windowLeft, int64_t windowRight, int32_t n0,
-                                                       int32_t blockN, int32_t blockM, int32_t sq, int32_t sk) {
-  if (n0 >= sk || sq <= 0) return BlockRange{0, -1};
-  const int32_t n1 = n0 + blockN < sk ? n0 + blockN - 1 : sk - 1;
-  const RowRange r = rowsOfKeys(mask, windowLeft, windowRight, n0, n1, sq, sk);
-  if (r.lo > r.hi) return BlockRange{0, -1};
-  return BlockRange{int32_t(r.lo) / blockM, int32_t(r.hi) / blockM};
+// True when every (row, key) of the tile [m0, m1] x [n0, n1] (m0, n0 >= 0) lies inside the sequence and is visible:
+// such a tile needs no per-element mask.
+FLASHATTN_HOST_DEVICE bool tileFullyVisible(Mask mask, int64_t windowLeft, int64_t windowRight, int32_t m0, int32_t m1,
+                                            int32_t n0, int32_t n1, int32_t sq, int32_t sk) {
+  if (m1 >= sq || n1 >= sk) return false;
+  // Compared as 32-bit values, as the kernels keep them (exact: visibleKeys clamps into the sequence).
+  const KeyRange first = visibleKeys(mask, windowLeft, windowRight, m0, sq, sk);
+  const KeyRange last = visibleKeys(mask, windowLeft, windowRight, m1, sq, sk);
+  return int32_t(last.lo) <= n0 && int32_t(first.hi) >= n1;
 }
 
 // The rule on the diagonal d = j - i, for per-element masking without per-row state: for 0 <= i < sq and 0 <= j < sk,
