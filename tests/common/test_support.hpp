@@ -23,7 +23,7 @@ inline const char *typeName(flashAttnDataType_t t) {
   return t == FLASHATTN_DATA_FP16 ? "fp16" : t == FLASHATTN_DATA_BF16 ? "bf16" : t == FLASHATTN_DATA_FP32 ? "fp32" : "?";
 }
 
-// The normwise bound for a gradient: TESTING.md's bound for the storage type, or, where the arithmetic rounded to the
+// The normwise bound for a gradient: docs/testing.md's bound for the storage type, or, where the arithmetic rounded to the
 // storage type (the oracle's low-precision variant) itself misses it, that variant's own normwise error -- a kernel
 // must be at least as accurate as storage-precision arithmetic, it cannot be asked to be more. It happens with
 // stress inputs (x3, x5: the peaked softmax cancels in dP - D) and with gradients made of a few rows (a short
@@ -34,7 +34,7 @@ inline double gradientNormTolerance(flashAttnDataType_t t, const std::vector<dou
   return std::max(bound, fa_ref::checkGates(lowPrecision, exact, lowPrecision, 3.0, bound).normwise);
 }
 
-// The LSE bound for a storage type: within 1e-4 of the float64 value (TESTING.md) or, for FP16/BF16, within 8e-6 of
+// The LSE bound for a storage type: within 1e-4 of the float64 value (docs/testing.md) or, for FP16/BF16, within 8e-6 of
 // its largest finite magnitude when that is larger: the tensor cores accumulate Q.K in FP32 with truncation, so the
 // largest logit (which LSE follows) carries an error proportional to |Q.K|; with x5 inputs (|LSE| ~ 90) 1.8e-4 was
 // measured on H200. FP32 storage (FP64 logits) keeps the plain 1e-4.
