@@ -1,5 +1,5 @@
 // flashAttnDecodeChunk on the CUDA backend through the public API, against the float64 oracle (fa_ref::forward over
-// each sequence's used KV length) under both gates of docs/testing.md: the decode grid ((seqQ, seqK) x chunk counts), dense
+// each sequence's used KV length) under both test gates: the decode grid ((seqQ, seqK) x chunk counts), dense
 // and paged caches (page sizes 1..256, block tables from a random permutation), NaN written into every unused cache
 // slot and unreferenced page, odd per-sequence lengths including 0, FP16/BF16/FP32 and head dims 64..256 (padded ones
 // included), GQA/MQA and stride-0 KV broadcast, masks, windows, softcap, ALiBi, the edges of the sm90 tensor-map loader

@@ -1,10 +1,10 @@
 // GPU forward through the public API on a FLASHATTN_BACKEND_CUDA handle, against the float64 oracle of
-// tests/common/reference.hpp with both gates of docs/testing.md (relative to plain attention in the storage precision, and
-// normwise), the LSE gate, NaN-poisoned outputs, untouched padding, bitwise repeatability and graph-capture replay.
+// tests/common/reference.hpp with both gates of docs/testing.md (relative to plain attention in the storage precision,
+// and normwise), the LSE gate, NaN-poisoned outputs, untouched padding, bitwise repeatability and graph-capture replay.
 //
-// The test grid (docs/testing.md) is sampled so the file runs in a few minutes on an H100 (the float64 reference is the slow
-// part; it runs on several threads after the GPU runs). FLASHATTN_TEST_SLICE=edge runs a few small edge shapes only
-// (tails, empty rows, ragged zero-length sequences), for the sanitizers.
+// The test grid (docs/testing.md) is sampled so the file runs in a few minutes on an H100 (the float64 reference is the
+// slow part; it runs on several threads after the GPU runs). FLASHATTN_TEST_SLICE=edge runs a few small edge shapes
+// only (tails, empty rows, ragged zero-length sequences), for the sanitizers.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 

@@ -77,8 +77,9 @@ __global__ void __launch_bounds__(Warps * 32) forwardFp32Kernel(const ForwardPar
                                     : p.lse + int64_t(work.batch) * p.lseBatch + int64_t(work.head) * p.lseHead +
                                           (seq.qStart + m0) * p.lseRow;
 
-  const BlockRange keyBlocks =
-      blocksOf(keysOfRows(rowKeys(p, m0, seq.seqQ, seq.seqK), rowKeys(p, m0 + rowsHere - 1, seq.seqQ, seq.seqK)), BlockN);
+  const RowKeys firstRow = rowKeys(p, m0, seq.seqQ, seq.seqK);
+  const RowKeys lastRow = rowKeys(p, m0 + rowsHere - 1, seq.seqQ, seq.seqK);
+  const BlockRange keyBlocks = blocksOf(keysOfRows(firstRow, lastRow), BlockN);
   const RowKeys myKeys = i < seq.seqQ ? rowKeys(p, i, seq.seqQ, seq.seqK) : RowKeys{0, -1};
   const int myAlignedRow = alignedRow(i, seq.seqQ, seq.seqK);
 
