@@ -79,7 +79,7 @@ const char *dtypeName(flashAttnDataType_t t) {
   }
 }
 
-// Normwise gates of design/TESTING.md; the HOST result rounds to the same storage type as ours.
+// Normwise gates of docs/testing.md; the HOST result rounds to the same storage type as ours.
 double normwiseGate(flashAttnDataType_t t) {
   switch (t) {
     case FLASHATTN_DATA_BF16:
@@ -619,8 +619,8 @@ struct Row {
   bool notSupported = false;
 };
 
-// Forward and decode promise bitwise equal results run to run (API.md): the output left by the last timed call must
-// be the one that was checked.
+// Forward and decode promise bitwise equal results run to run (docs/semantics.md): the output left by the last
+// timed call must be the one that was checked.
 void checkRepeatable(Row &row, const HostBlock &checkedO, const HostBlock &checkedLse, const Buffer &o,
                      const Buffer &lse) {
   row.deterministic = sameBytes(checkedO, o.download()) && sameBytes(checkedLse, lse.download());
@@ -761,7 +761,7 @@ void usage(FILE *f) {
                "  --page-size P               decode from a paged cache with P rows per page (0 = dense)\n"
                "  --layout bhsd|bshd          memory order of Q, K, V, O (default bhsd)\n"
                "  --iters N --warmup N        timed calls (median reported) and untimed calls before them\n"
-               "  --sweep prefill|decode|all  the sweeps of design/KERNELS.md (--dim, --dtype, --op filter them)\n"
+               "  --sweep prefill|decode|all  the kernel targets' sweeps (--dim, --dtype, --op filter them)\n"
                "  --json FILE                 write the result rows (rewritten after every shape)\n"
                "  --check-gflop G             host work allowed per correctness check (default 2)\n"
                "  --no-check                  skip the HOST comparison\n"

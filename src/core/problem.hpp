@@ -7,10 +7,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/mask.hpp"  // Mask, and the visible-key rule every backend and kernel uses
+
 namespace flashattn {
 
 enum class DType : int32_t { FP16 = 0, BF16 = 1, FP32 = 2 };
-enum class Mask : int32_t { None = 0, CausalTopLeft = 1, CausalBottomRight = 2 };
 enum class Op : int32_t { Forward = 0, Backward = 1, DecodeChunk = 2, MergeStates = 3 };
 
 inline std::size_t dtypeSize(DType t) { return t == DType::FP32 ? 4 : 2; }
@@ -132,30 +133,5 @@ struct MergeBuffers {
   void *o = nullptr;
   float *lse = nullptr;
 };
-
-// The visible key range of a query row, [lo, hi] inclusive (empty when lo > hi). All masks of the API are a
-// contiguous range, so kernels skip whole key blocks outside it. sq and sk are the lengths of this sequence.
-struct KeyRange {
-  int64_t lo;
-  int64_t hi;
-};
-
-#if defined(__CUDACC__)
-#define FLASHATTN_HOST_DEVICE __host__ __device__ __forceinline__
-#else
-#define FLASHATTN_HOST_DEVICE inline
-#endif
-
-FLASHATTN_HOST_DEVICE KeyRange visibleKeys(Mask mask, int64_t windowLeft, int64_t windowRight, int64_t i, int64_t sq,
-                                           int64_t sk) {
-  const int64_t aligned = i + sk - sq;  // bottom-right diagonal
-  int64_t lo = 0;
-  int64_t hi = sk - 1;
-  if (mask == Mask::CausalTopLeft) hi = hi < i ? hi : i;
-  if (mask == Mask::CausalBottomRight) hi = hi < aligned ? hi : aligned;
-  if (windowLeft >= 0) lo = lo > aligned - windowLeft ? lo : aligned - windowLeft;
-  if (windowRight >= 0) hi = hi < aligned + windowRight ? hi : aligned + windowRight;
-  return KeyRange{lo, hi};
-}
 
 }  // namespace flashattn

@@ -1,5 +1,6 @@
 // From public descriptors to one validated, normalized problem (problem.hpp). Every shape, type, stride and attribute
-// rule of API.md is checked here, once, for every backend; the failure names the argument and the values.
+// rule of the API (flashattn.h, docs/semantics.md) is checked here, once, for every backend; the failure names the
+// argument and the values.
 #pragma once
 
 #include <cstddef>

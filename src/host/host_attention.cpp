@@ -197,7 +197,7 @@ void attendRows(const AttnProblem &p, const Sequences &seq, const AttnBuffers &b
       const int64_t begin = std::max<int64_t>(range.lo - j0, 0), end = std::min<int64_t>(range.hi - j0 + 1, n);
       Acc *s = logits.data();
       dotTile(&q[size_t(r * dim)], keyT.data(), dim, s);
-      finishLogits(p, slope, i0 + r + sk - sq, j0, begin, end, s, nullptr);
+      finishLogits(p, slope, alignedRow(i0 + r, sq, sk), j0, begin, end, s, nullptr);
       Acc tileMax = kNegInf;
       for (int64_t jj = begin; jj < end; ++jj) tileMax = std::max(tileMax, s[jj]);
       if (tileMax == kNegInf) continue;
@@ -405,7 +405,7 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
         const int64_t begin = std::max<int64_t>(range.lo - j0, 0), end = std::min<int64_t>(range.hi - j0 + 1, n);
         const int64_t i = i0 + r;
         dotTile(&q[size_t(r * dim)], keyT.data(), dim, logits.data());
-        finishLogits(p, slope, i + sk - sq, j0, begin, end, logits.data(), deriv.data());
+        finishLogits(p, slope, alignedRow(i, sq, sk), j0, begin, end, logits.data(), deriv.data());
         dotTile(&dO[size_t(r * dimV)], valueT.data(), dimV, dP.data());
         const Acc d = rowDot[rowDotIndex(b, h, i)];
         Acc *dq = &dQ[size_t(r * dim)];
@@ -441,12 +441,15 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
     logits.resize(size_t(kKeyTile));
     deriv.resize(size_t(kKeyTile));
     dP.resize(size_t(kKeyTile));
-    if (used > 0) {
+    // Only the rows that see a key of this tile contribute to it.
+    const RowRange seeing =
+        used > 0 ? rowsOfKeys(p.mask, p.windowLeft, p.windowRight, j0, j0 + used - 1, sq, sk) : RowRange{0, -1};
+    if (seeing.lo <= seeing.hi) {
       loadTileTransposed<S>(seq, buf.k, p.k, b, kvHead, j0, used, dim, keyT.data());
       loadTileTransposed<S>(seq, buf.v, p.v, b, kvHead, j0, used, dimV, valueT.data());
       for (int64_t h = kvHead * group; h < (kvHead + 1) * group; ++h) {
         const Acc slope = seq.alibiSlope(b, h);
-        for (int64_t i = 0; i < sq; ++i) {
+        for (int64_t i = seeing.lo; i <= seeing.hi; ++i) {
           const KeyRange range = seq.visible(i, sq, sk, j0, j0 + used);
           if (range.lo > range.hi) continue;
           const Acc lse = buf.lse[seq.queryOffset(p.lse, b, h, i)];
@@ -455,7 +458,7 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
           loadRow<S>(buf.q, seq.queryOffset(p.q, b, h, i), dim, q.data());
           loadRow<S>(buf.dO, seq.queryOffset(p.dO, b, h, i), dimV, dO.data());
           dotTile(q.data(), keyT.data(), dim, logits.data());
-          finishLogits(p, slope, i + sk - sq, j0, begin, end, logits.data(), deriv.data());
+          finishLogits(p, slope, alignedRow(i, sq, sk), j0, begin, end, logits.data(), deriv.data());
           dotTile(dO.data(), valueT.data(), dimV, dP.data());
           const Acc d = rowDot[rowDotIndex(b, h, i)];
           for (int64_t jj = begin; jj < end; ++jj) {

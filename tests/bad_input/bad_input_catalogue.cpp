@@ -1,4 +1,4 @@
-// Every class of bad input of TESTING.md's Robustness list, through the public API. Each case checks four things:
+// Every class of bad input (docs/testing.md, Suites), through the public API. Each case checks four things:
 //   - the status (one expected value, or the two a case may legitimately get where the contract allows both),
 //   - a fresh last-error message (not the sentinel provoked just before) that names the argument,
 //   - every buffer the call could reach is bitwise what it was (outputs hold a canary pattern), and any output

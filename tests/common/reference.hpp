@@ -1,5 +1,5 @@
 // The oracle: naive attention in float64 (and the same arithmetic rounded to the storage precision, for the
-// relative gate of TESTING.md), written independently of the library's code paths.
+// relative gate of docs/testing.md), written independently of the library's code paths.
 //
 // Canonical layout, whatever layout the library was given: q[b][h][i][d] with i < maxSq, k/v[b][kvh][j][d] with
 // j < maxSk, o[b][h][i][dv], lse[b][h][i]. Sequence b uses sq[b] query rows and sk[b] key rows; padded rows are
@@ -54,7 +54,7 @@ void backward(const Problem &p, const std::vector<double> &q, const std::vector<
 void merge(int64_t states, int64_t rows, int64_t headDimV, const std::vector<double> &partialO,
            const std::vector<double> &partialLse, std::vector<double> &o, std::vector<double> &lse);
 
-// The two gates of TESTING.md plus finiteness.
+// The two gates of docs/testing.md plus finiteness.
 struct Gate {
   double maxErr = 0;       // max |out - ref|
   double maxErrLp = 0;     // max |lp - ref|

@@ -23,19 +23,19 @@ inline const char *typeName(flashAttnDataType_t t) {
   return t == FLASHATTN_DATA_FP16 ? "fp16" : t == FLASHATTN_DATA_BF16 ? "bf16" : t == FLASHATTN_DATA_FP32 ? "fp32" : "?";
 }
 
-// The normwise bound for a gradient: TESTING.md's bound for the storage type, or, where the arithmetic rounded to the
-// storage type (the oracle's low-precision variant) itself misses it, that variant's own normwise error -- a kernel
-// must be at least as accurate as storage-precision arithmetic, it cannot be asked to be more. It happens with
-// stress inputs (x3, x5: the peaked softmax cancels in dP - D) and with gradients made of a few rows (a short
-// sequence under a bottom-right mask), where one bf16 rounding weighs on the whole norm.
+// The normwise bound for a gradient: docs/testing.md's bound for the storage type, or, where the arithmetic rounded to
+// the storage type (the oracle's low-precision variant) itself misses it, that variant's own normwise error -- a kernel
+// must be at least as accurate as storage-precision arithmetic, it cannot be asked to be more. It happens with stress
+// inputs (x3, x5: the peaked softmax cancels in dP - D) and with gradients made of a few rows (a short sequence under a
+// bottom-right mask), where one bf16 rounding weighs on the whole norm.
 inline double gradientNormTolerance(flashAttnDataType_t t, const std::vector<double> &lowPrecision,
                                     const std::vector<double> &exact) {
   const double bound = fa_ref::normTolerance(roundingOf(t));
   return std::max(bound, fa_ref::checkGates(lowPrecision, exact, lowPrecision, 3.0, bound).normwise);
 }
 
-// The LSE bound for a storage type: within 1e-4 of the float64 value (TESTING.md) or, for FP16/BF16, within 8e-6 of
-// its largest finite magnitude when that is larger: the tensor cores accumulate Q.K in FP32 with truncation, so the
+// The LSE bound for a storage type: within 1e-4 of the float64 value (docs/testing.md) or, for FP16/BF16, within 8e-6
+// of its largest finite magnitude when that is larger: the tensor cores accumulate Q.K in FP32 with truncation, so the
 // largest logit (which LSE follows) carries an error proportional to |Q.K|; with x5 inputs (|LSE| ~ 90) 1.8e-4 was
 // measured on H200. FP32 storage (FP64 logits) keeps the plain 1e-4.
 inline double lseTolerance(flashAttnDataType_t t, const std::vector<double> &refLse) {

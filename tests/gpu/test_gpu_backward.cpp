@@ -1,5 +1,5 @@
 // Backward on the CUDA backend through the public API: flashAttnForward writes O and LSE, flashAttnBackward writes
-// dQ, dK, dV (poisoned with NaN first), compared with the float64 oracle's backward under both gates of TESTING.md
+// dQ, dK, dV (poisoned with NaN first), compared with the float64 oracle's backward under both gates of docs/testing.md
 // (factor 3 against the same arithmetic rounded to the storage type, and the normwise bound). Plus determinism (20
 // runs bitwise equal), graph-capture replay equal to eager, and what the planner refuses.
 //
@@ -113,7 +113,7 @@ std::vector<BwdCase> gridCases() {
     c.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
     add(c, "d" + std::to_string(d) + "_padded_113x203_causalTL");
   }
-  // The shapes of TESTING.md x masks (bottom-right with seqQ > seqK gives fully masked rows).
+  // The shapes of the test grid (docs/testing.md) x masks (bottom-right with seqQ > seqK gives fully masked rows).
   struct Shape {
     int64_t q, k;
   };

@@ -1,6 +1,6 @@
 // The Hopper wgmma backward (src/cuda/kernels/backward_sm90) through the public API on an sm90 GPU: CheckSupport must
 // name the wgmma kernel for the problems it serves, and flashAttnBackward's dQ, dK, dV (NaN-poisoned first) must pass
-// both gates of TESTING.md against the float64 oracle (factor 3 against the storage-rounded arithmetic, and the
+// both gates of docs/testing.md against the float64 oracle (factor 3 against the storage-rounded arithmetic, and the
 // normwise bound; stress inputs bounded by the rounded variant's own normwise error, as test_gpu_backward.cpp does).
 // Covers tails, every mask incl. bottom-right with seqQ > seqK (fully masked rows), windows, GQA (6,2) and (6,1),
 // ragged batches, seqlensK, both dtypes, head dims 64, 128 and 256 (its own kernel: d256GridCases), and graph replay

@@ -1,5 +1,5 @@
 // flashAttnDecodeChunk on the CUDA backend through the public API, against the float64 oracle (fa_ref::forward over
-// each sequence's used KV length) under both gates of TESTING.md: the decode grid ((seqQ, seqK) x chunk counts), dense
+// each sequence's used KV length) under both test gates: the decode grid ((seqQ, seqK) x chunk counts), dense
 // and paged caches (page sizes 1..256, block tables from a random permutation), NaN written into every unused cache
 // slot and unreferenced page, odd per-sequence lengths including 0, FP16/BF16/FP32 and head dims 64..256 (padded ones
 // included), GQA/MQA and stride-0 KV broadcast, masks, windows, softcap, ALiBi, the edges of the sm90 tensor-map loader
@@ -338,7 +338,7 @@ std::vector<DecodeCase> gridCases() {
     cases.push_back(bad);
     return cases;
   }
-  // The decode grid of TESTING.md: (seqQ, seqK) x chunk counts, heads/kvHeads rotating over (6,6), (6,2), (6,1).
+  // The decode grid (docs/testing.md): (seqQ, seqK) x chunk counts, heads/kvHeads rotating over (6,6), (6,2), (6,1).
   const int64_t shapes[][2] = {{1, 128}, {1, 339}, {3, 799}, {16, 20000}, {1, 131072}};
   const int64_t kv[] = {6, 2, 1};
   int rot = 0;

@@ -1,10 +1,10 @@
 // GPU forward through the public API on a FLASHATTN_BACKEND_CUDA handle, against the float64 oracle of
-// tests/common/reference.hpp with both gates of TESTING.md (relative to plain attention in the storage precision, and
-// normwise), the LSE gate, NaN-poisoned outputs, untouched padding, bitwise repeatability and graph-capture replay.
+// tests/common/reference.hpp with both gates of docs/testing.md (relative to plain attention in the storage precision,
+// and normwise), the LSE gate, NaN-poisoned outputs, untouched padding, bitwise repeatability and graph-capture replay.
 //
-// The grid of TESTING.md is sampled so the file runs in a few minutes on an H100 (the float64 reference is the slow
-// part; it runs on several threads after the GPU runs). FLASHATTN_TEST_SLICE=edge runs a few small edge shapes only
-// (tails, empty rows, ragged zero-length sequences), for the sanitizers.
+// The test grid (docs/testing.md) is sampled so the file runs in a few minutes on an H100 (the float64 reference is the
+// slow part; it runs on several threads after the GPU runs). FLASHATTN_TEST_SLICE=edge runs a few small edge shapes
+// only (tails, empty rows, ragged zero-length sequences), for the sanitizers.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -423,7 +423,7 @@ std::vector<FwdCase> edgeCases() {
   return cases;
 }
 
-// TESTING.md's grid, sampled: every (seqQ, seqK) pair and every head dim appears for every type, the features rotate.
+// The test grid, sampled: every (seqQ, seqK) pair and every head dim appears for every type, the features rotate.
 std::vector<FwdCase> gridCases() {
   std::vector<FwdCase> cases;
   std::mt19937_64 rng(2026);

@@ -1,6 +1,6 @@
 // The Hopper forward family (src/cuda/kernels/forward_sm90) through the public API on a CUDA handle: on an sm90 device
 // the chooser must pick it (flashAttnCheckSupport's description names "cuda.fwd.wgmma") for FP16/BF16 at head dims
-// 64/128/256, and its results must pass both gates of TESTING.md against the float64 oracle (relative to attention
+// 64/128/256, and its results must pass both gates of docs/testing.md against the float64 oracle (relative to attention
 // computed in the storage precision, and normwise), the LSE gate, NaN-poisoned outputs, untouched padding, bitwise
 // repeatability and graph-capture replay. Buffers that are not 16-byte aligned must still give the right answer (the
 // launch falls back to the portable kernel).

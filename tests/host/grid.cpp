@@ -10,8 +10,8 @@ const std::vector<SeqPair> kShapes = {{1, 1},     {1, 3},     {2, 1},     {239, 
                                       {3, 513},   {113, 203}, {128, 217}, {113, 211},   {108, 256},
                                       {256, 512}, {512, 256}, {640, 128}, {1023, 1024}, {1024, 1023}};
 const std::vector<SeqPair> kLargeShapes = {{2048, 2048}, {4224, 4224}};
-// TESTING.md lists (64, 800); DecodeChunk serves 1..16 query tokens, so the grid runs (16, 800) and the checks test
-// expects BAD_PARAM for 64.
+// The decode grid's design asked for (64, 800); DecodeChunk serves 1..16 query tokens, so the grid runs (16, 800)
+// and the checks test expects BAD_PARAM for 64.
 const std::vector<SeqPair> kDecodeShapes = {{1, 128}, {1, 339}, {3, 799}, {16, 800}, {16, 20000}, {1, 131072}};
 const std::vector<int32_t> kChunkCounts = {0, 1, 2, 3, 5, 17, 55, 133};
 const std::vector<int64_t> kPageSizes = {0, 1, 8, 16, 64, 256};

@@ -1,6 +1,6 @@
-// The TESTING.md grid as the HOST tests sample it. Every list is deterministic (seeded), so a failure names a case
-// that reruns identically. The full cross product would take hours against a float64 oracle on two cores, so each
-// list covers every value of its axes and every pair that matters (shape x mask, shape x dtype, headDim x dtype x
+// The test grid (docs/testing.md) as the HOST tests sample it. Every list is deterministic (seeded), so a failure names
+// a case that reruns identically. The full cross product would take hours against a float64 oracle on two cores, so
+// each list covers every value of its axes and every pair that matters (shape x mask, shape x dtype, headDim x dtype x
 // heads), and shrinks heads/headDim only for the few shapes whose oracle cost would blow the CI budget.
 #pragma once
 
@@ -14,7 +14,7 @@ extern const std::vector<int64_t> kHeadDims;
 struct SeqPair {
   int64_t q, k;
 };
-extern const std::vector<SeqPair> kShapes;        // forward (seqQ, seqK) of TESTING.md, the two largest excluded
+extern const std::vector<SeqPair> kShapes;        // forward (seqQ, seqK) of the grid, the two largest excluded
 extern const std::vector<SeqPair> kLargeShapes;   // (2048, 2048), (4224, 4224): a few sampled cases
 extern const std::vector<SeqPair> kDecodeShapes;  // decode (seqQ, seqK); seqQ capped at the API's 16
 extern const std::vector<int32_t> kChunkCounts;   // 0 = automatic

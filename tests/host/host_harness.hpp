@@ -1,7 +1,7 @@
 // The HOST backend's test harness: builds a problem's tensors in the layout a case asks for (dense BHSD/BSHD with row
 // padding, stride-0 KV broadcast, ragged packed, padded or paged caches), runs it through the PUBLIC API on a HOST
 // handle with every output poisoned (NaN), and holds the outputs against the float64 oracle of
-// tests/common/reference.hpp with both gates of TESTING.md.
+// tests/common/reference.hpp with both gates of docs/testing.md.
 #pragma once
 
 #include <cstdint>

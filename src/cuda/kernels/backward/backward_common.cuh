@@ -1,6 +1,6 @@
 // Device pieces shared by the backward kernels: which (key block, KV head, sequence) a CTA serves, the sequence's
-// extent, the query blocks that can see a key block, the per-element visibility test, the workspace row index, and
-// the ordered dQ accumulation of deterministic mode.
+// extent, the mask rule's forms on the backward's parameters, the workspace row index, and the ordered dQ accumulation
+// of deterministic mode.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -68,7 +68,8 @@ __device__ __forceinline__ int64_t workspaceRow(const BackwardParams &p, int32_t
   return p.ragged ? int64_t(h) * p.totalQ + e.qStart + i : (int64_t(b) * p.heads + h) * p.seqQ + i;
 }
 
-// Visible keys [lo, hi] of row i clamped to [0, seqK - 1] (lo > hi when none).
+// The mask rule of core/mask.hpp on this family's parameters. Kernel lengths fit 32 bits and the rule's ranges are
+// clamped into [0, seqK] and [-1, seqK - 1], so narrowing them to 32 bits is exact.
 struct RowKeys {
   int32_t lo;
   int32_t hi;
@@ -76,50 +77,25 @@ struct RowKeys {
 
 __host__ __device__ __forceinline__ RowKeys rowKeys(const BackwardParams &p, int64_t i, int32_t sq, int32_t sk) {
   const KeyRange r = visibleKeys(static_cast<Mask>(p.mask), p.windowLeft, p.windowRight, i, sq, sk);
-  const int64_t lo = clampInt64(r.lo, 0, int64_t(sk));
-  const int64_t hi = clampInt64(r.hi, -1, int64_t(sk) - 1);
-  return RowKeys{int32_t(lo), int32_t(hi)};
+  return RowKeys{int32_t(r.lo), int32_t(r.hi)};
 }
 
-__host__ __device__ __forceinline__ bool isVisible(const BackwardParams &p, int32_t i, int32_t j, int32_t sq, int32_t sk) {
-  if (i >= sq || j >= sk) return false;
-  const RowKeys r = rowKeys(p, i, sq, sk);
-  return j >= r.lo && j <= r.hi;
-}
-
-// Query blocks [first, last] holding a row that may see a key of the block [n0, n0 + blockN) (first > last: none).
-// The visible range [lo(i), hi(i)] of every mask is non-decreasing in i at both ends, so the rows that see the block
-// are one interval: from the first row whose hi reaches n0 to the last row whose lo stays within the block. Both
-// ends are non-decreasing in n0, so the key blocks seeing one query block are consecutive too (deterministic mode).
-struct QueryBlocks {
-  int32_t first;
-  int32_t last;
-};
-
-__host__ __device__ __forceinline__ QueryBlocks queryBlocksOf(const BackwardParams &p, const SequenceExtent &e, int32_t n0,
-                                                     int32_t blockM, int32_t blockN) {
-  const QueryBlocks none{0, -1};
-  if (e.seqQ <= 0 || n0 >= e.seqK) return none;
-  const int64_t sq = e.seqQ, sk = e.seqK;
-  const int64_t shift = sk - sq;  // bottom-right alignment: i' = i + shift
-  const int64_t nLast = (int64_t(n0) + blockN < sk ? int64_t(n0) + blockN : sk) - 1;
-  int64_t iMin = 0;
-  if (p.mask == int32_t(Mask::CausalTopLeft)) iMin = iMin > n0 ? iMin : n0;
-  if (p.mask == int32_t(Mask::CausalBottomRight)) iMin = iMin > n0 - shift ? iMin : n0 - shift;
-  if (p.windowRight >= 0) iMin = iMin > n0 - shift - p.windowRight ? iMin : n0 - shift - p.windowRight;
-  int64_t iMax = sq - 1;
-  if (p.windowLeft >= 0) iMax = iMax < nLast - shift + p.windowLeft ? iMax : nLast - shift + p.windowLeft;
-  if (iMin > sq - 1 || iMax < 0) return none;
-  return QueryBlocks{int32_t(iMin / blockM), int32_t(iMax / blockM)};
+// Query blocks holding a row that sees a key of the block [n0, n0 + blockN) ({0, -1}: none). The rows seeing a key
+// block are one interval whose ends never decrease with n0, so the key blocks seeing one query block are consecutive
+// too, which deterministic mode's ordering rests on.
+__host__ __device__ __forceinline__ BlockRange queryBlocksOf(const BackwardParams &p, const SequenceExtent &e,
+                                                             int32_t n0, int32_t blockM, int32_t blockN) {
+  if (e.seqQ <= 0 || n0 >= e.seqK) return BlockRange{0, -1};
+  const int32_t nLast = (n0 + blockN < e.seqK ? n0 + blockN : e.seqK) - 1;
+  return blocksOf(rowsOfKeys(static_cast<Mask>(p.mask), p.windowLeft, p.windowRight, n0, nLast, e.seqQ, e.seqK),
+                  blockM);
 }
 
 // True when every (row, key) of the block pair is inside the sequence and visible: no per-element masking needed.
-__host__ __device__ __forceinline__ bool blockFullyVisible(const BackwardParams &p, int32_t m0, int32_t n0, int32_t blockM,
-                                                  int32_t blockN, int32_t sq, int32_t sk) {
-  if (m0 + blockM > sq || n0 + blockN > sk) return false;
-  const RowKeys firstRow = rowKeys(p, m0, sq, sk);
-  const RowKeys lastRow = rowKeys(p, m0 + blockM - 1, sq, sk);
-  return lastRow.lo <= n0 && firstRow.hi >= n0 + blockN - 1;
+__host__ __device__ __forceinline__ bool blockFullyVisible(const BackwardParams &p, int32_t m0, int32_t n0,
+                                                           int32_t blockM, int32_t blockN, int32_t sq, int32_t sk) {
+  return tileFullyVisible(static_cast<Mask>(p.mask), p.windowLeft, p.windowRight, m0, m0 + blockM - 1, n0,
+                          n0 + blockN - 1, sq, sk);
 }
 
 __device__ __forceinline__ float alibiSlope(const BackwardParams &p, int32_t b, int32_t h) {

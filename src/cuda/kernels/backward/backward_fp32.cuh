@@ -72,13 +72,13 @@ struct Fp32Backward {
     const int32_t n0 = w.keyBlock * BlockN;
     if (n0 >= seq.rowsK) return;
 
-    const QueryBlocks qb = queryBlocksOf(p, seq, n0, BlockM, BlockN);
+    const BlockRange qb = queryBlocksOf(p, seq, n0, BlockM, BlockN);
     const int32_t numQBlocks = qb.first <= qb.last ? qb.last - qb.first + 1 : 0;
     const int32_t iterations = numQBlocks * p.headsPerKvHead;
     const int32_t firstHead = w.kvHead * p.headsPerKvHead;
     int32_t predecessorLast = -1;
     if (p.deterministic && w.keyBlock > 0) {
-      const QueryBlocks prev = queryBlocksOf(p, seq, n0 - BlockN, BlockM, BlockN);
+      const BlockRange prev = queryBlocksOf(p, seq, n0 - BlockN, BlockM, BlockN);
       predecessorLast = prev.first <= prev.last ? prev.last : -1;
     }
 
@@ -100,7 +100,6 @@ struct Fp32Backward {
       accdV[c] = 0.f;
     }
     const float scaleLog2 = p.scale * 1.4426950408889634f;
-    const int32_t shift = seq.seqK - seq.seqQ;
 
     for (int32_t it = 0; it < iterations; ++it) {
       const int32_t h = firstHead + it / numQBlocks;
@@ -142,8 +141,8 @@ struct Fp32Backward {
           logitLog2 = dot * scaleLog2;
           dLogit = p.scale;
         }
-        if (p.alibiSlopes != nullptr) logitLog2 -= slopeLog2 * fabsf(float(j - (i + shift)));
-        // isVisible's test, sharing the row's key range with the one-key test below.
+        if (p.alibiSlopes != nullptr) logitLog2 -= slopeLog2 * fabsf(float(j - alignedRow(i, seq.seqQ, seq.seqK)));
+        // The row form of the rule, whose range the one-key test below shares.
         bool visible = fullyVisible, oneKey = false;
         if (!fullyVisible && i < seq.seqQ) {
           const RowKeys r = rowKeys(p, i, seq.seqQ, seq.seqK);

@@ -374,7 +374,7 @@ struct MmaBackward {
     float scale, scaleLog2;
     float scaleOverSoftcap, softcapLog2;  // General path only
     float slopeLog2;                      // General path only (0 without ALiBi)
-    int32_t diagonal;                     // i + seqK - seqQ - n0 of the thread's first column (General path only)
+    int32_t diagonal;                     // alignedRow(i) - n0 of the thread's first column (General path only)
     bool softcap;
   };
 
@@ -416,7 +416,7 @@ struct MmaBackward {
                 logitLog2 = qk * c.scaleLog2;
                 dLogit = c.scale;
               }
-              // ALiBi distance |j - i'| with i' = i + seqK - seqQ, both relative to n0.
+              // ALiBi distance |j - i'| with i' = alignedRow(i), both relative to n0.
               const int32_t distance = key - (c.diagonal + nt * 8 + e);
               logitLog2 = fmaf(-c.slopeLog2, fabsf(float(distance)), logitLog2);
               const bool visible = key >= lo[nt][e] && key <= hi[nt][e];
@@ -453,7 +453,7 @@ struct MmaBackward {
     const int32_t n0 = w.keyBlock * BlockN;
     if (n0 >= seq.rowsK) return;  // this sequence has no such key block (ragged or short batch entries)
 
-    const QueryBlocks qb = queryBlocksOf(p, seq, n0, BlockM, BlockN);
+    const BlockRange qb = queryBlocksOf(p, seq, n0, BlockM, BlockN);
     const int32_t numQBlocks = qb.first <= qb.last ? qb.last - qb.first + 1 : 0;
     const int32_t iterations = numQBlocks * p.headsPerKvHead;
     const int32_t firstHead = w.kvHead * p.headsPerKvHead;
@@ -461,7 +461,7 @@ struct MmaBackward {
     // Deterministic mode: the query blocks this CTA adds into first (its predecessor key block does not see them).
     int32_t predecessorLast = -1;
     if (p.deterministic && w.keyBlock > 0) {
-      const QueryBlocks prev = queryBlocksOf(p, seq, n0 - BlockN, BlockM, BlockN);
+      const BlockRange prev = queryBlocksOf(p, seq, n0 - BlockN, BlockM, BlockN);
       predecessorLast = prev.first <= prev.last ? prev.last : -1;
     }
 
@@ -579,7 +579,7 @@ struct MmaBackward {
             scores<ScorePath::Masked>(ctx, accS, accdP, lseOf, dotOf, lo, hi, pT, dsT);
         } else {
           ctx.slopeLog2 = alibiSlope(p, w.batch, h) * prim::kLog2e;
-          ctx.diagonal = m0 + sdpCol0 + 2 * (lane & 3) + (seq.seqK - seq.seqQ) - n0;
+          ctx.diagonal = alignedRow(m0 + sdpCol0 + 2 * (lane & 3), seq.seqQ, seq.seqK) - n0;
           scores<ScorePath::General>(ctx, accS, accdP, lseOf, dotOf, lo, hi, pT, dsT);
         }
       }

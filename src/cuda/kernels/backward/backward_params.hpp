@@ -103,8 +103,9 @@ constexpr int kBackwardWarps = 8;
 constexpr int kBackwardThreads = kBackwardWarps * 32;
 
 // Per instance head dim: the first tile that fits the device (mmaTileFits) is used (planBackward). The first entry
-// is the one measured fastest on an H100/H200 (bf16 sweep of KERNELS.md, scratch variants); an A100 (164 KB per SM)
-// gets a later one where the first needs more; the last entry of each fits the 100 KB of sm86/sm89 with one CTA.
+// is the one measured fastest on an H100/H200 (bf16 prefill sweep, and variants built outside the library); an A100
+// (164 KB per SM) gets a later one where the first needs more; the last entry of each fits the 100 KB of sm86/sm89
+// with one CTA.
 constexpr int kMaxMmaTiles = 3;
 struct MmaTileSet {
   int count;

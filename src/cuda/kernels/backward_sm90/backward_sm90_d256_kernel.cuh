@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   const backward::SequenceExtent e = backward::sequenceExtent(p, w.batch);
   const int32_t n0 = w.keyBlock * kBlockN;
   const int32_t sq = e.seqQ, sk = e.seqK;
-  const backward::QueryBlocks qb = backward::queryBlocksOf(p, e, n0, kBlockM, kBlockN);
+  const BlockRange qb = backward::queryBlocksOf(p, e, n0, kBlockM, kBlockN);
   const int32_t blocksPerHead = qb.last >= qb.first ? qb.last - qb.first + 1 : 0;
   const int32_t steps = blocksPerHead * p.headsPerKvHead;
   const int32_t headBase = w.kvHead * p.headsPerKvHead;

@@ -33,13 +33,13 @@ struct StepBlock {
 
 template <bool Deterministic>
 __device__ __forceinline__ StepOrder stepOrder(const backward::BackwardParams &p, const backward::SequenceExtent &e,
-                                               int32_t keyBlock, int32_t n0, backward::QueryBlocks qb, int32_t blockM,
+                                               int32_t keyBlock, int32_t n0, BlockRange qb, int32_t blockM,
                                                int32_t blockN) {
   StepOrder o{qb.first, qb.last, p.headsPerKvHead, -1};
   if (Deterministic && keyBlock > 0) {
     // The key blocks seeing one query block are consecutive (queryBlocksOf), and key block n - 1's range starts no
     // later than ours: a block of ours is unseen by n - 1 exactly when it lies above n - 1's last one.
-    const backward::QueryBlocks prev = backward::queryBlocksOf(p, e, n0 - blockN, blockM, blockN);
+    const BlockRange prev = backward::queryBlocksOf(p, e, n0 - blockN, blockM, blockN);
     o.predecessorLast = prev.first <= prev.last ? prev.last : -1;
   }
   return o;

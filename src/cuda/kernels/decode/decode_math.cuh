@@ -236,13 +236,11 @@ struct RowSoftmax {
         const int groupHead = row / p.seqQ;
         const int token = row - groupHead * p.seqQ;
         const KeyRange r = visibleKeys(mask, p.windowLeft, p.windowRight, token, p.seqQ, w.seqLen);
-        const int64_t lo = r.lo > 0 ? r.lo : 0;
-        const int64_t hi = r.hi < int64_t(w.seqLen) - 1 ? r.hi : int64_t(w.seqLen) - 1;
-        if (lo <= hi) {
-          rowLo[half] = int(lo);
-          rowHi[half] = int(hi);
+        if (r.lo <= r.hi) {  // clamped to the sequence by the rule
+          rowLo[half] = int(r.lo);
+          rowHi[half] = int(r.hi);
         }
-        rowAligned[half] = token + w.seqLen - p.seqQ;
+        rowAligned[half] = alignedRow(token, p.seqQ, w.seqLen);
         if (p.alibiSlopes) {
           const int64_t head = w.headOf(p, groupHead);
           rowSlope[half] = __ldg(p.alibiSlopes + int64_t(w.batch) * p.alibiBatchStride + head) * prim::kLog2e;

@@ -55,15 +55,13 @@ __device__ __forceinline__ DecodeWork findWork(const DecodeParams &p) {
   w.seqLen = seqLen;
   const Mask mask = Mask(p.mask);
 
-  // Keys some row of this sequence can see: the visible range is monotone in the query token, so the union over
-  // tokens runs from the first token's lower end to the last token's upper end. Without a mask or window it is the
-  // whole length (no 64-bit range arithmetic on the way to the first copy).
+  // Keys some query token of this sequence can see (the tokens are one row block of the mask rule). Without a mask or
+  // window it is the whole length (no 64-bit range arithmetic on the way to the first copy).
   int64_t unionLo = 0, unionHi = int64_t(seqLen) - 1;
   if (mask != Mask::None || p.windowLeft >= 0 || p.windowRight >= 0) {
-    const KeyRange firstRange = visibleKeys(mask, p.windowLeft, p.windowRight, 0, p.seqQ, seqLen);
-    const KeyRange lastRange = visibleKeys(mask, p.windowLeft, p.windowRight, p.seqQ - 1, p.seqQ, seqLen);
-    unionLo = firstRange.lo > 0 ? firstRange.lo : 0;
-    unionHi = lastRange.hi < unionHi ? lastRange.hi : unionHi;
+    const KeyRange seen = keysOfRows(mask, p.windowLeft, p.windowRight, 0, p.seqQ - 1, p.seqQ, seqLen);
+    unionLo = seen.lo;
+    unionHi = seen.hi;
   }
   const int64_t unionKeys = unionHi >= unionLo ? unionHi - unionLo + 1 : 0;
   const int tilesTotal = int((unionKeys + TileKeys - 1) / TileKeys);

@@ -1,6 +1,6 @@
 // Device pieces shared by the tensor-core and the FP32 forward kernels: which (sequence, head, query block) a CTA
 // serves, the sequence's extent (ragged offsets and per-sequence KV lengths, clamped so bad offsets never address
-// outside the tensors), and the visible key range of a row.
+// outside the tensors), and the mask rule's forms on the forward's parameters.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -59,7 +59,9 @@ __device__ __forceinline__ SequenceExtent sequenceExtent(const ForwardParams &p,
   return e;
 }
 
-// Visible keys [lo, hi] of row i clamped to [0, seqK - 1] (lo > hi when none), as 32-bit values.
+// The mask rule of core/mask.hpp on this family's parameters. Kernel lengths fit 32 bits and the rule's ranges are
+// clamped into [0, seqK] and [-1, seqK - 1], so narrowing them to 32 bits is exact. The block forms (keysOfRows,
+// keysOfEveryRow, blocksOf) take a block's first and last RowKeys.
 struct RowKeys {
   int32_t lo;
   int32_t hi;
@@ -67,29 +69,12 @@ struct RowKeys {
 
 __device__ __forceinline__ RowKeys rowKeys(const ForwardParams &p, int64_t i, int32_t sq, int32_t sk) {
   const KeyRange r = visibleKeys(static_cast<Mask>(p.mask), p.windowLeft, p.windowRight, i, sq, sk);
-  const int64_t lo = clampInt64(r.lo, 0, int64_t(sk));
-  const int64_t hi = clampInt64(r.hi, -1, int64_t(sk) - 1);
-  return RowKeys{int32_t(lo), int32_t(hi)};
+  return RowKeys{int32_t(r.lo), int32_t(r.hi)};
 }
 
-// visibleKeys restated on the diagonal d = j - i: key j (0 <= j < seqK) is visible to row i iff lower <= d <= upper.
-// lo = max(0, i + sk - sq - windowLeft) gives lower = sk - sq - windowLeft; hi = min(sk - 1, i [top-left],
-// i + sk - sq [bottom-right], i + sk - sq + windowRight) gives upper as the minimum of 0, sk - sq, sk - sq + right.
-// Both are clamped into [-sq - 1, sk], outside which d never lies, so they fit 32 bits whatever the window.
-struct Diagonals {
-  int32_t lower;
-  int32_t upper;
-};
-
-__device__ __forceinline__ Diagonals visibleDiagonals(const ForwardParams &p, int32_t sq, int32_t sk) {
-  const int64_t shift = int64_t(sk) - sq;
-  int64_t lower = -int64_t(sq) - 1;
-  int64_t upper = sk;
-  if (p.windowLeft >= 0) lower = shift - p.windowLeft;
-  if (p.mask == int32_t(Mask::CausalTopLeft)) upper = 0;
-  if (p.mask == int32_t(Mask::CausalBottomRight)) upper = shift;
-  if (p.windowRight >= 0 && shift + p.windowRight < upper) upper = shift + p.windowRight;
-  return Diagonals{int32_t(clampInt64(lower, -int64_t(sq) - 1, sk)), int32_t(clampInt64(upper, -int64_t(sq) - 1, sk))};
+// The per-element form (visibleOnDiagonals), which needs no per-row registers.
+__device__ __forceinline__ Diagonals diagonalsOf(const ForwardParams &p, int32_t sq, int32_t sk) {
+  return visibleDiagonals(static_cast<Mask>(p.mask), p.windowLeft, p.windowRight, sq, sk);
 }
 
 __device__ __forceinline__ float alibiSlope(const ForwardParams &p, int32_t b, int32_t h) {

@@ -79,8 +79,9 @@ __global__ void __launch_bounds__(Warps * 32) forwardFp32Kernel(const ForwardPar
 
   const RowKeys firstRow = rowKeys(p, m0, seq.seqQ, seq.seqK);
   const RowKeys lastRow = rowKeys(p, m0 + rowsHere - 1, seq.seqQ, seq.seqK);
+  const BlockRange keyBlocks = blocksOf(keysOfRows(firstRow, lastRow), BlockN);
   const RowKeys myKeys = i < seq.seqQ ? rowKeys(p, i, seq.seqQ, seq.seqK) : RowKeys{0, -1};
-  const int alignedRow = i + seq.seqK - seq.seqQ;
+  const int myAlignedRow = alignedRow(i, seq.seqQ, seq.seqK);
 
   const float *qRows = static_cast<const float *>(p.q) + int64_t(work.batch) * p.qBatch +
                        int64_t(work.head) * p.qHead + (seq.qStart + m0) * p.qRow;
@@ -106,11 +107,9 @@ __global__ void __launch_bounds__(Warps * 32) forwardFp32Kernel(const ForwardPar
   double rowMax = negativeInfinity;
   float rowSum = 0.f;
 
-  if (firstRow.lo <= lastRow.hi) {
+  if (keyBlocks.first <= keyBlocks.last) {
     loadTileFp32<D, BlockM, kThreads>(sQ, qRows, p.qRow, rowsHere, p.headDim);
-    const int firstKeyBlock = firstRow.lo / BlockN;
-    const int lastKeyBlock = lastRow.hi / BlockN;
-    for (int n = lastKeyBlock; n >= firstKeyBlock; --n) {
+    for (int n = keyBlocks.last; n >= keyBlocks.first; --n) {
       const int n0 = n * BlockN;
       __syncthreads();  // every thread is done with the previous K, V and P
       loadTileFp32<D, BlockN, kThreads>(sK, kRows + int64_t(n0) * p.kRow, p.kRow, seq.seqK - n0, p.headDim);
@@ -134,7 +133,7 @@ __global__ void __launch_bounds__(Warps * 32) forwardFp32Kernel(const ForwardPar
       for (int x = 0; x < kKeysPerLane; ++x) {
         const int j = n0 + sub + kLanesPerRow * x;
         double t = softcap > 0.0 ? softcap * tanh(s[x] * scaleOverSoftcap) : s[x] * scale;
-        t -= slope * fabs(double(j - alignedRow));
+        t -= slope * fabs(double(j - myAlignedRow));
         s[x] = (j < myKeys.lo || j > myKeys.hi) ? negativeInfinity : t;
         blockMax = fmax(blockMax, s[x]);
       }

@@ -153,22 +153,24 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
                                     : p.lse + int64_t(work.batch) * p.lseBatch + int64_t(work.head) * p.lseHead +
                                           (seq.qStart + m0) * p.lseRow;
 
-  // Visible-key bounds are monotone in the row, so the first and last rows bound the whole block.
   const RowKeys firstRow = rowKeys(p, m0, seq.seqQ, seq.seqK);
   const RowKeys lastRow = rowKeys(p, m0 + rowsHere - 1, seq.seqQ, seq.seqK);
-  if (firstRow.lo > lastRow.hi) {
+  const RowKeys blockKeys = keysOfRows(firstRow, lastRow);
+  if (blockKeys.lo > blockKeys.hi) {
     writeEmptyRows(p, oRows, lseRows, rowsHere, kThreads);
     return;
   }
-  const int firstKeyBlock = firstRow.lo / BlockN;
-  const int lastKeyBlock = lastRow.hi / BlockN;
-  // Keys every row of the block sees: a key block inside [allLo, allHi] needs no per-element mask.
-  const int allLo = lastRow.lo;
-  const int allHi = firstRow.hi;
+  const BlockRange keyBlocks = blocksOf(blockKeys, BlockN);
+  const int firstKeyBlock = keyBlocks.first;
+  const int lastKeyBlock = keyBlocks.last;
+  // A key block inside [allLo, allHi] needs no per-element mask.
+  const RowKeys allRows = keysOfEveryRow(firstRow, lastRow);
+  const int allLo = allRows.lo;
+  const int allHi = allRows.hi;
 
-  // Per element, key j is visible to row i iff lowerDiagonal <= j - i <= upperDiagonal and j < seqK (the same rule
-  // as visibleKeys, in a form that needs no per-row registers). This thread's rows are myRow0 + mt*16 + half*8.
-  const Diagonals diagonals = visibleDiagonals(p, seq.seqQ, seq.seqK);
+  // Per element the rule's diagonal form, which needs no per-row registers. This thread's rows are
+  // myRow0 + mt*16 + half*8.
+  const Diagonals diagonals = diagonalsOf(p, seq.seqQ, seq.seqK);
   const int myRow0 = m0 + warpRow0 + group;
 
   const Element *qRows = static_cast<const Element *>(p.q) + int64_t(work.batch) * p.qBatch +
@@ -258,7 +260,7 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
                                       : s[mt][nt][e] * scaleLog2;
             const int j = n0 + nt * 8 + 2 * quad + (e & 1);
             const int i = myRow0 + mt * 16 + (e >> 1) * 8;
-            x -= slopeLog2 * fabsf(float(j - (i + seq.seqK - seq.seqQ)));
+            x -= slopeLog2 * fabsf(float(j - alignedRow(i, seq.seqQ, seq.seqK)));
             s[mt][nt][e] = x;
           }
     }
@@ -271,8 +273,7 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int j = n0 + nt * 8 + 2 * quad + (e & 1);
-            const int distance = j - (myRow0 + mt * 16 + (e >> 1) * 8);
-            if (distance < diagonals.lower || distance > diagonals.upper || j >= seq.seqK)
+            if (!visibleOnDiagonals(diagonals, myRow0 + mt * 16 + (e >> 1) * 8, j, seq.seqK))
               s[mt][nt][e] = negativeInfinity();
           }
     }

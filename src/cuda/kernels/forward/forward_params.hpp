@@ -65,7 +65,7 @@ struct TileShape {
   int minBlocksPerSM;
 };
 
-// Tiles of the tensor-core (FP16/BF16) instances, per instance head dim (KERNELS.md "tiles known to work" as a start;
+// Tiles of the tensor-core (FP16/BF16) instances, per instance head dim (the FlashAttention-2 tiles as a start;
 // measured alternatives in NOTES.md beside this file).
 constexpr TileShape mmaTileFor(int headDim) {
   return headDim <= 64    ? TileShape{128, 128, 4, 1}  // TILE_D64

@@ -100,11 +100,11 @@ __device__ __forceinline__ void issuePV(float (&o)[D / 2], const uint32_t (&p)[B
     prim::WgmmaOp<Element, D>::rsTransB(o, p[kk], prim::wgmmaDescriptorAdvance(vDescriptor, uint32_t(kk) * 2048));
 }
 
-// Key j of block n0 is visible to row i iff lower <= j - i <= upper and j < seqK (forward_common.cuh's diagonals).
-// This thread holds rows row0 (h = 0) and row0 + 8 (h = 1), keys n0 + 8 * nt + 2 * quad + e.
+// The mask rule's diagonal form (core/mask.hpp) per element. This thread holds rows row0 (h = 0) and row0 + 8 (h = 1),
+// keys n0 + 8 * nt + 2 * quad + e.
 template <int BlockN>
-__device__ __forceinline__ void maskBlock(float (&s)[BlockN / 2], int n0, int row0, int quad,
-                                          forward::Diagonals diagonals, int seqK) {
+__device__ __forceinline__ void maskBlock(float (&s)[BlockN / 2], int n0, int row0, int quad, Diagonals diagonals,
+                                          int seqK) {
 #pragma unroll
   for (int nt = 0; nt < BlockN / 8; ++nt)
 #pragma unroll
@@ -112,9 +112,7 @@ __device__ __forceinline__ void maskBlock(float (&s)[BlockN / 2], int n0, int ro
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int j = n0 + nt * 8 + 2 * quad + e;
-        const int distance = j - (row0 + 8 * h);
-        if (distance < diagonals.lower || distance > diagonals.upper || j >= seqK)
-          s[4 * nt + 2 * h + e] = negativeInfinity();
+        if (!visibleOnDiagonals(diagonals, row0 + 8 * h, j, seqK)) s[4 * nt + 2 * h + e] = negativeInfinity();
       }
 }
 
@@ -217,8 +215,7 @@ struct Tile {
   forward::SequenceExtent seq;
   int m0;
   int rowsHere;
-  forward::RowKeys firstRow;  // visible keys of the tile's first and last rows: they bound every row between
-  forward::RowKeys lastRow;
+  forward::RowKeys allRows;  // keys every row of the tile sees: a key block inside needs no per-element mask
   int firstKeyBlock;
   int lastKeyBlock;
   bool active;  // the sequence has rows here (ragged batches: the grid covers the longest sequence)
@@ -246,11 +243,14 @@ __device__ __forceinline__ Tile decodeTile(const KernelParams &kp, int64_t index
   t.m0 = t.work.queryBlock * BlockM;
   t.active = t.m0 < t.seq.seqQ;
   t.rowsHere = t.active ? min(BlockM, t.seq.seqQ - t.m0) : 0;
-  t.firstRow = forward::rowKeys(p, t.m0, t.seq.seqQ, t.seq.seqK);
-  t.lastRow = forward::rowKeys(p, t.m0 + max(t.rowsHere, 1) - 1, t.seq.seqQ, t.seq.seqK);
-  t.empty = t.firstRow.lo > t.lastRow.hi;
-  t.firstKeyBlock = t.empty ? 0 : t.firstRow.lo / BlockN;
-  t.lastKeyBlock = t.empty ? -1 : t.lastRow.hi / BlockN;
+  const forward::RowKeys firstRow = forward::rowKeys(p, t.m0, t.seq.seqQ, t.seq.seqK);
+  const forward::RowKeys lastRow = forward::rowKeys(p, t.m0 + max(t.rowsHere, 1) - 1, t.seq.seqQ, t.seq.seqK);
+  const forward::RowKeys tileKeys = keysOfRows(firstRow, lastRow);
+  const BlockRange keyBlocks = blocksOf(tileKeys, BlockN);
+  t.allRows = keysOfEveryRow(firstRow, lastRow);
+  t.empty = tileKeys.lo > tileKeys.hi;
+  t.firstKeyBlock = keyBlocks.first;
+  t.lastKeyBlock = keyBlocks.last;
   return t;
 }
 
@@ -414,10 +414,9 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
       }
       const int numBlocks = t.lastKeyBlock - t.firstKeyBlock + 1;
       const int row0 = t.m0 + rowInBlock;
-      const forward::Diagonals diagonals = forward::visibleDiagonals(p, t.seq.seqQ, t.seq.seqK);
-      // Keys every row of the tile sees: a block inside [allLo, allHi] needs no per-element mask.
-      const int allLo = t.lastRow.lo;
-      const int allHi = t.firstRow.hi;
+      const Diagonals diagonals = forward::diagonalsOf(p, t.seq.seqQ, t.seq.seqK);
+      const int allLo = t.allRows.lo;
+      const int allHi = t.allRows.hi;
 
       float o[D / 2];
       float s[BlockN / 2];

@@ -2,9 +2,12 @@
 """Writes src/cuda/primitives/wgmma.cuh: named wrappers of the sm_90a warpgroup MMA (wgmma.mma_async) instructions.
 
 Each wgmma shape m64nNk16 takes N/2 FP32 accumulator registers per thread as separate asm operands, so the wrappers
-are generated rather than typed. Run from the repository root: python3 src/cuda/kernels/forward_sm90/gen_wgmma.py
+are generated rather than typed. Run: python3 src/cuda/kernels/forward_sm90/gen_wgmma.py [OUTPUT]; without OUTPUT it
+rewrites src/cuda/primitives/wgmma.cuh. The wgmma_generated test writes to an OUTPUT in the build tree and fails when
+that differs from the committed file.
 """
 import os
+import sys
 
 SS_WIDTHS = [32, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256]
 RS_WIDTHS = [64, 96, 128, 192, 256]
@@ -180,9 +183,13 @@ def main():
                 out.append(rs_trans_b(ctype, ptx, n))
             out.append("\n};\n")
     out.append(FOOTER)
-    root = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(root, "..", "..", "primitives", "wgmma.cuh")
-    with open(os.path.normpath(path), "w") as f:
+    if len(sys.argv) > 1:
+        path = sys.argv[1]
+    else:
+        root = os.path.dirname(os.path.abspath(__file__))
+        path = os.path.join(root, "..", "..", "primitives", "wgmma.cuh")
+    # newline="\n": the committed file has LF endings on every platform.
+    with open(os.path.normpath(path), "w", newline="\n") as f:
         f.write("".join(out))
 
 
