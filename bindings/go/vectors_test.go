@@ -3,6 +3,10 @@ package flashattn
 // Every shared test vector (bindings/testdata/*.json, format in its README) runs through the binding on a HOST
 // handle with its outputs poisoned (NaN) first, and must pass the vector's gates. FLASHATTN_TESTDATA overrides the
 // folder.
+//
+// Each vector runs twice: through the slice operations, and through the Device operations given host addresses,
+// which a HOST handle takes as its own memory. No GPU is needed for the second pass, and it checks that the
+// pointer wrappers pass every argument in its place.
 
 import (
 	"bytes"
@@ -14,6 +18,7 @@ import (
 	"sort"
 	"strconv"
 	"testing"
+	"unsafe"
 )
 
 type vecTensor struct {
@@ -154,7 +159,7 @@ func gateProblems(name, tensor string, out []float32, expected *vecTensor, maxAb
 	return problems
 }
 
-func runVector(t *testing.T, h *Handle, v *vector) []string {
+func runVector(t *testing.T, h *Handle, v *vector, viaPointers bool) []string {
 	if v.DType != "fp32" {
 		t.Fatalf("%s: only FP32 vectors are defined, got %s", v.Name, v.DType)
 	}
@@ -233,18 +238,10 @@ func runVector(t *testing.T, h *Handle, v *vector) []string {
 		return nil
 	}
 	var err error
-	switch v.Op {
-	case "forward":
-		err = h.Forward(attn, seq, in["q"], in["k"], in["v"], out["o"], optOut("lse"))
-	case "decode":
-		err = h.DecodeChunk(attn, seq, in["q"], in["k"], in["v"], out["o"], optOut("lse"), v.Chunks)
-	case "backward":
-		err = h.Backward(attn, seq, in["q"], in["k"], in["v"], in["o"], in["do"], in["lse"], out["dq"], out["dk"],
-			out["dv"])
-	case "merge":
-		err = h.MergeStates(in["partial_o"], in["partial_lse"], out["o"], optOut("lse"))
-	default:
-		t.Fatalf("%s: unknown op %q", v.Name, v.Op)
+	if viaPointers {
+		err = runVectorViaPointers(t, h, v, attn, seq, in, out)
+	} else {
+		err = runVectorViaSlices(h, v, attn, seq, in, out, optOut)
 	}
 	if err != nil {
 		return []string{fmt.Sprintf("%s: %v", v.Name, err)}
@@ -258,6 +255,71 @@ func runVector(t *testing.T, h *Handle, v *vector) []string {
 		problems = append(problems, gateProblems(v.Name, name, outData[name], vt, g.MaxAbs, g.Normwise)...)
 	}
 	return problems
+}
+
+func runVectorViaSlices(h *Handle, v *vector, attn *AttentionDescriptor, seq *SeqDescriptor,
+	in, out map[string]HostTensor, optOut func(string) *HostTensor) error {
+	var err error
+	switch v.Op {
+	case "forward":
+		err = h.Forward(attn, seq, in["q"], in["k"], in["v"], out["o"], optOut("lse"))
+	case "decode":
+		err = h.DecodeChunk(attn, seq, in["q"], in["k"], in["v"], out["o"], optOut("lse"), v.Chunks)
+	case "backward":
+		err = h.Backward(attn, seq, in["q"], in["k"], in["v"], in["o"], in["do"], in["lse"], out["dq"], out["dk"],
+			out["dv"])
+	case "merge":
+		err = h.MergeStates(in["partial_o"], in["partial_lse"], out["o"], optOut("lse"))
+	default:
+		err = fmt.Errorf("unknown op %q", v.Op)
+	}
+	return err
+}
+
+// runVectorViaPointers passes the Go slices' addresses as uintptr. The slices stay referenced by in and out (and the
+// workspace by ws) until the call returns, and the Go heap does not move, so the addresses stay valid.
+func runVectorViaPointers(t *testing.T, h *Handle, v *vector, attn *AttentionDescriptor, seq *SeqDescriptor,
+	in, out map[string]HostTensor) error {
+	dev := func(ht HostTensor) DeviceTensor { return DeviceTensor{Desc: ht.Desc, Ptr: uintptr(ht.ptr)} }
+	var lse *DeviceTensor
+	if l, ok := out["lse"]; ok {
+		d := dev(l)
+		lse = &d
+	}
+	lseDesc := func() *TensorDescriptor {
+		if lse == nil {
+			return nil
+		}
+		return lse.Desc
+	}()
+	var ws []byte
+	workspace := func(n int, err error) (uintptr, int) {
+		if err != nil {
+			t.Fatalf("%s: workspace size: %v", v.Name, err)
+		}
+		ws = make([]byte, n+256)
+		base := uintptr(unsafe.Pointer(&ws[0]))
+		return base + (256-base%256)%256, n
+	}
+	defer func() { _ = ws }()
+	switch v.Op {
+	case "forward":
+		p, n := workspace(h.ForwardWorkspaceSize(attn, seq, in["q"].Desc, in["k"].Desc, in["v"].Desc, out["o"].Desc, lseDesc))
+		return h.ForwardDevice(attn, seq, dev(in["q"]), dev(in["k"]), dev(in["v"]), dev(out["o"]), lse, p, n)
+	case "decode":
+		p, n := workspace(h.DecodeChunkWorkspaceSize(attn, seq, in["q"].Desc, in["k"].Desc, in["v"].Desc, out["o"].Desc,
+			lseDesc, v.Chunks))
+		return h.DecodeChunkDevice(attn, seq, dev(in["q"]), dev(in["k"]), dev(in["v"]), dev(out["o"]), lse, v.Chunks, p, n)
+	case "backward":
+		p, n := workspace(h.BackwardWorkspaceSize(attn, seq, in["q"].Desc, in["k"].Desc, in["v"].Desc, in["o"].Desc,
+			in["lse"].Desc))
+		return h.BackwardDevice(attn, seq, dev(in["q"]), dev(in["k"]), dev(in["v"]), dev(in["o"]), dev(in["do"]),
+			dev(in["lse"]), dev(out["dq"]), dev(out["dk"]), dev(out["dv"]), p, n)
+	case "merge":
+		p, n := workspace(h.MergeStatesWorkspaceSize(in["partial_o"].Desc, in["partial_lse"].Desc, out["o"].Desc, lseDesc))
+		return h.MergeStatesDevice(dev(in["partial_o"]), dev(in["partial_lse"]), dev(out["o"]), lse, p, n)
+	}
+	return fmt.Errorf("unknown op %q", v.Op)
 }
 
 func TestVectorsPassTheirGatesOnHost(t *testing.T) {
@@ -276,7 +338,10 @@ func TestVectorsPassTheirGatesOnHost(t *testing.T) {
 	for _, f := range files {
 		v := loadVector(t, f)
 		ops[v.Op] = true
-		problems = append(problems, runVector(t, h, v)...)
+		problems = append(problems, runVector(t, h, v, false)...)
+		for _, p := range runVector(t, h, v, true) {
+			problems = append(problems, "(pointers) "+p)
+		}
 	}
 	if len(problems) > 0 {
 		t.Fatalf("%d problem(s):\n  %v", len(problems), problems)

@@ -1,11 +1,19 @@
 //! Runs every shared test vector (bindings/testdata/*.json, format in its README) through the safe interface on a
 //! HOST handle, with outputs poisoned (NaN) first, and applies the vector's gates. FLASHATTN_TESTDATA overrides the
 //! folder.
+//!
+//! Each vector runs twice: through the slice operations, and through the `_device` operations given host pointers,
+//! which a HOST handle takes as its own memory. No GPU is needed for the second pass, and it checks that the raw
+//! pointer wrappers pass every argument in its place.
 
 #[path = "../../testsupport/json.rs"]
 mod json;
 
-use flashattn::{AttentionDescriptor, Backend, DataType, Handle, Input, Mask, Output, SeqDescriptor, TensorDescriptor};
+use flashattn::{
+    AttentionDescriptor, Backend, DataType, DeviceInput, DeviceOutput, Handle, Input, Mask, Output, SeqDescriptor,
+    TensorDescriptor,
+};
+use std::os::raw::c_void;
 use json::Json;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -48,6 +56,14 @@ fn ints32(v: &Json) -> Vec<i32> {
 struct Tensor {
     desc: TensorDescriptor,
     data: Vec<f32>,
+}
+
+fn dev<'a>(t: Input<'a, f32>) -> DeviceInput<'a> {
+    DeviceInput { desc: t.desc, ptr: t.data.as_ptr() as *const c_void }
+}
+
+fn dev_out(t: &mut Tensor) -> DeviceOutput<'_> {
+    DeviceOutput { desc: &t.desc, ptr: t.data.as_mut_ptr() as *mut c_void }
 }
 
 fn descriptor(t: &Json) -> TensorDescriptor {
@@ -149,7 +165,20 @@ fn apply_gates(name: &str, tensor: &str, out: &[f32], expected: &Json, gate: &Js
     problems
 }
 
-fn run_vector(handle: &mut Handle, v: &Json) -> Vec<String> {
+/// A 256-byte aligned scratch buffer for the pointer pass (the slice operations size and align their own).
+struct Workspace {
+    buf: Vec<u8>,
+}
+
+impl Workspace {
+    fn ptr(&mut self, bytes: usize) -> *mut c_void {
+        self.buf = vec![0u8; bytes + 256];
+        let base = self.buf.as_mut_ptr() as usize;
+        (base + (256 - base % 256) % 256) as *mut c_void
+    }
+}
+
+fn run_vector(handle: &mut Handle, v: &Json, via_pointers: bool) -> Vec<String> {
     let name = v.get("name").as_str();
     assert_eq!(v.get("dtype").as_str(), "fp32", "{}: only FP32 vectors are defined", name);
     let inputs: BTreeMap<String, Tensor> =
@@ -172,7 +201,23 @@ fn run_vector(handle: &mut Handle, v: &Json) -> Vec<String> {
             let mut o = take("o").expect("forward and decode vectors expect o");
             let mut lse = take("lse");
             let lse_out = lse.as_mut().map(|t| Output::new(&t.desc, &mut t.data));
-            result = if v.get("op").as_str() == "forward" {
+            result = if via_pointers {
+                let (a, s) = (attn.as_ref(), seq.as_ref());
+                let (q, k, vv) = (dev(inp("q")), dev(inp("k")), dev(inp("v")));
+                let o_out = DeviceOutput { desc: &o.desc, ptr: o.data.as_mut_ptr() as *mut c_void };
+                let l_out = lse_out.map(|l| DeviceOutput { desc: l.desc, ptr: l.data.as_mut_ptr() as *mut c_void });
+                let mut ws = Workspace { buf: Vec::new() };
+                if v.get("op").as_str() == "forward" {
+                    let n = handle.forward_workspace_size(a, s, q.desc, k.desc, vv.desc, o_out.desc,
+                                                          l_out.map(|l| l.desc)).unwrap();
+                    unsafe { handle.forward_device(a, s, q, k, vv, o_out, l_out, ws.ptr(n), n) }
+                } else {
+                    let chunks = v.get("chunks").as_i64() as i32;
+                    let n = handle.decode_chunk_workspace_size(a, s, q.desc, k.desc, vv.desc, o_out.desc,
+                                                               l_out.map(|l| l.desc), chunks).unwrap();
+                    unsafe { handle.decode_chunk_device(a, s, q, k, vv, o_out, l_out, chunks, ws.ptr(n), n) }
+                }
+            } else if v.get("op").as_str() == "forward" {
                 handle.forward(attn.as_ref(), seq.as_ref(), inp("q"), inp("k"), inp("v"),
                                Output::new(&o.desc, &mut o.data), lse_out)
             } else {
@@ -187,9 +232,21 @@ fn run_vector(handle: &mut Handle, v: &Json) -> Vec<String> {
         }
         "backward" => {
             let (mut dq, mut dk, mut dv) = (take("dq").unwrap(), take("dk").unwrap(), take("dv").unwrap());
-            result = handle.backward(attn.as_ref(), seq.as_ref(), inp("q"), inp("k"), inp("v"), inp("o"), inp("do"),
-                                     inp("lse"), Output::new(&dq.desc, &mut dq.data),
-                                     Output::new(&dk.desc, &mut dk.data), Output::new(&dv.desc, &mut dv.data));
+            result = if via_pointers {
+                let (a, s) = (attn.as_ref(), seq.as_ref());
+                let n = handle.backward_workspace_size(a, s, &inputs["q"].desc, &inputs["k"].desc, &inputs["v"].desc,
+                                                       &inputs["o"].desc, &inputs["lse"].desc).unwrap();
+                let mut ws = Workspace { buf: Vec::new() };
+                unsafe {
+                    handle.backward_device(a, s, dev(inp("q")), dev(inp("k")), dev(inp("v")), dev(inp("o")),
+                                           dev(inp("do")), dev(inp("lse")), dev_out(&mut dq), dev_out(&mut dk),
+                                           dev_out(&mut dv), ws.ptr(n), n)
+                }
+            } else {
+                handle.backward(attn.as_ref(), seq.as_ref(), inp("q"), inp("k"), inp("v"), inp("o"), inp("do"),
+                                inp("lse"), Output::new(&dq.desc, &mut dq.data),
+                                Output::new(&dk.desc, &mut dk.data), Output::new(&dv.desc, &mut dv.data))
+            };
             done.push(("dq".into(), dq));
             done.push(("dk".into(), dk));
             done.push(("dv".into(), dv));
@@ -198,8 +255,16 @@ fn run_vector(handle: &mut Handle, v: &Json) -> Vec<String> {
             let mut o = take("o").unwrap();
             let mut lse = take("lse");
             let lse_out = lse.as_mut().map(|t| Output::new(&t.desc, &mut t.data));
-            result = handle.merge_states(inp("partial_o"), inp("partial_lse"), Output::new(&o.desc, &mut o.data),
-                                         lse_out);
+            result = if via_pointers {
+                let (po, pl) = (dev(inp("partial_o")), dev(inp("partial_lse")));
+                let o_out = DeviceOutput { desc: &o.desc, ptr: o.data.as_mut_ptr() as *mut c_void };
+                let l_out = lse_out.map(|l| DeviceOutput { desc: l.desc, ptr: l.data.as_mut_ptr() as *mut c_void });
+                let n = handle.merge_states_workspace_size(po.desc, pl.desc, o_out.desc, l_out.map(|l| l.desc)).unwrap();
+                let mut ws = Workspace { buf: Vec::new() };
+                unsafe { handle.merge_states_device(po, pl, o_out, l_out, ws.ptr(n), n) }
+            } else {
+                handle.merge_states(inp("partial_o"), inp("partial_lse"), Output::new(&o.desc, &mut o.data), lse_out)
+            };
             done.push(("o".into(), o));
             if let Some(l) = lse {
                 done.push(("lse".into(), l));
@@ -236,7 +301,8 @@ fn every_vector_passes_its_gates_on_host() {
     for f in &files {
         let v = Json::parse(&std::fs::read_to_string(f).unwrap()).unwrap_or_else(|e| panic!("{}: {}", f.display(), e));
         ops.insert(v.get("op").as_str().to_string());
-        problems.extend(run_vector(&mut handle, &v));
+        problems.extend(run_vector(&mut handle, &v, false));
+        problems.extend(run_vector(&mut handle, &v, true).into_iter().map(|p| format!("(pointers) {}", p)));
     }
     assert!(problems.is_empty(), "{} problem(s):\n  {}", problems.len(), problems.join("\n  "));
     // Every operation the format names is exercised, so a runner branch cannot rot unnoticed.
