@@ -29,11 +29,12 @@ case "$step" in
     python=""
     for candidate in "${FLASHATTN_PYTHON:-}" "$@" "$(command -v python3 || true)" /usr/bin/python3; do
       [ -n "$candidate" ] && [ -x "$candidate" ] || continue
-      if "$candidate" -c 'import numpy, pytest, setuptools, wheel, venv, ensurepip' 2>/dev/null; then
+      if "$candidate" -c 'import numpy, pytest, setuptools, wheel, venv' 2>/dev/null &&
+        { "$candidate" -c 'import ensurepip' 2>/dev/null || "$candidate" -m pip --version >/dev/null 2>&1; }; then
         python=$candidate
         break
       fi
-      echo "python binding: $candidate lacks one of numpy, pytest, setuptools, wheel, venv/ensurepip"
+      echo "python binding: $candidate lacks one of numpy, pytest, setuptools, wheel, venv, ensurepip or pip"
     done
     if [ -z "$python" ]; then
       echo "python binding: no python3 with numpy, pytest, setuptools, wheel and venv (Debian: apt-get install" \
@@ -43,7 +44,15 @@ case "$step" in
     echo "python binding: using $python ($("$python" --version 2>&1))"
     rm -rf "$work"
     mkdir -p "$work"
-    "$python" -m venv --system-site-packages "$venv"
+    pip=("$venv/bin/python" -m pip)
+    if "$python" -c 'import ensurepip' 2>/dev/null; then
+      "$python" -m venv --system-site-packages "$venv"
+    else
+      # No ensurepip (a distribution's python without its venv package): the interpreter's own pip installs into
+      # the venv instead.
+      "$python" -m venv --system-site-packages --without-pip "$venv"
+      pip=("$python" -m pip --python "$venv/bin/python")
+    fi
     # --system-site-packages shows the base interpreter's packages only; when $python is itself a venv (as on the
     # GPU machine), its own site-packages come through a .pth file.
     "$python" -c 'import site, sys; print("\n".join(p for p in site.getsitepackages() if p.startswith(sys.prefix)))' \
@@ -51,7 +60,7 @@ case "$step" in
     cp -r "$src" "$work/src"
     rm -rf "$work/src/build" "$work/src"/src/*.egg-info
     # Offline: no index, the build backend (setuptools) from the interpreter's own packages.
-    "$venv/bin/python" -m pip install --quiet --no-index --no-build-isolation --no-deps "$work/src"
+    "${pip[@]}" install --quiet --no-index --no-build-isolation --no-deps "$work/src"
     "$venv/bin/python" -c 'import flashattn, sys; print("python binding: installed", flashattn.__file__)'
     touch "$work/ready"
     ;;
