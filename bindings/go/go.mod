@@ -1,0 +1,3 @@
+module flashattn
+
+go 1.19
