@@ -246,6 +246,20 @@ func (h *Handle) BackwardWorkspaceSize(attn *AttentionDescriptor, seq *SeqDescri
 	return int(n), err
 }
 
+// BackwardWorkspaceSizeWithGradients is the exact workspace Backward needs when the gradients have strides of their
+// own (BackwardWorkspaceSize sizes them in the strides of O, Q, K and V).
+func (h *Handle) BackwardWorkspaceSizeWithGradients(attn *AttentionDescriptor, seq *SeqDescriptor,
+	q, k, v, o, dO, lse, dQ, dK, dV *TensorDescriptor) (int, error) {
+	defer runtime.KeepAlive([]interface{}{h, attn, seq, q, k, v, o, dO, lse, dQ, dK, dV})
+	var n C.size_t
+	err := call(func() C.flashAttnStatus_t {
+		return C.flashAttnBackwardGetWorkspaceSizeWithGradients(h.raw, rawAttn(attn), rawSeq(seq), rawTensor(q),
+			rawTensor(k), rawTensor(v), rawTensor(o), rawTensor(dO), rawTensor(lse), rawTensor(dQ), rawTensor(dK),
+			rawTensor(dV), &n)
+	})
+	return int(n), err
+}
+
 // DecodeChunkWorkspaceSize is the workspace DecodeChunk needs for these descriptors and chunk count.
 func (h *Handle) DecodeChunkWorkspaceSize(attn *AttentionDescriptor, seq *SeqDescriptor,
 	q, k, v, o, lse *TensorDescriptor, numChunks int32) (int, error) {
@@ -337,7 +351,8 @@ func (h *Handle) Backward(attn *AttentionDescriptor, seq *SeqDescriptor,
 	if err := checkHostDescriptors(attn, seq, q.Desc); err != nil {
 		return err
 	}
-	n, err := h.BackwardWorkspaceSize(attn, seq, q.Desc, k.Desc, v.Desc, o.Desc, lse.Desc)
+	n, err := h.BackwardWorkspaceSizeWithGradients(attn, seq, q.Desc, k.Desc, v.Desc, o.Desc, dO.Desc, lse.Desc,
+		dQ.Desc, dK.Desc, dV.Desc)
 	if err != nil {
 		return err
 	}

@@ -605,6 +605,19 @@ function backward_workspace_size(h::Handle, q, k, v, o, lse; attn=nothing, seq=n
     return Int(n[])
 end
 
+# The exact workspace of a backward whose gradients have strides of their own (backward_workspace_size sizes them in
+# the strides of O, Q, K and V).
+function backward_workspace_size_with_gradients(h::Handle, q, k, v, o, dO, lse, dQ, dK, dV; attn=nothing,
+                                                seq=nothing)
+    n = Ref{Csize_t}(0)
+    check(ccall((:flashAttnBackwardGetWorkspaceSizeWithGradients, libflashattn), Cint,
+                (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid},
+                 Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Csize_t}),
+                h.ptr, raw(attn), raw(seq), raw(q), raw(k), raw(v), raw(o), raw(dO), raw(lse), raw(dQ), raw(dK),
+                raw(dV), n))
+    return Int(n[])
+end
+
 function decode_chunk_workspace_size(h::Handle, q, k, v, o; attn=nothing, seq=nothing, lse=nothing,
                                      num_chunks::Integer=0)
     n = Ref{Csize_t}(0)
@@ -666,7 +679,8 @@ function backward!(h::Handle, q::HostTensor{T}, k::HostTensor{T}, v::HostTensor{
     end
     check_lse("lse", lse)
     check_host_descriptors(attn, seq, q.desc)
-    n = backward_workspace_size(h, q.desc, k.desc, v.desc, o.desc, lse.desc; attn=attn, seq=seq)
+    n = backward_workspace_size_with_gradients(h, q.desc, k.desc, v.desc, o.desc, dO.desc, lse.desc, dQ.desc,
+                                               dK.desc, dV.desc; attn=attn, seq=seq)
     ws = host_workspace(h, n)
     GC.@preserve h begin
         check(ccall((:flashAttnBackward, libflashattn), Cint,

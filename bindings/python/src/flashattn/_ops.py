@@ -354,7 +354,9 @@ def backward(do, q, k, v, o, lse, *, dq=None, dk=None, dv=None, scale=None, caus
         qd, kd, vd, od, dod, ld = (c.descriptor(i) for i in (qi, ki, vi, oi, doi, li))
         dqd, dkd, dvd = (c.descriptor(g[1]) for g in grads)
         size = ctypes.c_size_t()
-        call("flashAttnBackwardGetWorkspaceSize", h, attn, seq, qd, kd, vd, od, ld, ctypes.byref(size))
+        # The query that sees the gradients' descriptors: exact for any gradient strides.
+        call("flashAttnBackwardGetWorkspaceSizeWithGradients", h, attn, seq, qd, kd, vd, od, dod, ld, dqd, dkd, dvd,
+             ctypes.byref(size))
         ws, ws_bytes = c.workspace(size.value, workspace)
         call("flashAttnBackward", h, attn, seq, qd, qi.ptr, kd, ki.ptr, vd, vi.ptr, od, oi.ptr, dod, doi.ptr, ld,
              _f32(li.ptr), dqd, grads[0][1].ptr, dkd, grads[1][1].ptr, dvd, grads[2][1].ptr, ws, ws_bytes)

@@ -228,6 +228,21 @@ extern "C" {
         lseDesc: flashAttnTensorDescriptor_t,
         bytes: *mut usize,
     ) -> flashAttnStatus_t;
+    pub fn flashAttnBackwardGetWorkspaceSizeWithGradients(
+        handle: flashAttnHandle_t,
+        attnDesc: flashAttnAttentionDescriptor_t,
+        seqDesc: flashAttnSeqDescriptor_t,
+        qDesc: flashAttnTensorDescriptor_t,
+        kDesc: flashAttnTensorDescriptor_t,
+        vDesc: flashAttnTensorDescriptor_t,
+        oDesc: flashAttnTensorDescriptor_t,
+        dODesc: flashAttnTensorDescriptor_t,
+        lseDesc: flashAttnTensorDescriptor_t,
+        dQDesc: flashAttnTensorDescriptor_t,
+        dKDesc: flashAttnTensorDescriptor_t,
+        dVDesc: flashAttnTensorDescriptor_t,
+        bytes: *mut usize,
+    ) -> flashAttnStatus_t;
     pub fn flashAttnBackward(
         handle: flashAttnHandle_t,
         attnDesc: flashAttnAttentionDescriptor_t,

@@ -939,6 +939,44 @@ impl Handle {
         Ok(bytes)
     }
 
+    /// The exact workspace of a backward whose gradients may have strides of their own (the plain query sizes them
+    /// in the strides of O, Q, K and V).
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_workspace_size_with_gradients(
+        &self,
+        attn: Option<&AttentionDescriptor>,
+        seq: Option<&SeqDescriptor>,
+        q: &TensorDescriptor,
+        k: &TensorDescriptor,
+        v: &TensorDescriptor,
+        o: &TensorDescriptor,
+        d_o: &TensorDescriptor,
+        lse: &TensorDescriptor,
+        dq: &TensorDescriptor,
+        dk: &TensorDescriptor,
+        dv: &TensorDescriptor,
+    ) -> Result<usize> {
+        let mut bytes = 0usize;
+        check(unsafe {
+            sys::flashAttnBackwardGetWorkspaceSizeWithGradients(
+                self.raw,
+                raw_attn(attn),
+                raw_seq(seq),
+                q.raw,
+                k.raw,
+                v.raw,
+                o.raw,
+                d_o.raw,
+                lse.raw,
+                dq.raw,
+                dk.raw,
+                dv.raw,
+                &mut bytes,
+            )
+        })?;
+        Ok(bytes)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn decode_chunk_workspace_size(
         &self,
@@ -1066,7 +1104,9 @@ impl Handle {
         check_slice::<T>("dk", dk.desc, dk.data.len())?;
         check_slice::<T>("dv", dv.desc, dv.data.len())?;
         check_host_descriptors(attn, seq, q.desc)?;
-        let bytes = self.backward_workspace_size(attn, seq, q.desc, k.desc, v.desc, o.desc, lse.desc)?;
+        let bytes = self.backward_workspace_size_with_gradients(
+            attn, seq, q.desc, k.desc, v.desc, o.desc, d_o.desc, lse.desc, dq.desc, dk.desc, dv.desc,
+        )?;
         let workspace = self.host_workspace(bytes);
         check(unsafe {
             sys::flashAttnBackward(
