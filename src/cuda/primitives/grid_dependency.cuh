@@ -3,6 +3,10 @@
 // launch without the attribute sees anyway.
 #pragma once
 
+#include <cuda_runtime.h>
+
+#include <utility>
+
 namespace flashattn::cuda::prim {
 
 // In the earlier grid: lets the dependent grid's CTAs be scheduled now (they still wait below before reading).
@@ -20,3 +24,27 @@ __device__ __forceinline__ void waitForPrerequisiteGrids() {
 }
 
 }  // namespace flashattn::cuda::prim
+
+namespace flashattn::cuda {
+
+// Host side: launches kernel<<<grid, block>>>(args...) on `stream`, as a programmatic dependent of the grid before it
+// when `dependent` (whose code must then call prim::waitForPrerequisiteGrids before reading that grid's results).
+template <typename... Params, typename... Args>
+cudaError_t launchMaybeDependent(void (*kernel)(Params...), dim3 grid, dim3 block, bool dependent,
+                                 cudaStream_t stream, Args &&...args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = dependent ? 1 : 0;
+  const cudaError_t err = cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+  if (err != cudaSuccess) return err;
+  return cudaGetLastError();
+}
+
+}  // namespace flashattn::cuda

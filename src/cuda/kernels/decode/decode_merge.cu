@@ -31,19 +31,8 @@ template <typename Element>
 cudaError_t launchMergeTyped(const DecodeParams &d, bool dependentLaunch, cudaStream_t stream) {
   const int64_t items = int64_t(d.batch) * d.heads * d.seqQ * (d.headDim / 4);
   if (items <= 0) return cudaSuccess;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(uint32_t((items + 127) / 128));
-  config.blockDim = dim3(128);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = dependentLaunch ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&config, decodeMergeKernel<Element>, d);
-  if (err != cudaSuccess) return err;
-  return cudaGetLastError();
+  return launchMaybeDependent(decodeMergeKernel<Element>, dim3(uint32_t((items + 127) / 128)), dim3(128),
+                              dependentLaunch, stream, d);
 }
 
 }  // namespace

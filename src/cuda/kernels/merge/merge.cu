@@ -101,19 +101,8 @@ __global__ void __launch_bounds__(kMergeWarps * 32) mergeKernel(const MergeParam
 template <typename Out, bool Vectorized>
 cudaError_t launchTyped(const MergeParams &params, bool dependentLaunch, cudaStream_t stream) {
   const int64_t blocks = (params.rows + kMergeWarps - 1) / kMergeWarps;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(uint32_t(blocks));
-  config.blockDim = dim3(kMergeWarps * 32);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = dependentLaunch ? 1 : 0;
-  const cudaError_t err = cudaLaunchKernelEx(&config, mergeKernel<Out, Vectorized>, params);
-  if (err != cudaSuccess) return err;
-  return cudaGetLastError();
+  return launchMaybeDependent(mergeKernel<Out, Vectorized>, dim3(uint32_t(blocks)), dim3(kMergeWarps * 32),
+                              dependentLaunch, stream, params);
 }
 
 bool vectorizable(const MergeParams &p, DType outType) {
