@@ -1367,18 +1367,24 @@ TEST_F(BadInput, OverlappingOutputElements) {
   rejectEverywhere("merge: O with head stride 0", {kBadParam}, {"O"}, m);
 }
 
-TEST_F(BadInput, CudaStridesNotVectorMultiples) {
-  if (!onCuda()) GTEST_SKIP() << "the HOST reference takes any strides";
-  // Rows of 68 FP16 elements: 136 bytes, not a multiple of the 16-byte vectors the backward and decode kernels load
-  // (the forward and merge kernels fall back to element loads instead; tests/gpu checks those paths).
-  auto q = makeDesc(kFp16, {B, H, SQ, D}, {H * SQ * 68, SQ * 68, 68, 1});
-  auto bw = backward();
-  bw.qDesc = *q;
-  rejectEverywhere("backward: Q row stride 68 on CUDA", {kNotSupported}, {"stride"}, bw, kOpAndSize);
+TEST_F(BadInput, CudaOddGradientStridesNeedTheExactSizeQuery) {
+  if (!onCuda()) GTEST_SKIP() << "the HOST reference takes any strides and stages nothing";
+  // Rows of 68 FP16 elements (136 bytes) are not whole 16-byte vectors: the CUDA backward stages such tensors through
+  // the workspace (tests/gpu checks the results). flashAttnBackwardGetWorkspaceSize sees no dO descriptor, so its size
+  // is short for an odd dO: refused with a message naming the query that sees it, outputs untouched.
   auto dO = makeDesc(kFp16, {B, H, SQ, D}, {H * SQ * 68, SQ * 68, 68, 1});
-  bw = backward();
+  size_t plain = 0, exact = 0;
+  ASSERT_EQ(flashAttnBackwardGetWorkspaceSize(handle_, attn_, nullptr, *qD_, *kD_, *vD_, *oD_, *lseD_, &plain),
+            FLASHATTN_STATUS_SUCCESS);
+  ASSERT_EQ(flashAttnBackwardGetWorkspaceSizeWithGradients(handle_, attn_, nullptr, *qD_, *kD_, *vD_, *oD_, *dO,
+                                                           *lseD_, *qD_, *kD_, *vD_, &exact),
+            FLASHATTN_STATUS_SUCCESS);
+  EXPECT_GT(exact, plain);
+  auto bw = backward();
   bw.dODesc = *dO;
-  rejectEverywhere("backward: dO row stride 68 on CUDA", {kNotSupported}, {"stride"}, bw, kOp);
+  bw.workspaceBytes = std::min(plain, bw.workspaceBytes);
+  rejectEverywhere("backward: dO row stride 68 with the plain query's workspace", {kInsufficientWorkspace},
+                   {"WithGradients"}, bw, kOp);
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
