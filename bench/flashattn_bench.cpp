@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // flashattn-bench: times libflashattn's forward, backward and split-KV decode, checks every result against the HOST
 // backend on the same inputs, and writes rows that bench/report.py joins with the peers' figures (peers.py).
 //

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Kernel instances: one generated .cu file per (family, dtype, head dim), so that a build compiles them in parallel
 # and FLASHATTN_HEAD_DIMS / FLASHATTN_DTYPES shrink the set for development builds.
 #

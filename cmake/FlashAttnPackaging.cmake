@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Installation of the CMake package and the pkg-config file, and the Debian packages (CPack).
 #
 # The library target itself, its header and the version header are installed by src/CMakeLists.txt with the

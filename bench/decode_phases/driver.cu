@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Not part of the CMake build (bench/decode_phases/run.sh builds it): where the time of one decode call goes. Links a libflashattn built with
 // -DFLASHATTN_DECODE_PHASES (per-CTA %globaltimer stamps, dumped to $FLASHATTN_DECODE_PHASES at exit) and times, on
 // the bench's shape (GQA 32/8, D128, bf16, one token, inputs rotated over >= 512 MB):

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Where the time of a decode call goes, on a GPU machine (NOTES.md of src/cuda/kernels/decode, seventh pass): builds the
 # library with -DFLASHATTN_DECODE_PHASES (bf16, head dim 128 only), the driver against it, then runs the driver once per
 # line of $RUNS_FILE ("tag ENV=VALUE[,ENV=VALUE] B L chunks lengths what"; X=0 for no environment) and prints, per run,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /**
  * \file flashattn.h
  * \brief libflashattn: FlashAttention for NVIDIA GPUs behind a C ABI.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Measurement builds only (-DFLASHATTN_DECODE_PHASES; NOTES.md of src/cuda/kernels/decode, eighth pass): host time of
 // the steps of one API call, summed per step over the calls of the process and printed to stderr at exit. Elsewhere
 // FLASHATTN_HOST_PHASE(n) is nothing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // One plan per call: the kernel choice and the workspace layout. The workspace-size query and the operation both ask
 // the backend for the plan of the same problem, so the size returned is exactly what the run uses.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The CUDA backend frame: device detection at handle creation, the stream, the layout rules every CUDA kernel shares,
 // and dispatch to the kernel families through src/cuda/ops.hpp (each family's chooser is its plan function).
 #include <cuda_runtime.h>

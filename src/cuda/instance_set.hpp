@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Which kernel instances this build compiled (FLASHATTN_HEAD_DIMS / FLASHATTN_DTYPES become the
 // FLASHATTN_HAS_HEADDIM_<d> / FLASHATTN_HAS_DTYPE_<T> definitions), so every family's chooser answers NOT_SUPPORTED
 // with the same words for an instance the build left out. A new native head dim goes into kNativeHeadDims and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The seam between the CUDA backend frame (cuda_backend.cpp) and the kernel families.
 //
 // Each family (forward, backward, decode, merge) provides a plan function (the chooser: kernel choice and workspace

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Every class of bad input of TESTING.md's Robustness list, through the public API. Each case checks four things:
 //   - the status (one expected value, or the two a case may legitimately get where the contract allows both),
 //   - a fresh last-error message (not the sentinel provoked just before) that names the argument,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* A consumer of the installed library, built once through pkg-config and once through find_package(FlashAttn).
  * It sees only what an installation ships (header, version header, .so), so a missing or misplaced file fails here.
  * It checks that the header it was compiled against matches the library it loaded, and that a small GQA forward on

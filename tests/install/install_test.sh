@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Installation checks, one CTest test per subcommand (see CMakeLists.txt here):
 #   install       cmake --install the build into a fresh prefix and check the installed tree
 #   pkgconfig     build and run consumer.c with `cc $(pkg-config --cflags --libs flashattn)`

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The backward family's chooser (planBackward) and launcher (launchBackward): see src/cuda/ops.hpp and
 // backward_params.hpp for the scheme. This file also holds the two small kernels around the main one:
 //   preprocess: per query row D = rowsum(dO * O) and LSE * log2 e (+inf for a row with no visible key), FP32;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The tensor-core backward kernel (FP16/BF16 storage, sm80+): FlashAttention-2's scheme with mma.sync m16n8k16.
 //
 // One CTA owns key block [n0, n0 + BlockN) of one KV head: K and V stay in shared memory, dK and dV accumulate in FP32

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The backward family: preprocess/convert kernels with the chooser and launcher (backward.cu), and one generated main
 # kernel instance per (dtype, native head dim) of the build's sets (other head dims run padded on the next larger one).
 set(_fa_backward_native_dims 64 96 128 192 256)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper backward family's chooser predicate and launcher (see backward_sm90.hpp, backward_sm90_kernel.cuh for d64
 // and d128, backward_sm90_d256_kernel.cuh for d256).
 // Built only into the sm_90a object library (sources.cmake), with the instances of the build's dtype/head-dim sets.

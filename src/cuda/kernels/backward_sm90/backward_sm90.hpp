@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The seam between the portable backward chooser (src/cuda/kernels/backward/backward.cu) and the Hopper backward
 // family. planBackward asks sm90BackwardSupports on an sm90 device; when it says yes the plan carries
 // kSm90BackwardTile as its tile index, the workspace is laid out for sm90BackwardTileFor(headDim).blockM query rows

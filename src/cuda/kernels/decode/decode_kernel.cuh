@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Split-KV decode kernel: one CTA per (batch, KV head, KV chunk, row block).
 //
 // Memory is the bound: every K/V byte of a chunk is read once into a ring of `Stages` shared-memory tiles, Stages - 1

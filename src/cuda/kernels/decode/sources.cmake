@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Split-KV decode: the chooser/launcher plus one generated kernel instance per (dtype, head dim) of the build's sets
 # that is a decode candidate (a multiple of 16, the mma k-step, listed in decode.cu's instance table). A problem's
 # head dim (any multiple of 8) runs on the narrowest instance at least as wide, with zero-filled columns.

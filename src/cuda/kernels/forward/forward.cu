@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The forward family's chooser (planForward) and launcher (launchForward): see src/cuda/ops.hpp.
 //
 // Instances are (storage type, instance head dim) pairs compiled from forward_instance.cu.in; a head dim that is a

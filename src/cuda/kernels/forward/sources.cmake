@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The forward family: the chooser/launcher and one generated instance per (dtype, head dim) of the build's sets that
 # is a native forward instance (other head dims run padded on the next larger one).
 set(_fa_forward_native_dims 64 96 128 192 256)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper forward family's chooser and launcher (see forward_sm90.hpp). Compiled for sm_90a only, in the object
 // library of sources.cmake; which instances exist follows FLASHATTN_HAS_DTYPE_* / FLASHATTN_HAS_HEADDIM_*.
 #include <cuda_bf16.h>

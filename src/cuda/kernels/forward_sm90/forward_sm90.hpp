@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The seam between the portable forward chooser (src/cuda/kernels/forward/forward.cu) and the Hopper forward family.
 //
 // planForward plans the portable kernel first; on an sm90 device routeToSm90 then takes over the problems this family

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # The Hopper forward family: wgmma/setmaxnreg kernels, sm_90a machine code only (flashattn_add_sm90a_family in
 # cmake/FlashAttnInstances.cmake says how they build and how forward.cu learns they are there).
 flashattn_add_sm90a_family(flashattn_forward_sm90
