@@ -51,6 +51,12 @@ def header_for(path, first_line):
 
 def tracked_files(root):
     try:
+        top = subprocess.run(["git", "-C", root, "rev-parse", "--show-toplevel"], check=True,
+                             capture_output=True).stdout.decode().strip()
+        # A copy of the tree inside another checkout (a package build in a build directory) is not a checkout of
+        # its own: git would answer for the enclosing one, which does not track the copy.
+        if os.path.realpath(top) != os.path.realpath(root):
+            return None
         out = subprocess.run(["git", "-C", root, "ls-files", "-z"], check=True, capture_output=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return None

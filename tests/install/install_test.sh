@@ -11,7 +11,7 @@ set -euo pipefail
 step=${1:?usage: install_test.sh install|pkgconfig|find-package|bench}
 : "${FA_BUILD_DIR:?}" "${FA_PREFIX:?}" "${FA_WORK_DIR:?}" "${FA_CMAKE:?}" "${FA_CC:?}"
 : "${FA_CONFIG:=}" "${FA_VERSION:?}" "${FA_SOVERSION:?}" "${FA_LIBDIR:?}" "${FA_INCLUDEDIR:?}"
-: "${FA_GENERATOR:?}" "${FA_MAKE_PROGRAM:=}" "${FA_HAS_BENCH:?}"
+: "${FA_GENERATOR:?}" "${FA_MAKE_PROGRAM:=}" "${FA_HAS_BENCH:?}" "${FA_BENCH_RUNPATH:=1}"
 here=$(cd "$(dirname "$0")" && pwd)
 config_args=()
 [ -n "$FA_CONFIG" ] && config_args=(--config "$FA_CONFIG")
@@ -96,27 +96,34 @@ find-package)
   ;;
 bench)
   # The installed bench starts from wherever the tree lies (RUNPATH $ORIGIN/<bin-to-lib>), so it is run from a copy
-  # of the prefix in another place, with no LD_LIBRARY_PATH, and must load the library of that copy.
+  # of the prefix in another place, with no LD_LIBRARY_PATH, and must load the library of that copy. A build for a
+  # distribution package (FLASHATTN_BENCH_RUNPATH=OFF) must have no run path at all; it is run with LD_LIBRARY_PATH.
   [ "$FA_HAS_BENCH" = 1 ] || skip "flashattn-bench is not built (FLASHATTN_BUILD_BENCH=OFF)"
   moved="$FA_WORK_DIR/moved-prefix"
   rm -rf "$moved"
   mkdir -p "$FA_WORK_DIR"
   cp -a "$FA_PREFIX" "$moved"
   exe="$moved/bin/flashattn-bench"
+  run_env=(env -u LD_LIBRARY_PATH)
+  [ "$FA_BENCH_RUNPATH" = 1 ] || run_env=(env "LD_LIBRARY_PATH=$moved/$FA_LIBDIR")
   if command -v readelf >/dev/null; then
     dynamic=$(readelf -d "$exe")
-    grep -q '(RUNPATH).*\$ORIGIN/' <<<"$dynamic" || die "flashattn-bench has no RUNPATH relative to \$ORIGIN"
+    if [ "$FA_BENCH_RUNPATH" = 1 ]; then
+      grep -q '(RUNPATH).*\$ORIGIN/' <<<"$dynamic" || die "flashattn-bench has no RUNPATH relative to \$ORIGIN"
+    else
+      ! grep -q '(RUNPATH)' <<<"$dynamic" || die "flashattn-bench has a RUNPATH although FLASHATTN_BENCH_RUNPATH=OFF"
+    fi
     ! grep -q '(RPATH)' <<<"$dynamic" || die "flashattn-bench has a DT_RPATH (LD_LIBRARY_PATH could not override it)"
     ! grep -q 'libcudart\.so' <<<"$dynamic" || die "flashattn-bench needs libcudart.so (the runtime must be static)"
   fi
   if command -v ldd >/dev/null; then
-    resolved=$(env -u LD_LIBRARY_PATH ldd "$exe" | awk '/libflashattn\.so/ {print $3}')
+    resolved=$("${run_env[@]}" ldd "$exe" | awk '/libflashattn\.so/ {print $3}')
     [ "$(realpath "$resolved")" = "$(realpath "$moved/$FA_LIBDIR/libflashattn.so.$FA_SOVERSION")" ] ||
       die "the moved flashattn-bench loads '$resolved', not the library beside it"
   fi
-  help=$(env -u LD_LIBRARY_PATH "$exe" --help)
+  help=$("${run_env[@]}" "$exe" --help)
   grep -q '^usage: flashattn-bench' <<<"$help" || die "flashattn-bench --help printed no usage"
-  env -u LD_LIBRARY_PATH "$exe" --backend host
+  "${run_env[@]}" "$exe" --backend host
   rm -rf "$moved"
   ;;
 *)
