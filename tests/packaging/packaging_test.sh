@@ -48,7 +48,9 @@ build)
       skip "$(cat "$skip_marker")"
     fi
   done
-  if ! git -C "$FA_SOURCE_DIR" rev-parse --show-toplevel >/dev/null 2>&1; then
+  # A copy of the tree inside another checkout is no checkout of its own (git would answer for the enclosing one).
+  toplevel=$(git -C "$FA_SOURCE_DIR" rev-parse --show-toplevel 2>/dev/null || true)
+  if [ -z "$toplevel" ] || [ "$(realpath "$toplevel")" != "$(realpath "$FA_SOURCE_DIR")" ]; then
     echo "$FA_SOURCE_DIR is not a git checkout: the tracked sources cannot be told from build output" >"$skip_marker"
     skip "$(cat "$skip_marker")"
   fi
