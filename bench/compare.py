@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Compares flashattn-bench runs of two builds taken in the same device call, shape by shape.
 
 usage: compare.py --new A.json [A2.json ...] --old B.json [B2.json ...] [--tolerance 0.02] [--markdown FILE]

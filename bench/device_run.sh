@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The one script sent to the GPU machine. Runs in the repository root with $OUT set; every step is timed and logged,
 # and what comes back under $OUT stays a handful of files:
 #   summary.txt   one line per step (status, seconds), then the tail of each failed step's log

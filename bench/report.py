@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Join flashattn-bench rows (ours.json) with the peers' rows (peers.json, from peers.py) and print a table.
 
 Prefill rows join on (dtype, D, S, B, H, causal) and the operation (peers carry fwd_* and bwd_* in one row); decode

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Checks that a binding's README shows its example program verbatim.
 
 Usage: check_readme_example.py README EXAMPLE

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # What the Rust, Go and Julia binding tests share (each of their CMakeLists.txt includes this file):
 #
 # - a pkg-config file for the build tree (bindings/pkgconfig/flashattn.pc in the build directory), so that cargo's

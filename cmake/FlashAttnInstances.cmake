@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Kernel instances: src/cuda/generate.py holds the one list of (family, dtype, head dim) instances and writes, at
 # configure time, one .cu file per instance of the build's sets, each family's X-macro list (from which its dispatch
 # table and head-dim list are compiled) and instances.cmake (the generated sources per family). FLASHATTN_HEAD_DIMS /

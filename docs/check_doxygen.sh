@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Runs Doxygen over the public header and docs/*.md; any warning fails. Usage: check_doxygen.sh <doxygen or "">
 # <Doxyfile> <warning log named by the Doxyfile's WARN_LOGFILE>
 set -uo pipefail

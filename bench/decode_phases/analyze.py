@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Summarize the decode phase stamps (FLASHATTN_DECODE_PHASES file) over the driver's RANGES line.
 usage: analyze.py PHASES_FILE DRIVER_LOG"""
 import re, sys, statistics as st

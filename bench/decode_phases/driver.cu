@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Not part of the CMake build (bench/decode_phases/run.sh builds it): where the time of one decode call goes. Links the
 // instrumented libflashattn of run.sh (per-CTA %globaltimer stamps, dumped to $FLASHATTN_DECODE_PHASES at exit) and
 // times, on

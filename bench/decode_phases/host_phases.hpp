@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The instrumented build of run.sh only (instrument.patch puts the marks into a copy of the shipped source): host time of
 // the steps of one API call, summed per step over the calls of the process and printed to stderr at exit. Elsewhere
 // FLASHATTN_HOST_PHASE(n) is nothing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The decode's per-CTA phase stamps, for the instrumented build that run.sh makes (instrument.patch puts the
 // FA_PHASE_* marks into a copy of the shipped kernel): %globaltimer of thread 0 of each CTA at the kernel's component
 // boundaries for the last kPhaseCalls launches, written at exit to the file named by $FLASHATTN_DECODE_PHASES.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Where the time of a decode call goes, on a GPU machine (bench/results/decode-history.md, seventh and eighth passes):
 # copies the tree, applies instrument.patch to the copy (per-CTA stamps of phases.cuh at the kernel's component
 # boundaries, host steps of host_phases.hpp), builds that library (bf16, head dim 128 only) and the driver against it,

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Static check of the Julia package FlashAttn against the C API spec (bindings/spec/flashattn_api.json).
 
 Julia is not available where CI runs, so the package's `ccall`s are read as text instead of being run:

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Parses every .jl file of the Julia package (src/, ext/, examples/, test/) with the tree-sitter Julia grammar and
 fails on any syntax error, naming the file, line and text. Julia itself is not installed where CI runs; this catches
 what check_ccalls.py does not read (a missing `end`, an unbalanced bracket) before a Julia user would.

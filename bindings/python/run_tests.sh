@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The Python binding's CTest steps (bindings/python/CMakeLists.txt). Every step runs in WORK, a folder of the build
 # tree, so the source tree gets no build or cache files:
 #

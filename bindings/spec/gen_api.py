@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Generate bindings/spec/flashattn_api.json from include/flashattn/flashattn.h.
 
 The JSON is the one description of the C API that every language binding is checked against, so a header change

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The generator's promise: it reads the real header completely, and refuses what it does not understand.
 
 Each refusal case edits the real header the way a future change might (a new kind of declaration, a macro

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /**
  * \file flashattn.h
  * \brief libflashattn: FlashAttention for NVIDIA GPUs behind a C ABI.
@@ -69,7 +70,10 @@ typedef enum flashAttnStatus_t {
 typedef enum flashAttnBackend_t {
   FLASHATTN_BACKEND_AUTO = 0, /**< CUDA when a usable GPU is present, else HOST. */
   FLASHATTN_BACKEND_CUDA = 1, /**< Device pointers, asynchronous on the handle's stream. */
-  FLASHATTN_BACKEND_HOST = 2  /**< Host pointers, synchronous, multithreaded reference implementation. */
+  FLASHATTN_BACKEND_HOST = 2  /**< Host pointers, synchronous, multithreaded reference implementation. It runs
+                                   each operation on as many threads as the machine has hardware threads, or on
+                                   the number the environment variable `FLASHATTN_HOST_THREADS` gives (a positive
+                                   integer, at most 256; read at every call, other values are ignored). */
 } flashAttnBackend_t;
 
 /** Storage type of a tensor. The CUDA kernels accumulate in FP32, the HOST backend in FP64. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tensor, attention and sequence descriptors: plain values, validated field by field at set time so that the
 // operations only have to check how the fields combine.
 #include <cmath>

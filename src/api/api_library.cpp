@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Version, status strings, the thread-local last error, and the handle.
 #include <cstring>
 #include <string>

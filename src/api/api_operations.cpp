@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The operations. Each entry point is the same four steps:
 //   1. resolve the handle and descriptors (NOT_INITIALIZED when dead),
 //   2. build the normalized problem (problem_builder.cpp: every shape/type/stride/attribute rule),

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The C boundary: every entry point runs its body through guarded(), which turns any exception into a status and the
 // thread's last-error message ("flashAttnForward: K has 6 heads, Q has 8: ..."). Nothing escapes into C.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A backend serves the four operations for the problems the C entry points have already validated.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // What the opaque public handles point at, and the registry that tells live objects from NULL, destroyed or foreign
 // pointers without ever dereferencing them.
 #pragma once

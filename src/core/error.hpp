@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Failures inside the library travel as flashattn::Error and become a status plus the thread's last-error message at
 // the C boundary (src/api/guard.hpp). Nothing else may cross that boundary.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Host-side FP16/BF16 <-> FP32 conversion, round to nearest even, NaN preserved. Used by the HOST backend and by the
 // tests; the CUDA kernels use cuda_fp16.h / cuda_bf16.h instead.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Run-time knobs (environment variables), registered in knobs.def. A knob marked "read once" is read at its first use
 // and keeps that value for the life of the process, so a plan never changes under a running program.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The one mask rule: which keys a query row sees, and every form of it the HOST backend and the kernels use.
 //
 // Key j (0 <= j < sk) is visible to query row i (0 <= i < sq) of a sequence of sq queries and sk keys iff the mask and

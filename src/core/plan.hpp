@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // One plan per call: which kernel runs, its configuration, and the workspace layout. CheckSupport, the workspace-size
 // query and the operation all ask the backend for the plan of the same normalized problem, so what CheckSupport says,
 // the size returned and what the run does are one decision.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The normalized problem description: what every backend and kernel sees, whatever descriptors the user passed.
 //
 // The C entry points validate the descriptors and build one of these (problem.cpp); backends never look at the public

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 #include "core/problem_builder.hpp"
 
 #include <algorithm>

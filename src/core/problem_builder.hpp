@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // From public descriptors to one validated, normalized problem (problem.hpp). Every shape, type, stride and attribute
 // rule of the API (flashattn.h, docs/semantics.md) is checked here, once, for every backend; the failure names the
 // argument and the values.

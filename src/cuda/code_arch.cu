@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Which architecture the portable kernels' code was compiled for, as the current device runs it. The choosers need it
 // besides the device's arch: a build whose only code for this GPU is older PTX (compute_80 on an H100, or any build
 // on a GPU newer than it knows) has its sm90-only paths (tensor maps, clusters, griddepcontrol) compiled out.

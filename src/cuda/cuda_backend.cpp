@@ -1,6 +1,8 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The CUDA backend frame: device detection at handle creation, the stream, and the hand-off to the kernel families:
 // plan() is the operation's chooser (src/cuda/family.hpp), and a run launches exactly the family its plan names.
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <cstdint>
 #include <cstdio>
@@ -43,11 +45,24 @@ class DeviceScope {
   int previous_ = -1;
 };
 
+// The static CUDA runtime reports a machine without the driver library as cudaErrorInsufficientDriver ("driver
+// version is insufficient"), which sends users to upgrade a driver they do not have: look for libcuda first.
+bool driverLibraryLoadable() {
+  void *lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (!lib) lib = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (!lib) return false;
+  dlclose(lib);
+  return true;
+}
+
 cuda::DeviceInfo probeCurrentDevice() {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError();  // the probe's failure is ours, not the caller's
+    if (!driverLibraryLoadable())
+      fail(FLASHATTN_STATUS_NO_DEVICE, "no NVIDIA driver (libcuda.so.1 not found): the CUDA backend needs the NVIDIA "
+                                       "driver; the HOST backend runs without it");
     failCuda(FLASHATTN_STATUS_NO_DEVICE, "no usable CUDA driver or GPU (cudaGetDeviceCount)", err);
   }
   if (count == 0) fail(FLASHATTN_STATUS_NO_DEVICE, "no CUDA GPU is present (cudaGetDeviceCount returned 0)");

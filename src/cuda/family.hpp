@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Kernel families and the one chooser per operation.
 //
 // A family is a kernel (or a small set of kernels sharing a scheme) that serves one operation: the portable mma.sync

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A divisor fixed at launch, with the multiplier and shift that divide by it without a division instruction (GPUs have
 // none: a 32-bit division by a run-time value is ~25 dependent instructions). Built on the host, read by kernels.
 // Round-up method (Granlund and Montgomery): with l = ceil(log2 d) and m = ceil(2^(31 + l) / d), m * d exceeds

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The one list of CUDA kernel instances, and the files it becomes.
 
 CMake runs this at configure time (cmake/FlashAttnInstances.cmake) with the build's dtype and head-dim sets and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The compiled instances of a family, as src/cuda/generate.py writes them for the build: a family's plan function
 // searches generated::k<Family>Instances (cuda/generated/<family>_instance_list.hpp), and its dispatch switch is made
 // from the same entries (cuda/generated/<family>_instances.inc), so a plan never names an instance the switch lacks.

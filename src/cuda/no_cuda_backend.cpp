@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // A build without the CUDA toolkit: the CUDA backend is absent, said plainly, and AUTO picks the HOST backend.
 #include "core/backend.hpp"
 #include "core/error.hpp"

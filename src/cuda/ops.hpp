@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The seam between the CUDA backend frame (cuda_backend.cpp) and the kernels.
 //
 // Attention operations (forward, backward, decode) go through the family registry and choosers of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Raising a kernel's dynamic shared-memory limit once per device, for the launch functions of the kernel families.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The rule of the kernels that move rows in 16-byte vectors (cp.async, tensor maps): every stride of a walked
 // dimension is a whole number of vectors. Families that load element by element (the forward, the merge) skip it.
 #pragma once

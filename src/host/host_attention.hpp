@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The HOST backend's arithmetic: attention over host pointers accumulated in double (host_attention.cpp says why),
 // shared by forward, backward, decode and merge. Every function here runs on problems the C entry points have
 // validated and on index arrays that validateIndexArrays() has checked.

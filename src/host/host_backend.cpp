@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The HOST backend: the whole API on host pointers, synchronously, as the reference the CUDA kernels are held to.
 #include <memory>
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 #include "host/thread_pool.hpp"
 
 #include "core/knobs.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The HOST backend's worker pool. Work is cut into items whose outputs are disjoint and whose arithmetic does not
 // depend on which thread runs them, so results are bitwise the same for any thread count.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Every class of bad input (docs/testing.md, Suites), through the public API. Each case checks four things:
 //   - the status (one expected value, or the two a case may legitimately get where the contract allows both),
 //   - a fresh last-error message (not the sentinel provoked just before) that names the argument,
@@ -13,6 +14,7 @@
 // cannot have been reused.
 #include "bad_input_catalogue.hpp"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -726,6 +728,14 @@ TEST_F(BadInput, CudaHandleWhereNoneCanBeMade) {
                  {FLASHATTN_STATUS_NO_DEVICE, kNotSupported, FLASHATTN_STATUS_ARCH_MISMATCH}, {"CUDA", "GPU", "device"},
                  [&] { return flashAttnCreateWithBackend(&untouched, FLASHATTN_BACKEND_CUDA); });
   EXPECT_EQ(untouched, reinterpret_cast<flashAttnHandle_t>(&untouched)) << "handle written on failure";
+  // A machine without the driver library is told so, not that its driver is too old.
+  void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+  if (driver) {
+    dlclose(driver);
+  } else if (flashAttnCreateWithBackend(&untouched, FLASHATTN_BACKEND_CUDA) == FLASHATTN_STATUS_NO_DEVICE) {
+    EXPECT_NE(fa_test::lastError().find("no NVIDIA driver (libcuda.so.1 not found)"), std::string::npos)
+        << fa_test::lastError();
+  }
   // AUTO still gives a handle, on HOST.
   flashAttnHandle_t automatic = nullptr;
   flashAttnBackend_t backend = FLASHATTN_BACKEND_CUDA;

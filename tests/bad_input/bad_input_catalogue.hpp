@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The bad-input catalogue runs the same cases on a HOST handle (bad_input_host) and on a CUDA handle (bad_input_cuda).
 // The only difference between the two is where buffers live; each executable's main() supplies that here.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The bad-input catalogue on a CUDA handle: buffers in device memory, one cudaMalloc each. Exits 77 (skipped) when
 // there is no usable GPU, like every GPU test (tests/gpu/gpu_main.cpp).
 #include <cuda_runtime.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The bad-input catalogue on a HOST handle: buffers in host memory.
 #include <gtest/gtest.h>
 

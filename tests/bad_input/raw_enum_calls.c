@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 #include "raw_enum_calls.h"
 
 flashAttnStatus_t rawCreateWithBackend(flashAttnHandle_t *handle, int32_t backend) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Calls that pass enum arguments outside their enumerators, as a C or FFI caller can. The conversion from int to the
  * enum happens in C (raw_enum_calls.c), where it is defined; in C++ an enum object holding a value outside its
  * enumerators' range is undefined behaviour, so the C++ catalogue must not build one itself. */

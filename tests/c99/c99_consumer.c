@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /*
  * A C99 program using libflashattn the way a C user would: only the public header, no CUDA header, the HOST backend,
  * results checked against a naive attention written here in double. Reports every failed check and exits non-zero

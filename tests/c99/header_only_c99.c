@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* Includes nothing but the public header, compiled as strict C99: proves the header is self-contained C. */
 #include <flashattn/flashattn.h>
 

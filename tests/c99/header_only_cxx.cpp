@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Includes nothing but the public header, compiled as strict C++11: proves the header is self-contained C++ and that
 // its functions keep C linkage (a mangled name would not link against libflashattn).
 #include <flashattn/flashattn.h>

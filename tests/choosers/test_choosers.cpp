@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The choosers of src/cuda/family.hpp on fake device descriptions: every operation's pick, by KernelId, for the GPUs
 // the library targets. No kernel runs: on a machine without a GPU the occupancy queries answer their defaults, and the
 // tensor-map encoder is absent (so decode plans keep to cp.async there, and the decode assertions below hold for both).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The oracle: naive attention in float64 (and the same arithmetic rounded to the storage precision, for the
 // relative gate of docs/testing.md), written independently of the library's code paths.
 //

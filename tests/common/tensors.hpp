@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Test-side tensors: strided host buffers in a chosen layout, filled from / read into the canonical float64 arrays of
 // reference.hpp, plus the descriptor RAII wrappers every test uses.
 #pragma once

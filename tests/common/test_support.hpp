@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Small helpers every test suite shares: the oracle's rounding for a storage type, its name, and the edge-slice switch
 // (FLASHATTN_TEST_SLICE=edge) with which the sanitizer runs select a few small shapes.
 #pragma once

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-3-Clause
 # check_generated.sh GENERATOR COMMITTED OUTPUT: runs the Python generator into OUTPUT and fails, showing the start of
 # the difference, when OUTPUT differs from the COMMITTED file in any byte.
 set -euo pipefail

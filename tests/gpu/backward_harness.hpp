@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The backward test harness both backward suites share (test_gpu_backward.cpp: every family through the chooser;
 // test_gpu_backward_sm90*.cpp: the wgmma family on sm90): a case, its strided placement on the device, descriptors,
 // forward then backward through the public API, NaN poisoning, and the worst errors printed at the end.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Device-side helpers shared by the GPU tests: buffers with one cudaMalloc each (so compute-sanitizer sees every
 // overrun), upload/download of HostTensors, NaN poisoning, graph-capture replay, the sm90 device check and a status
 // check that throws.

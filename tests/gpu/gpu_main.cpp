@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Entry point of every GPU test: skip (77) without a usable GPU, so CI without one reports SKIPPED, not PASSED.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>

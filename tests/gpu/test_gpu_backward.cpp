@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Backward on the CUDA backend through the public API: flashAttnForward writes O and LSE, flashAttnBackward writes
 // dQ, dK, dV (poisoned with NaN first), compared with the float64 oracle's backward under both gates of docs/testing.md
 // (factor 3 against the same arithmetic rounded to the storage type, and the normwise bound). Plus determinism (20

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper wgmma backward (src/cuda/kernels/backward_sm90) through the public API on an sm90 GPU: CheckSupport must
 // name the wgmma kernel for the problems it serves, and flashAttnBackward's dQ, dK, dV (NaN-poisoned first) must pass
 // both gates of docs/testing.md against the float64 oracle (factor 3 against the storage-rounded arithmetic, and the

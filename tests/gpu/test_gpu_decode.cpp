@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // flashAttnDecodeChunk on the CUDA backend through the public API, against the float64 oracle (fa_ref::forward over
 // each sequence's used KV length) under both test gates: the decode grid ((seqQ, seqK) x chunk counts), dense
 // and paged caches (page sizes 1..256, block tables from a random permutation), NaN written into every unused cache

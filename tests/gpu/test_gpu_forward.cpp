@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // GPU forward through the public API on a FLASHATTN_BACKEND_CUDA handle, against the float64 oracle of
 // tests/common/reference.hpp with both gates of docs/testing.md (relative to plain attention in the storage precision,
 // and normwise), the LSE gate, NaN-poisoned outputs, untouched padding, bitwise repeatability and graph-capture replay.

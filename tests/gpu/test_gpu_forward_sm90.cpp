@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper forward family (src/cuda/kernels/forward_sm90) through the public API on a CUDA handle: on an sm90 device
 // the chooser must pick it (flashAttnCheckSupport's description names "cuda.fwd.wgmma") for FP16/BF16 at head dims
 // 64/128/256, and its results must pass both gates of docs/testing.md against the float64 oracle (relative to attention

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // flashAttnMergeStates on the CUDA backend through the public API, against the float64 fa_ref::merge: states with a
 // partial LSE of -inf are empty (their partial O holds NaN here, so reading it would show), rows whose states are all
 // empty give O = 0 and LSE = -inf; FP16/BF16/FP32 outputs, vectorized and scalar paths (head dims not a multiple of

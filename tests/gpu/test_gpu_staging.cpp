@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The staging copies (src/cuda/staging): stageIn moves every staged input from the caller's strides into its packed
 // workspace slot, stageOut moves every staged output back, bitwise. Sources hold random bit patterns (NaN payloads
 // included); destinations start as 0xFF bytes (NaN) so a missed element fails, and every byte a copy must not touch

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The test grid (docs/testing.md) as the HOST tests sample it. Every list is deterministic (seeded), so a failure names
 // a case that reruns identically. The full cross product would take hours against a float64 oracle on two cores, so
 // each list covers every value of its axes and every pair that matters (shape x mask, shape x dtype, headDim x dtype x

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Runs a list of grid cases, one gtest failure per failing case (naming it), and prints how many ran.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The HOST backend's test harness: builds a problem's tensors in the layout a case asks for (dense BHSD/BSHD with row
 // padding, stride-0 KV broadcast, ragged packed, padded or paged caches), runs it through the PUBLIC API on a HOST
 // handle with every output poisoned (NaN), and holds the outputs against the float64 oracle of

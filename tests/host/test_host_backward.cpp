@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Backward on the HOST backend through the public API: against the float64 oracle's backward (both gates, factor 3),
 // and against central finite differences of the float64 forward, which checks oracle and backend independently.
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // HOST backend properties that are not one oracle comparison: bitwise determinism (repeated runs, any thread count,
 // concurrent handles), the index checks only a host backend can make (cu_seqlens, seqlensK, block tables) with
 // outputs left untouched, what CheckSupport reports, and the grid's size.

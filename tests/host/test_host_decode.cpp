@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Split-KV decode and merge on the HOST backend through the public API: every chunk count (automatic included) on
 // dense and paged caches of every page size, block tables from random permutations, NaN in every unused cache slot
 // and in the workspace, per-sequence lengths including 0; merges with empty (LSE -inf) states and all-empty rows.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Forward on the HOST backend through the public API, against the float64 oracle (both gates, LSE, poisoned outputs).
 #include "grid_runner.hpp"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // planStaging on the CPU: which tensors of a backward or decode problem the CUDA backend copies through the
 // workspace, and the packed layouts and slots it gives them. The copies themselves run in tests/gpu/test_gpu_staging.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 /* A consumer of the installed library, built once through pkg-config and once through find_package(FlashAttn).
  * It sees only what an installation ships (header, version header, .so), so a missing or misplaced file fails here.
  * It checks that the header it was compiled against matches the library it loaded, and that a small GQA forward on
@@ -5,6 +6,7 @@
 #include <flashattn/flashattn.h>
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -27,6 +29,16 @@ static flashAttnStatus_t describe(flashAttnTensorDescriptor_t *desc, int32_t ran
   return flashAttnSetTensorDescriptor(*desc, FLASHATTN_DATA_FP32, rank, dims, strides);
 }
 
+/* The header's workspace contract: 256-byte aligned. C99 has no aligned_alloc, so a block 255 bytes longer is
+ * allocated and the pointer rounded up; *block keeps what free() needs. */
+static void *alignedWorkspace(size_t bytes, void **block) {
+  uintptr_t at;
+  *block = malloc(bytes + 255);
+  if (*block == NULL) return NULL;
+  at = ((uintptr_t)*block + 255) & ~(uintptr_t)255;
+  return (void *)at;
+}
+
 /* Deterministic values in [-1, 1) that differ per element and per tensor. */
 static float pattern(int tensor, int index) { return (float)sin(0.7 * index + 1.3 * tensor); }
 
@@ -41,7 +53,7 @@ int main(void) {
   flashAttnTensorDescriptor_t qDesc = NULL, kDesc = NULL, vDesc = NULL, oDesc = NULL, lseDesc = NULL;
   flashAttnStatus_t status;
   size_t workspaceBytes = 0;
-  void *workspace = NULL;
+  void *workspace = NULL, *workspaceBlock = NULL;
   /* FP32 storage with FP32 accumulation over 8-element dot products and 5 keys. */
   const double tolerance = 1e-5;
   double maxError = 0.0, maxLseError = 0.0;
@@ -76,7 +88,7 @@ int main(void) {
 
   status = flashAttnForwardGetWorkspaceSize(handle, NULL, NULL, qDesc, kDesc, vDesc, oDesc, lseDesc, &workspaceBytes);
   if (status != FLASHATTN_STATUS_SUCCESS) return fail("flashAttnForwardGetWorkspaceSize", status);
-  if (workspaceBytes > 0 && (workspace = malloc(workspaceBytes)) == NULL) return 1;
+  if (workspaceBytes > 0 && (workspace = alignedWorkspace(workspaceBytes, &workspaceBlock)) == NULL) return 1;
   status = flashAttnForward(handle, NULL, NULL, qDesc, q, kDesc, k, vDesc, v, oDesc, o, lseDesc, &lse[0][0][0],
                             workspace, workspaceBytes);
   if (status != FLASHATTN_STATUS_SUCCESS) return fail("flashAttnForward", status);
@@ -111,7 +123,7 @@ int main(void) {
   flashAttnDestroyTensorDescriptor(oDesc);
   flashAttnDestroyTensorDescriptor(lseDesc);
   flashAttnDestroy(handle);
-  free(workspace);
+  free(workspaceBlock);
 
   printf("consumer: libflashattn %d, forward max |O error| %.3g, max |LSE error| %.3g\n", (int)flashAttnGetVersion(),
          maxError, maxLseError);

@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Installation checks, one CTest test per subcommand (see CMakeLists.txt here):
 #   install       cmake --install the build into a fresh prefix and check the installed tree
 #   pkgconfig     build and run consumer.c with `cc $(pkg-config --cflags --libs flashattn)`
 #   find-package  build and run consumer.c through find_package(FlashAttn) (find_package_consumer/)
-#   deb           cpack -G DEB, check package names, contents and dependencies, and build consumer.c against the
-#                 unpacked packages
+#   bench         run the installed flashattn-bench (--help and the HOST demo) from a moved copy of the prefix
 # Exit 77 (skipped) when a tool the check needs is missing. The FA_* variables come from CMakeLists.txt.
 set -euo pipefail
 
-step=${1:?usage: install_test.sh install|pkgconfig|find-package|deb}
-: "${FA_BUILD_DIR:?}" "${FA_PREFIX:?}" "${FA_WORK_DIR:?}" "${FA_CMAKE:?}" "${FA_CPACK:?}" "${FA_CC:?}"
+step=${1:?usage: install_test.sh install|pkgconfig|find-package|bench}
+: "${FA_BUILD_DIR:?}" "${FA_PREFIX:?}" "${FA_WORK_DIR:?}" "${FA_CMAKE:?}" "${FA_CC:?}"
 : "${FA_CONFIG:=}" "${FA_VERSION:?}" "${FA_SOVERSION:?}" "${FA_LIBDIR:?}" "${FA_INCLUDEDIR:?}"
-: "${FA_GENERATOR:?}" "${FA_MAKE_PROGRAM:=}" "${FA_HAS_BENCH:?}"
+: "${FA_GENERATOR:?}" "${FA_MAKE_PROGRAM:=}" "${FA_HAS_BENCH:?}" "${FA_BENCH_RUNPATH:=1}"
 here=$(cd "$(dirname "$0")" && pwd)
 config_args=()
 [ -n "$FA_CONFIG" ] && config_args=(--config "$FA_CONFIG")
@@ -62,6 +62,8 @@ install)
   [ "$(readlink "$lib/libflashattn.so.$FA_SOVERSION")" = "libflashattn.so.$FA_VERSION" ] ||
     die "libflashattn.so.$FA_SOVERSION does not link to .so.$FA_VERSION"
   if [ "$FA_HAS_BENCH" = 1 ]; then need_file "$FA_PREFIX/bin/flashattn-bench"; fi
+  need_file "$FA_PREFIX/share/doc/flashattn/LICENSE"
+  need_file "$FA_PREFIX/share/doc/flashattn/THIRD-PARTY-NOTICES"
   # The installed files must not point back into the build or source tree.
   if grep -rl -F "$FA_BUILD_DIR" "$FA_PREFIX/$FA_INCLUDEDIR" "$lib/pkgconfig" "$lib/cmake"; then
     die "installed files above mention the build tree $FA_BUILD_DIR"
@@ -92,68 +94,37 @@ find-package)
   # No LD_LIBRARY_PATH: CMake's build run path to the imported library must be enough.
   "$exe"
   ;;
-deb)
-  command -v dpkg-deb >/dev/null || skip "dpkg-deb not found (install dpkg)"
-  [ -f "$FA_BUILD_DIR/CPackConfig.cmake" ] || die "no CPackConfig.cmake in $FA_BUILD_DIR"
-  work="$FA_WORK_DIR/deb"
-  rm -rf "$work"
-  mkdir -p "$work"
-  cpack_config=()
-  [ -n "$FA_CONFIG" ] && cpack_config=(-C "$FA_CONFIG")
-  "$FA_CPACK" --config "$FA_BUILD_DIR/CPackConfig.cmake" -G DEB -B "$work" "${cpack_config[@]}"
-  # The Debian revision is a cache setting of cmake/FlashAttnPackaging.cmake; CPack's own configuration has it.
-  release=$(sed -n 's/^set(CPACK_DEBIAN_PACKAGE_RELEASE "\(.*\)")$/\1/p' "$FA_BUILD_DIR/CPackConfig.cmake")
-  [ -n "$release" ] || die "CPackConfig.cmake sets no CPACK_DEBIAN_PACKAGE_RELEASE"
-  arch=$(dpkg --print-architecture)
-  runtime_pkg="libflashattn$FA_SOVERSION"
-  full_version="$FA_VERSION-$release"
-  runtime_deb="$work/${runtime_pkg}_${full_version}_${arch}.deb"
-  dev_deb="$work/libflashattn-dev_${full_version}_${arch}.deb"
-  echo "packages:"; (cd "$work" && ls -1 ./*.deb)
-  [ -f "$runtime_deb" ] || die "no $runtime_deb"
-  [ -f "$dev_deb" ] || die "no $dev_deb"
-  [ "$(find "$work" -maxdepth 1 -name '*.deb' | wc -l)" -eq 2 ] || die "expected exactly two .deb files"
-
-  runtime_files=$(dpkg-deb -c "$runtime_deb")
-  dev_files=$(dpkg-deb -c "$dev_deb")
-  echo "$runtime_pkg:"; echo "$runtime_files"
-  echo "libflashattn-dev:"; echo "$dev_files"
-  has() { grep -qE "$2" <<<"$1"; }
-  has "$runtime_files" "/libflashattn\.so\.$FA_SOVERSION -> libflashattn\.so\.$FA_VERSION\$" ||
-    die "$runtime_pkg lacks the libflashattn.so.$FA_SOVERSION link"
-  has "$runtime_files" "/libflashattn\.so\.$FA_VERSION\$" || die "$runtime_pkg lacks libflashattn.so.$FA_VERSION"
-  ! has "$runtime_files" "/libflashattn\.so( |\$)" || die "$runtime_pkg holds the development link libflashattn.so"
-  ! has "$runtime_files" "/include/" || die "$runtime_pkg holds headers"
-  if [ "$FA_HAS_BENCH" = 1 ]; then
-    has "$runtime_files" "/usr/bin/flashattn-bench\$" || die "$runtime_pkg lacks flashattn-bench"
+bench)
+  # The installed bench starts from wherever the tree lies (RUNPATH $ORIGIN/<bin-to-lib>), so it is run from a copy
+  # of the prefix in another place, with no LD_LIBRARY_PATH, and must load the library of that copy. A build for a
+  # distribution package (FLASHATTN_BENCH_RUNPATH=OFF) must have no run path at all; it is run with LD_LIBRARY_PATH.
+  [ "$FA_HAS_BENCH" = 1 ] || skip "flashattn-bench is not built (FLASHATTN_BUILD_BENCH=OFF)"
+  moved="$FA_WORK_DIR/moved-prefix"
+  rm -rf "$moved"
+  mkdir -p "$FA_WORK_DIR"
+  cp -a "$FA_PREFIX" "$moved"
+  exe="$moved/bin/flashattn-bench"
+  run_env=(env -u LD_LIBRARY_PATH)
+  [ "$FA_BENCH_RUNPATH" = 1 ] || run_env=(env "LD_LIBRARY_PATH=$moved/$FA_LIBDIR")
+  if command -v readelf >/dev/null; then
+    dynamic=$(readelf -d "$exe")
+    if [ "$FA_BENCH_RUNPATH" = 1 ]; then
+      grep -q '(RUNPATH).*\$ORIGIN/' <<<"$dynamic" || die "flashattn-bench has no RUNPATH relative to \$ORIGIN"
+    else
+      ! grep -q '(RUNPATH)' <<<"$dynamic" || die "flashattn-bench has a RUNPATH although FLASHATTN_BENCH_RUNPATH=OFF"
+    fi
+    ! grep -q '(RPATH)' <<<"$dynamic" || die "flashattn-bench has a DT_RPATH (LD_LIBRARY_PATH could not override it)"
+    ! grep -q 'libcudart\.so' <<<"$dynamic" || die "flashattn-bench needs libcudart.so (the runtime must be static)"
   fi
-  for pattern in "/usr/include/flashattn/flashattn\.h\$" "/usr/include/flashattn/flashattn_version\.h\$" \
-                 "/libflashattn\.so -> libflashattn\.so\.$FA_SOVERSION\$" "/pkgconfig/flashattn\.pc\$" \
-                 "/cmake/FlashAttn/FlashAttnConfig\.cmake\$" "/cmake/FlashAttn/FlashAttnConfigVersion\.cmake\$" \
-                 "/cmake/FlashAttn/FlashAttnTargets\.cmake\$"; do
-    has "$dev_files" "$pattern" || die "libflashattn-dev lacks $pattern"
-  done
-  ! has "$dev_files" "/libflashattn\.so\.$FA_VERSION\$" || die "libflashattn-dev holds the runtime library"
-
-  [ "$(dpkg-deb -f "$runtime_deb" Package)" = "$runtime_pkg" ] || die "runtime package is not named $runtime_pkg"
-  depends=$(dpkg-deb -f "$dev_deb" Depends)
-  echo "libflashattn-dev Depends: $depends"
-  grep -qF "$runtime_pkg (= $full_version)" <<<"$depends" || die "libflashattn-dev does not depend on $runtime_pkg (= $full_version)"
-  echo "$runtime_pkg Depends: $(dpkg-deb -f "$runtime_deb" Depends)"
-
-  # The packaged files work as installed: unpack both packages into one root and build the consumer against it.
-  if command -v pkg-config >/dev/null; then
-    root="$work/root"
-    dpkg-deb -x "$runtime_deb" "$root"
-    dpkg-deb -x "$dev_deb" "$root"
-    pcfile=$(find "$root" -name flashattn.pc)
-    [ -n "$pcfile" ] || die "no flashattn.pc in the packages"
-    pkg_libdir=$(dirname "$(dirname "$pcfile")")
-    FA_LIBDIR=${pkg_libdir#"$root/usr/"} FA_INCLUDEDIR=include \
-      build_with_pkgconfig "$(dirname "$pcfile")" "$root/usr" "$work/consumer_deb"
-  else
-    echo "pkg-config not found: the unpacked packages were not built against"
+  if command -v ldd >/dev/null; then
+    resolved=$("${run_env[@]}" ldd "$exe" | awk '/libflashattn\.so/ {print $3}')
+    [ "$(realpath "$resolved")" = "$(realpath "$moved/$FA_LIBDIR/libflashattn.so.$FA_SOVERSION")" ] ||
+      die "the moved flashattn-bench loads '$resolved', not the library beside it"
   fi
+  help=$("${run_env[@]}" "$exe" --help)
+  grep -q '^usage: flashattn-bench' <<<"$help" || die "flashattn-bench --help printed no usage"
+  "${run_env[@]}" "$exe" --backend host
+  rm -rf "$moved"
   ;;
 *)
   die "unknown step $step"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The mask rule of src/core/mask.hpp, every form of it, against a brute-force definition written here from
 // docs/semantics.md ("Masks and windows") and not from the header: one (row, key) pair at a time, no ranges, no
 // algebra. Every shape with sq, sk in 0..12, every mask, windows -1..4 on each side and block sizes 1..5; the grids

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Every environment variable of src/core/knobs.def is documented in docs/semantics.md, and the library reads no
 # variable outside that list (a getenv anywhere else in src/ fails).
 file(READ "${KNOBS}" knobs)

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The ABI surface of libflashattn: the functions the shared library exports must be exactly the global list of the
 # version script, which must name exactly the functions the public header declares; the SONAME must carry the
 # SOVERSION. Usage: check_symbols.sh <libflashattn.so.N.M.P> <flashattn.map> <flashattn.h> <SOVERSION>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Two checks on the shared binding test vectors (bindings/testdata):
 //
 //   check_vectors run DIR              every vector through the C API on a HOST handle, outputs poisoned with NaN,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Just enough JSON for the binding test vectors: a writer that prints numbers so they read back exactly, and a
 // reader for what the writer produces (and any other standard JSON). Non-finite floats, which JSON cannot hold, are
 // the strings "inf", "-inf" and "nan" (bindings/testdata/README.md).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Writes the shared binding test vectors (bindings/testdata/*.json, format in bindings/testdata/README.md): small
 // FP32 problems of every operation with their float64-oracle results and gates, so that every language binding can
 // prove it passes shapes, strides, attributes and sequence arrays to the library correctly.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Shared fixtures. The tests run against the installed package and the library FLASHATTN_LIBRARY names."""
 
 import json

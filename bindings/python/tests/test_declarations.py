@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The package declares exactly the header's functions, enums and handles (bindings/spec/flashattn_api.json is
 generated from the header), with matching parameter counts, names and ctypes types."""
 

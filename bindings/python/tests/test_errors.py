@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Bad input: flashattn.Error with the status and a message naming the argument, and the outputs untouched, whether
 the binding refuses the argument before the C call or the library refuses it."""
 

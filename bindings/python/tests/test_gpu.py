@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """GPU tests (marker `gpu`; skipped without torch, a CUDA GPU or a library built with the CUDA backend).
 
 flashattn.torch.attention through autograd against scaled_dot_product_attention: the reference is float64 SDPA on

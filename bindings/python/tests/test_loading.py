@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """How the package finds the library, and that it imports with neither the library nor NumPy nor torch."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Handle and descriptor objects: values round-trip through the library, cleanup by close(), `with` and the
 finalizer, and a closed object is refused."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """flashattn.torch with CPU tensors (HOST backend): the custom operators, their fake implementations, autograd and
 torch.compile, where torch is installed (skipped otherwise; the GPU versions are in test_gpu.py)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Every shared vector of bindings/testdata through the Python binding on the HOST backend, with its gates
 (bindings/testdata/README.md). Outputs are passed in, poisoned with NaN, in the layout the vector gives."""
 

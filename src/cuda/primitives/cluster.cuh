@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Thread-block clusters and distributed shared memory (sm90): a barrier over every thread of the cluster, the address
 // of a shared variable in another CTA of the cluster, and loads through such addresses. Older targets trap: kernels
 // that also compile for them are only planned onto cluster launches on sm90.

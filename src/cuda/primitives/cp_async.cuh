@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // cp.async (sm80+): asynchronous 16-byte global -> shared copies that bypass registers, grouped so a multi-stage
 // pipeline can wait for "all but the newest N groups".
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // cp.async of a single 4-byte word (sm80+): per-row FP32 statistics (LSE, row sums) arrive in shared memory in the
 // same asynchronous group as the tiles they belong to, without a register round trip that would stall the warp.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Counters and flags in global memory that CTAs of one grid use to agree on who does a step last (the fused decode
 // merge). Device scope; sm70+ (the PTX memory model's release / acquire / relaxed / fence.sc forms).
 #pragma once

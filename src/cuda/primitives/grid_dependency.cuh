@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Programmatic dependent launch (sm90): a grid launched with cudaLaunchAttributeProgrammaticStreamSerialization may
 // be scheduled while the grid before it on the stream still runs. On older targets both are no-ops, which is what a
 // launch without the attribute sees anyway.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // ldmatrix: a warp loads 8x8 matrices of 16-bit elements from shared memory straight into mma fragment layout.
 //
 // Lanes 8*m .. 8*m+7 supply the row addresses (16 contiguous bytes each) of matrix m (m < number of matrices); every

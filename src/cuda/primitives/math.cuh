@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Small numeric helpers for the attention kernels: fast exp2, packing FP32 pairs into FP16/BF16 registers, and the
 // reductions across the 4 lanes (a "quad") that share one row of an mma accumulator fragment.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Hopper (sm90) synchronisation wrappers for warp-specialized kernels: shared-memory mbarriers (phase-parity waits),
 // named barriers between warpgroups, the generic-to-async proxy fence, and setmaxnreg register reconfiguration.
 //

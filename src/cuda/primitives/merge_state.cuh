@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Softmax states and their merge: the one place where partial attention results are combined (flashAttnMergeStates'
 // kernel, the split-KV decode's fused and separate merges, its cluster merge and its combine of key groups).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Tensor-core matrix multiply (mma.sync.m16n8k16, sm80+) with FP32 accumulators, for FP16 and BF16 operands.
 //
 // Fragment layouts (PTX ISA "Matrix Fragments for mma.m16n8k16"), lane = 4 * group + quad (group = lane / 4):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // All tensor-core, copy and math primitives of the CUDA kernel families (sm80+).
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Fire-and-forget FP32 additions into global memory (red: no value comes back, so nothing waits for the round trip
 // and no registers stay reserved for it). sm90 adds two consecutive floats per instruction.
 #pragma once

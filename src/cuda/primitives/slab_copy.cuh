@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Copies of 16-bit row tiles into the layout the wgmma shared-memory descriptors read (wgmma.cuh's 128-byte swizzle):
 // a Rows x D tile is a stack of D / 64 slabs [Rows][64], and the 16-byte chunk c of row r lands in slab c / 8 at chunk
 // (c % 8) ^ (r % 8). Used by the sm90 forward (producer warpgroup) and backward (whole CTA) families.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // XOR swizzle of shared-memory tiles stored as rows of 16-byte chunks, so that the 8 row addresses of one ldmatrix
 // (same chunk column, 8 consecutive rows) and the 16-byte cp.async stores of a warp land in distinct bank groups.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Hopper bulk tensor copies (TMA, sm90): a copy of one box of a tensor map into shared memory that completes its bytes
 // on an mbarrier (mbarrier.cuh: arrive with expect_tx before the copies, wait for the phase).
 //

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 # Staging copies (staging.hpp): an object library so that the GPU test can call the component directly; its objects
 # are linked into flashattn through FLASHATTN_EXTRA_OBJECT_LIBS, with the portable kernels' architectures.
 add_library(flashattn_staging OBJECT

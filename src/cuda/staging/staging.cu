@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // stageIn/stageOut: one grid-stride kernel copies every staged tensor of a call between the caller's strides and the
 // packed slots of the workspace (staging.hpp).
 #include "cuda/staging/staging.hpp"

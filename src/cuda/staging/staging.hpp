@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Staging copies: how the CUDA backward and decode serve tensors their kernels cannot load.
 //
 // Why. Those kernels move rows in 16-byte vectors (cp.async, TMA), so a tensor whose walked batch, head or row stride

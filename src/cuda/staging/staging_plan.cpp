@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 #include "cuda/staging/staging_plan.hpp"
 
 #include <cstdint>

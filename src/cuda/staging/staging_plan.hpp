@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The host half of the staging component (see staging.hpp for why it exists): which tensors of a problem go
 // through the workspace, in which packed layout, at which offset. Plain C++ with no CUDA header, so the rule is
 // tested on CI machines without a GPU (tests/host/test_host_staging_plan.cpp).

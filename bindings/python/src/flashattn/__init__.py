@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Python binding of libflashattn (pure ctypes, no compiler needed).
 
     import numpy as np, flashattn

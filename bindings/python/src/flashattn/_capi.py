@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """The C API of libflashattn as ctypes declarations, and the loading of the library.
 
 Every function of include/flashattn/flashattn.h is declared here by hand, with its parameter names and ctypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """flashattn.Error and the library's objects (handle and descriptors) as Python objects.
 
 Each object owns one library object and destroys it exactly once: on close(), at the end of a `with` block, or when

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """forward, backward, decode and merge_states on tensors of any framework.
 
 Tensor shapes are the descriptors' dims, in the header's semantic order (Q [batch, heads, seqQ, headDim], K/V

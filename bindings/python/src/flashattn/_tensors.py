@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Reading tensors of any framework as (address, shape, strides in elements, dtype, device), and allocating new
 ones through the framework the caller uses.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """PyTorch integration: a differentiable `attention` over libflashattn.
 
 `attention` is a torch.autograd.Function whose forward and backward call two custom operators,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The portable backward families (src/cuda/family.hpp): cuda.bwd.mma_sync (FP16/BF16) and cuda.bwd.ffma (FP32), and
 // the pipeline every backward family shares (backward_params.hpp: planBackwardCommon, launchBackwardPipeline; the
 // sm_90a wgmma family of backward_sm90/ brings only its main kernel). This file also holds the two small kernels around

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Device pieces shared by the backward kernels: which (key block, KV head, sequence) a CTA serves, the sequence's
 // extent, the mask rule's forms on the backward's parameters, the workspace row index, and the ordered dQ accumulation
 // of deterministic mode.

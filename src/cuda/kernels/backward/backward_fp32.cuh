@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The FP32-storage backward kernel: the same scheme as backward_mma.cuh (K/V block resident, walk the query blocks of
 // every query head of the group, dQ added into the FP32 workspace), computed with FFMA in FP32 so the gradients keep
 // FP32-level accuracy (tensor-core TF32 would not). Correctness first; FP32 attention is not the fast path.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // What a generated backward instance file compiles: the main kernel of one (storage type, head dim), tensor-core
 // tiles for FP16/BF16 and the FFMA kernel for FP32.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The tensor-core backward kernel (FP16/BF16 storage, sm80+): FlashAttention-2's scheme with mma.sync m16n8k16.
 //
 // One CTA owns key block [n0, n0 + BlockN) of one KV head: K and V stay in shared memory, dK and dV accumulate in FP32
@@ -353,17 +354,19 @@ struct MmaBackward {
         prim::cpAsync16(destination + uint32_t(pass * kRowsPerPass * Tile::kRowBytes),
                         valid ? source + pass * passStride : base, valid);
       }
-      return;
-    }
+    } else {
+      // The general loop sits in the else branch: after a `return` in the constexpr branch nvcc would compile it
+      // anyway and warn that it cannot be reached (#128-D).
 #pragma unroll
-    for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
-      const int idx = it * kThreads + int(threadIdx.x);
-      if (kTotal % kThreads == 0 || idx < kTotal) {
-        const int r = idx / kChunks;
-        const int c = idx % kChunks;
-        const bool valid = row0 + r < rowLimit && c * 8 < headDim;
-        const Element *src = valid ? base + int64_t(row0 + r) * rowStride + c * 8 : base;
-        prim::cpAsync16(prim::smemAddress(tile + Tile::chunkOffset(r, c)), src, valid);
+      for (int it = 0; it < (kTotal + kThreads - 1) / kThreads; ++it) {
+        const int idx = it * kThreads + int(threadIdx.x);
+        if (kTotal % kThreads == 0 || idx < kTotal) {
+          const int r = idx / kChunks;
+          const int c = idx % kChunks;
+          const bool valid = row0 + r < rowLimit && c * 8 < headDim;
+          const Element *src = valid ? base + int64_t(row0 + r) * rowStride + c * 8 : base;
+          prim::cpAsync16(prim::smemAddress(tile + Tile::chunkOffset(r, c)), src, valid);
+        }
       }
     }
   }

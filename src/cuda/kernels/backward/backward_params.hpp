@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // What the backward kernels receive (by value) and the tile configurations each instance compiles.
 //
 // The FlashAttention-2 backward runs three launches: a preprocess kernel (D = rowsum(dO * O), the LSE converted to

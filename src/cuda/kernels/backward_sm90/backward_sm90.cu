@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper backward family, cuda.bwd.wgmma (src/cuda/family.hpp): its plan function and the dispatch to its main
 // kernels (backward_sm90_kernel.cuh for d64 and d128, backward_sm90_d256_kernel.cuh for d256), around which it runs
 // the portable backward's pipeline (preprocess, convert, workspace: backward_params.hpp). Built only into the sm_90a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper backward family (cuda.bwd.wgmma): its tile per head dim and the instance launcher the generated files
 // define. It registers itself with the backward chooser (backward_sm90.cu) ranked before the portable kernels and runs
 // the portable family's pipeline (preprocess, convert, workspace) around its own main kernel. A new head dim is an

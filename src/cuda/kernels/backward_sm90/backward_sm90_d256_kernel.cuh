@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper (sm_90a) backward main kernel for head dim 256 (FP16/BF16 storage).
 //
 // The d128 kernel's layout (128 keys per CTA, dK and dV of a warpgroup's 64 keys in registers) would need 256

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper (sm_90a) backward main kernel for head dims 64 and 128: FlashAttention backward with wgmma for FP16/BF16
 // storage (d256 has its own kernel: backward_sm90_d256_kernel.cuh).
 //

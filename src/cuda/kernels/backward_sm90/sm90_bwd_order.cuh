@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The order in which a CTA of the wgmma backward walks its (query head, query block) steps, and in deterministic mode
 // which query blocks it adds into first (no wait for a predecessor key block).
 //

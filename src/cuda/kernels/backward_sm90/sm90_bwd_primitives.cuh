@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Instructions the backward family needs beyond src/cuda/primitives (whose wgmma.cuh has the transposed
 // shared-memory forms dQ = dS K uses): the transposing 8x8 matrix store (sm_90) that writes dS^T accumulator fragments
 // as dS rows.

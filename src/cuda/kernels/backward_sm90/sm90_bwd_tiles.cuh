@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The copies both wgmma backward kernels make between global memory and a CTA of 256 threads: 16-bit row tiles into
 // the 128-byte-swizzled slab stacks the wgmma descriptors read (the CTA's K/V block, each step's Q/dO block), the
 // per-row FP32 statistics of a query block, and the dK/dV accumulators out to the caller's rows.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Split-KV decode: the chooser (planDecode) and the launcher (launchDecode) of src/cuda/ops.hpp.
 //
 // planDecode picks the instance (the narrowest compiled head dim >= the problem's, zero-filled columns in between),

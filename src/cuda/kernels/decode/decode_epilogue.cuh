@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The split-KV decode's epilogue: the warps of one row tile combine their key groups through shared memory, and the
 // CTA writes either O (one chunk) or the chunk's partial state; partial states are merged in chunk order, either by
 // the last CTA of the (batch, KV head, row block) to finish (fused, counted in a self-resetting tagged word), by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Split-KV decode kernel: one CTA per (batch, KV head, KV chunk, row block), composed of
 //   decode_work.cuh      which unit, chunk and keys the CTA serves;
 //   decode_loader.cuh    how Q and the K/V tiles reach shared memory (cp.async, or tensor maps with a producer warp)

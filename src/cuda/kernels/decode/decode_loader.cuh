@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The split-KV decode's loaders: how Q and the K/V tiles of a chunk reach shared memory, and the pipeline that hands
 // each tile to the math (decode_params.hpp, Loader, says when each is used).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The split-KV decode's math: Q K^T, the online softmax and P V over one warp's 16 query rows.
 //
 // Engines: FP16/BF16 use mma.sync m16n8k16 (Q K^T with K through ldmatrix, P from registers times V through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The separate merge of a split-KV decode's partial states (MergeMode kMergeSeparate), launched as a programmatic
 // dependent of the decode kernel on sm90.
 #include <cuda_bf16.h>

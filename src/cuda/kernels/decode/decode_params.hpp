@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // What a split-KV decode kernel instance receives (by value, its only parameter), and the shape rules that the plan
 // (host) and the kernel (device) must agree on: kernel variants, tile sizes, shared-memory layout and the chunk split.
 //

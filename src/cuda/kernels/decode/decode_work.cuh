@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // What one CTA of the split-KV decode serves: its (batch, KV head, chunk, row block) from the block index, the
 // sequence's length, and the keys of its chunk. Every component of the kernel reads it.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The portable forward families (src/cuda/family.hpp): cuda.fwd.mma_sync for FP16/BF16 (forward_mma_kernel.cuh) and
 // cuda.fwd.ffma for FP32 (forward_fp32_kernel.cuh), sm80 and newer. Instances are (storage type, instance head dim)
 // pairs from the generated list (src/cuda/generate.py); a head dim that is a multiple of 8 but not an instance runs on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Device pieces shared by the tensor-core and the FP32 forward kernels: which (sequence, head, query block) a CTA
 // serves, the sequence's extent (ragged offsets and per-sequence KV lengths, clamped so bad offsets never address
 // outside the tensors), and the mask rule's forms on the forward's parameters.

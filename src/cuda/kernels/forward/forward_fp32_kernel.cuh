@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The FP32-storage forward kernel: no tensor cores, no TF32. Q.K and the logits in FP64 (DFMA), P, P.V and O in FP32
 // FFMA with accurate expf, so the result carries FP32-level accuracy. Same semantics and work split as the tensor-core
 // kernel: one CTA per (sequence, head, BlockM query rows), key blocks outside the visible range skipped, online softmax.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The definition of launchInstance<Element, HeadDim>: picks the kernel and tile of an instance, raises its dynamic
 // shared-memory limit once per device, and enqueues one launch. Included only by the generated instance files.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The portable tensor-core forward kernel (sm80+), FlashAttention-2 style, for FP16 and BF16 storage.
 //
 // One CTA serves BlockM query rows of one (sequence, head); Warps warps split those rows (each warp owns

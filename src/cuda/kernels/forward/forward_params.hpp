@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // What a forward kernel instance receives (by value, as its only parameter), and the tile of each instance.
 //
 // Built on the host from AttnProblem + AttnBuffers by launchForward; plain data so it travels as a kernel argument.

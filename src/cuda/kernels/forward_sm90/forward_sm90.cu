@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper forward family, cuda.fwd.wgmma (src/cuda/family.hpp): its plan function and launcher. Compiled for
 // sm_90a only, in the object library of sources.cmake, with the instances of the generated list
 // (src/cuda/generate.py); it registers itself, ranked before the portable forward it replaces on sm90.

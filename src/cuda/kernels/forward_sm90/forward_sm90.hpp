@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper forward family (cuda.fwd.wgmma). It registers itself with the forward chooser (src/cuda/family.hpp)
 // ranked before the portable kernels: on an sm90 device it serves FP16/BF16 at its instances' head dims without
 // softcap or ALiBi, with rows and strides in 16-byte units and 16-byte aligned pointers; everything else falls through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper (sm_90a) forward kernel: warp-specialized FlashAttention with wgmma, for FP16/BF16 storage.
 //
 // A tile is BlockM = 64 * ConsumerGroups query rows of one (sequence, head); a CTA serves one tile or, persistent,

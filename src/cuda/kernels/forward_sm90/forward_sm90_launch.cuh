@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Launch of one forward_sm90 kernel configuration, and of the tile each (storage type, head dim) instance uses.
 // Included by the generated instance files (forward_sm90_instance.cu.in) and by benchmark drivers that compare tiles.
 #pragma once

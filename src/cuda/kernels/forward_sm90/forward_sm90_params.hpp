@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Host-visible description of the forward_sm90 kernels: tile configurations, their shared-memory layout and the
 // per-instance launch entry point (defined by the generated instance files). The kernels take the portable family's
 // ForwardParams, so masks, windows, ragged batches and seqlensK mean exactly what they mean there.

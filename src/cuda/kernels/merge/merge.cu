@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // Merge of S partial attention states: O = sum_s exp(lse_s - LSE) O_s with LSE = log sum_s exp(lse_s).
 //
 // One warp per output row, each lane 4 columns (1 where rows are not 16-byte vectors). Every lane streams the S

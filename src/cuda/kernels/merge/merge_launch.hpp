@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-3-Clause
 // The GPU merge of partial attention states, as flashAttnMergeStates runs it. (Split-KV decode merges its own partial
 // states, whose layout it fixes, with decodeMergeKernel in cuda/kernels/decode/.)
 #pragma once

@@ -1,0 +1,95 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include "oracle.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace bench_oracle {
+
+namespace {
+
+int64_t keysOf(const Shape &s, int64_t b) { return s.keyLengths.empty() ? s.Sk : s.keyLengths[size_t(b)]; }
+
+// One past the last key row i may see.
+int64_t visibleEnd(const Shape &s, int64_t b, int64_t i) {
+  const int64_t sk = keysOf(s, b);
+  if (!s.causal) return sk;
+  return std::clamp<int64_t>(i + sk - s.Sq + 1, 0, sk);
+}
+
+// Offsets of the row (b, h, i) of a [B, heads, rows, D] array.
+int64_t rowAt(const Shape &s, int64_t heads, int64_t rows, int64_t b, int64_t h, int64_t i) {
+  return ((b * heads + h) * rows + i) * s.D;
+}
+
+double dot(const double *a, const double *b, int64_t n) {
+  double sum = 0;
+  for (int64_t d = 0; d < n; ++d) sum += a[d] * b[d];
+  return sum;
+}
+
+}  // namespace
+
+void forward(const Shape &s, const std::vector<double> &q, const std::vector<double> &k, const std::vector<double> &v,
+             std::vector<double> &o, std::vector<double> &lse) {
+  const double scale = 1.0 / std::sqrt(double(s.D));
+  const int64_t group = s.H / s.HK;
+  o.assign(size_t(s.B * s.H * s.Sq * s.D), 0.0);
+  lse.assign(size_t(s.B * s.H * s.Sq), -std::numeric_limits<double>::infinity());
+  std::vector<double> logits;
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t i = 0; i < s.Sq; ++i) {
+        const int64_t end = visibleEnd(s, b, i);
+        if (end == 0) continue;
+        const double *qi = &q[size_t(rowAt(s, s.H, s.Sq, b, h, i))];
+        logits.resize(size_t(end));
+        double top = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < end; ++j) {
+          logits[size_t(j)] = scale * dot(qi, &k[size_t(rowAt(s, s.HK, s.Sk, b, h / group, j))], s.D);
+          top = std::max(top, logits[size_t(j)]);
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < end; ++j) sum += std::exp(logits[size_t(j)] - top);
+        const double rowLse = top + std::log(sum);
+        lse[size_t((b * s.H + h) * s.Sq + i)] = rowLse;
+        double *oi = &o[size_t(rowAt(s, s.H, s.Sq, b, h, i))];
+        for (int64_t j = 0; j < end; ++j) {
+          const double p = std::exp(logits[size_t(j)] - rowLse);
+          const double *vj = &v[size_t(rowAt(s, s.HK, s.Sk, b, h / group, j))];
+          for (int64_t d = 0; d < s.D; ++d) oi[d] += p * vj[d];
+        }
+      }
+}
+
+void backward(const Shape &s, const std::vector<double> &q, const std::vector<double> &k, const std::vector<double> &v,
+              const std::vector<double> &o, const std::vector<double> &dO, const std::vector<double> &lse,
+              std::vector<double> &dq, std::vector<double> &dk, std::vector<double> &dv) {
+  const double scale = 1.0 / std::sqrt(double(s.D));
+  const int64_t group = s.H / s.HK;
+  dq.assign(q.size(), 0.0);
+  dk.assign(k.size(), 0.0);
+  dv.assign(v.size(), 0.0);
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t i = 0; i < s.Sq; ++i) {
+        const double rowLse = lse[size_t((b * s.H + h) * s.Sq + i)];
+        const int64_t end = visibleEnd(s, b, i);
+        if (end == 0 || std::isinf(rowLse)) continue;  // no visible key: zero gradient
+        const size_t qo = size_t(rowAt(s, s.H, s.Sq, b, h, i));
+        const double rowD = dot(&dO[qo], &o[qo], s.D);
+        for (int64_t j = 0; j < end; ++j) {
+          const size_t ko = size_t(rowAt(s, s.HK, s.Sk, b, h / group, j));
+          const double p = std::exp(scale * dot(&q[qo], &k[ko], s.D) - rowLse);
+          const double dS = p * (dot(&dO[qo], &v[ko], s.D) - rowD);
+          for (int64_t d = 0; d < s.D; ++d) {
+            dv[ko + size_t(d)] += p * dO[qo + size_t(d)];
+            dq[qo + size_t(d)] += scale * dS * k[ko + size_t(d)];
+            dk[ko + size_t(d)] += scale * dS * q[qo + size_t(d)];
+          }
+        }
+      }
+}
+
+}  // namespace bench_oracle
