@@ -88,6 +88,7 @@ struct DecodeCase {
   bool badBlockId = false;  // the last used page of sequence 0 gets an out-of-range id: its keys are masked
   bool withLse = true;
   bool broadcastKv = false;  // kvHeads == heads with K/V head stride 0
+  int64_t kvRowPad = 0;      // dense caches: unused elements after each K/V row (odd values: strides the kernels stage)
   double inputScale = 1.0;
   float scale = 0.f;  // 0: the default 1/sqrt(headDim)
   uint64_t seed = 1;
@@ -236,7 +237,10 @@ class DecodeFixture {
 
     const double nan = std::nan("");
     if (!c.paged) {
-      HostTensor kh(c.dtype, {c.batch, dataKv, capacity, c.headDim}, stridesFor(c.order, c.batch, dataKv, capacity, c.headDim));
+      const int64_t pitch = c.headDim + c.kvRowPad;
+      HostTensor kh(c.dtype, {c.batch, dataKv, capacity, c.headDim},
+                    c.kvRowPad > 0 ? std::vector<int64_t>{dataKv * capacity * pitch, capacity * pitch, pitch, 1}
+                                   : stridesFor(c.order, c.batch, dataKv, capacity, c.headDim));
       HostTensor vh = kh;
       for (int64_t b = 0; b < c.batch; ++b)
         for (int64_t h = 0; h < dataKv; ++h)
@@ -485,6 +489,34 @@ TEST(DecodeSupport, PlansOnlyWhatTheCodeWasCompiledFor) {
     bool pass = false;
     const std::string text = f.check(&pass);
     EXPECT_TRUE(pass) << text;
+  }
+}
+
+// K/V rows of an odd number of elements are not whole 16-byte vectors: the decode stages them through the workspace
+// (CheckSupport says so), and the results must still pass the oracle in every chunking.
+TEST(DecodeSupport, OddCacheStridesAreStaged) {
+  DecodeCase c;
+  c.name = "bf16_d128_b2_h8_2_odd_rows";
+  c.headDim = 128;
+  c.batch = 2, c.heads = 8, c.kvHeads = 2, c.sq = 2, c.cap = 700;
+  c.lens = {700, 333};
+  c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+  c.kvRowPad = 3;
+  c.chunks = {0, 1, 3, 17};
+  DecodeFixture f(c);
+  char text[512] = {};
+  ASSERT_EQ(flashAttnCheckSupport(f.handle(), FLASHATTN_OP_DECODE_CHUNK, f.attn(), f.seqDesc(), f.q(), f.k(), f.v(),
+                                  f.o(), text, sizeof text, nullptr),
+            FLASHATTN_STATUS_SUCCESS)
+      << lastError();
+  EXPECT_NE(std::string(text).find("staged through the workspace: K (row stride 131)"), std::string::npos) << text;
+  for (int32_t chunks : c.chunks) {
+    SCOPED_TRACE("chunks " + std::to_string(chunks));
+    f.poisonOutputs();
+    ASSERT_EQ(f.run(chunks), FLASHATTN_STATUS_SUCCESS) << lastError();
+    bool pass = false;
+    const std::string result = f.check(&pass);
+    EXPECT_TRUE(pass) << result;
   }
 }
 
