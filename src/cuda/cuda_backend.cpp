@@ -2,6 +2,7 @@
 // and dispatch to the kernel families through src/cuda/ops.hpp (each family's chooser is its plan function).
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -94,6 +95,24 @@ void requireVectorStrides(std::initializer_list<StrideRule> rules) {
   }
 }
 
+// The kernels fold scale * log2(e), softcap * log2(e) and scale / softcap into FP32 constants once per launch and
+// compute every logit from them (exp2 of fmaf(dot, scale * log2 e, -max)). Where one of those constants is not a
+// finite float (scale above FLT_MAX / log2 e ~ 2.36e38, or scale / softcap past FLT_MAX for a tiny softcap), a zero
+// dot product gives 0 * inf = NaN and every other logit +-inf: no kernel can serve the problem, so it is refused
+// rather than answered with NaN. The HOST backend computes in double and serves these scales.
+void requireFiniteLogitConstants(float scale, float softcap) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const auto finite = [](float x) { return std::isfinite(x); };
+  if (!finite(scale * kLog2e))
+    fail(FLASHATTN_STATUS_NOT_SUPPORTED, "scale ", scale,
+         ": the CUDA kernels fold scale * log2(e) into an FP32 constant, which is infinite above ~2.36e38 "
+         "(fold part of the scale into Q, or use the HOST backend)");
+  if (softcap > 0.f && (!finite(softcap * kLog2e) || !finite(scale / softcap)))
+    fail(FLASHATTN_STATUS_NOT_SUPPORTED, "softcap ", softcap, " with scale ", scale,
+         ": the CUDA kernels fold softcap * log2(e) and scale / softcap into FP32 constants, and one of them is "
+         "infinite (use the HOST backend)");
+}
+
 void requireVectorAligned(const char *name, const void *ptr) {
   if (ptr && reinterpret_cast<uintptr_t>(ptr) % kVectorBytes != 0)
     fail(FLASHATTN_STATUS_NOT_SUPPORTED, name, " pointer ", ptr,
@@ -109,6 +128,7 @@ class CudaBackend final : public Backend {
   CUstream_st *stream() const override { return stream_; }
 
   Plan plan(const AttnProblem &p) const override {
+    requireFiniteLogitConstants(p.scale, p.softcap);
     const std::size_t e = dtypeSize(p.dtype);
     const bool batchUsed = !p.ragged && p.batch > 1;
     // The forward kernels fall back to element loads for unaligned rows themselves; the other families move rows in
