@@ -190,16 +190,19 @@ FLASHATTN_API flashAttnStatus_t flashAttnDestroy(flashAttnHandle_t handle);
 FLASHATTN_API flashAttnStatus_t flashAttnGetBackend(flashAttnHandle_t handle, flashAttnBackend_t *backend);
 
 /**
- * \brief Binds a CUDA stream to the handle; every later operation is queued on it. Ignored by the HOST backend.
+ * \brief Binds a CUDA stream to the handle; every later operation is queued on it.
+ *
+ * A HOST handle accepts any value, keeps it and returns it from flashAttnGetStream(), but never uses it (its
+ * operations are synchronous), so code written for either backend may set its stream unconditionally.
  * \param[in] handle a live handle.
- * \param[in] stream a stream of the handle's device, or NULL for the default stream.
+ * \param[in] stream a stream of the handle's device, or NULL for the default stream (any value on a HOST handle).
  * \retval FLASHATTN_STATUS_SUCCESS bound.
  * \retval FLASHATTN_STATUS_NOT_INITIALIZED \p handle is NULL or destroyed.
  */
 FLASHATTN_API flashAttnStatus_t flashAttnSetStream(flashAttnHandle_t handle, struct CUstream_st *stream);
 
 /**
- * \brief Returns the stream bound to the handle.
+ * \brief Returns the stream bound to the handle: the last value given to flashAttnSetStream(), on either backend.
  * \param[in]  handle a live handle.
  * \param[out] stream receives the stream (NULL for the default stream).
  * \retval FLASHATTN_STATUS_SUCCESS written.
