@@ -17,6 +17,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/checked.hpp"
 #include "core/error.hpp"
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
@@ -393,7 +394,7 @@ bool planBackward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::
   if (p.heads > kMaxInt || p.batch > kMaxInt)
     return refuse(concat("batch ", p.batch, " x heads ", p.heads, " exceeds the backward kernels' 32-bit limits"));
   const int64_t keyBlocks = (p.seqK + shape.blockN - 1) / shape.blockN;
-  const int64_t mainBlocks = keyBlocks * p.kvHeads * p.batch;
+  const int64_t mainBlocks = mulSat(mulSat(keyBlocks, p.kvHeads), p.batch);  // K may broadcast: unbounded by spans
   const int64_t rowBlocks = (p.seqQ + kRowsPerSmallBlock - 1) / kRowsPerSmallBlock;
   const int64_t smallBlocks = rowBlocks * p.heads * p.batch;
   if (mainBlocks > kMaxInt || smallBlocks > kMaxInt)
