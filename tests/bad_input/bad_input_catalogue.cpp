@@ -1863,6 +1863,28 @@ TEST_F(BadInput, CheckSupportStandInsPastInt64) {
                    kSupport);
 }
 
+// The CUDA backward planner counted its grid as key blocks x kvHeads x batch in int64. With K broadcast (zero
+// strides) no tensor's span bounds that product in the size query and CheckSupport, whose dK is a stand-in with K's
+// layout: 2^25 key blocks x 2^29 x 2^29 wrapped and a negative count passed the grid limit. CUDA: NOT_SUPPORTED (the
+// grid is past 2^31 blocks). HOST: served (its workspace, 2^61 bytes of D rows, is addressable; nothing runs here).
+TEST_F(BadInput, BackwardGridCountPastInt64) {
+  const int64_t n = int64_t(1) << 29, keys = std::numeric_limits<int32_t>::max() - 4096;
+  auto q = makeDesc(kFp16, {n, n, 1, 8}, {0, 0, 0, 1});
+  auto kv = makeDesc(kFp16, {n, n, keys, 8}, {0, 0, 0, 1});
+  auto o = makeDesc(kFp16, {n, n, 1, 8});
+  auto bw = backward();
+  bw.qDesc = bw.dODesc = *q;
+  bw.kDesc = bw.vDesc = *kv;
+  bw.oDesc = *o;
+  if (onCuda()) {
+    rejectEverywhere("CheckSupport(BACKWARD): K broadcast over 2^29 x 2^29 heads of 2^31 keys", {kNotSupported},
+                     {"batch", "heads", "grid", "seqK"}, bw, kSupport);
+    return;
+  }
+  EXPECT_EQ(bw.support(nullptr, 0, nullptr), kSuccess) << fa_test::lastError();
+  ++g_totalCases;
+}
+
 // DecodeChunk's chunk bounds sk * c / chunks reach 2^40 * 2^23 = 2^63 for the last chunk of 2^23 over a 2^40-key
 // cache, which wrapped: that chunk's range came out empty (or, for other counts, 2^41 keys long, a run that never
 // returns). A window keeps only the last key visible, so the run is short, and the answer is known: that key's
