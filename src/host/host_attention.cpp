@@ -344,8 +344,28 @@ void decodeTyped(const AttnProblem &p, int32_t chunks, const DecodeWorkspace &la
     }
     thread_local std::vector<Acc> o, rowMax, rowSum;
     const int64_t cBegin = mulDivFloor(g, chunks, groups), cEnd = mulDivFloor(g + 1, chunks, groups);
-    for (int64_t c = cBegin; c < cEnd; ++c) {
-      const int64_t keyBegin = mulDivFloor(sk, c, chunks), keyEnd = mulDivFloor(sk, c + 1, chunks);
+    const auto keyOf = [&](int64_t c) { return mulDivFloor(sk, c, chunks); };  // first key of chunk c
+    // The chunks worth visiting, so that the work follows the keys, not numChunks (which may be 2^31 - 1 over a
+    // few keys): with no more chunks than keys, those from the chunk of the first seen key to that of the last (the
+    // chunk of key t is the last c with keyOf(c) <= t, ceil(chunks * (t + 1) / sk) - 1); with more chunks than keys,
+    // each chunk holds at most one key, so the group's seen keys are visited one by one as one-key chunks.
+    const auto chunkOf = [&](int64_t t) {
+      const __int128 n = static_cast<__int128>(chunks) * (t + 1);
+      return int64_t((n + sk - 1) / sk) - 1;
+    };
+    int64_t first = 0, last = -1;  // chunks [first, last], or keys when single
+    const bool single = chunks > sk;
+    if (seenLo <= seenHi) {
+      if (single) {
+        first = std::max(keyOf(cBegin), seenLo);
+        last = std::min(keyOf(cEnd) - 1, seenHi);
+      } else {
+        first = std::max(cBegin, chunkOf(seenLo));
+        last = std::min(cEnd - 1, chunkOf(seenHi));
+      }
+    }
+    for (int64_t at = first; at <= last; ++at) {
+      const int64_t keyBegin = single ? at : keyOf(at), keyEnd = single ? at + 1 : keyOf(at + 1);
       if (keyBegin >= keyEnd || keyEnd <= seenLo || keyBegin > seenHi) continue;
       for (int64_t i0 = 0; i0 < sq; i0 += kRowBlock) {
         const int64_t rows = std::min(kRowBlock, sq - i0);

@@ -2237,6 +2237,35 @@ TEST_F(BadInput, HostOperationsAllocateNothingPerCall) {
     unsetenv("FLASHATTN_HOST_THREADS");
 }
 
+// numChunks is any int32: 2^31 - 1 chunks over a 32-key cache leave all but 32 chunks empty. The HOST decode visited
+// every chunk (minutes of empty iterations); its work must follow the keys (each chunk then holds at most one). The
+// result equals the two-chunk decode's up to rounding. Both backends run it (the CUDA planner caps chunks at key tiles).
+TEST_F(BadInput, DecodeChunkCountFarAboveTheKeys) {
+  auto c = decode();
+  Buffer &oMany = tensorBuffer("O (2^31 - 1 chunks)", kFp16, {B, H, DEC_SQ, D}, true);
+  Buffer &lseMany = tensorBuffer("LSE (2^31 - 1 chunks)", kFp32, {B, H, DEC_SQ}, true);
+  c.o = oMany.data();
+  c.lse = lseMany.as<float>();
+  c.numChunks = std::numeric_limits<int32_t>::max();
+  std::size_t need = 0;
+  ASSERT_EQ(c.size(&need), kSuccess) << fa_test::lastError();
+  Buffer &ws = newBuffer("workspace (2^31 - 1 chunks)", need, true);
+  c.workspace = ws.data();
+  c.workspaceBytes = need;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(c.run(), kSuccess) << fa_test::lastError();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0) << "the decode's work followed numChunks instead of the keys";
+  ASSERT_EQ(decode().run(), kSuccess) << fa_test::lastError();
+  // The same attention split two ways: equal up to the rounding of the merge and of FP16 storage.
+  const std::vector<uint8_t> many = oMany.snapshot(), two = oDec_->snapshot();
+  for (int64_t i = 0; i < B * H * DEC_SQ * D; ++i) {
+    const double a = fa_test::loadElement(many.data(), kFp16, i), b = fa_test::loadElement(two.data(), kFp16, i);
+    ASSERT_LE(std::fabs(a - b), 2e-3 * (1.0 + std::fabs(b))) << "O element " << i;
+  }
+  ++g_totalCases;
+}
+
 // SetStream on a HOST handle: one rule on both backends, the one the header states. The value set is kept and
 // returned by GetStream (the HOST backend never uses it), so code written for either backend may set its stream
 // unconditionally. (The HOST backend accepted 0x1234 and then returned NULL.)
