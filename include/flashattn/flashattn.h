@@ -559,7 +559,8 @@ FLASHATTN_API flashAttnStatus_t flashAttnGetSeqPaged(flashAttnSeqDescriptor_t de
  * Common to all operations:
  * - Pointers are in the handle's memory (device for CUDA, host for HOST) and must be aligned to their element size;
  *   the workspace to 256 bytes. NULL is allowed only for optional outputs (LSE) and a zero-byte workspace.
- * - Outputs must not overlap inputs.
+ * - Outputs must not overlap inputs, the sequence descriptor's arrays or the ALiBi slopes, and the workspace (its
+ *   first `...GetWorkspaceSize` bytes) must overlap none of them: ::FLASHATTN_STATUS_BAD_PARAM names the two.
  * - The workspace size returned by the `...GetWorkspaceSize` twin with the same arguments is exactly what the
  *   operation needs; less gives ::FLASHATTN_STATUS_INSUFFICIENT_WORKSPACE, more is fine. Its contents on entry do
  *   not matter and need no clearing (a never-written workspace is fine); an operation may leave data in it (the
