@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
-# Configures the `asan` or `tsan` preset into its own build directory, builds only what the HOST suites need (the
-# library, the HOST tests and the bad-input catalogue) and runs those suites there (CTest label `host`), every
-# FLASHATTN_TEST_STRIDE-th grid case (each case whole) so that the sanitized run fits CI's time.
-#   run_sanitized.sh <asan|tsan> <source dir> <build dir> <grid stride>
+# Configures the `asan` or `tsan` preset (its build tree, build-asan/ or build-tsan/, beside the others), builds only
+# what the HOST suites need (the library, the HOST, bad-input and C99 tests) and runs those suites there (the test
+# preset: label `host`), every FLASHATTN_TEST_STRIDE-th grid case (each case whole) so that the run fits CI's time.
+#   run_sanitized.sh <asan|tsan> <source dir> <grid stride>
 # Exits 77 (CTest: skipped) when the compiler cannot link the sanitizer runtime.
 set -euo pipefail
 kind=$1
 src=$(cd "$2" && pwd)
-build=$3
-stride=$4
+stride=$3
 case "$kind" in
   asan) flag=address,undefined ;;
   tsan) flag=thread ;;
@@ -24,11 +23,10 @@ if ! c++ -fsanitize="$flag" "$probe_dir/probe.cpp" -o "$probe_dir/probe" 2>"$pro
 fi
 start=$(date +%s)
 cd "$src"
-cmake --preset "$kind" -B "$build" >"$probe_dir/configure.log" || { cat "$probe_dir/configure.log"; exit 1; }
-cmake --build "$build" -j 2 --target bad_input_host test_host_forward test_host_backward test_host_decode test_host_checks \
+cmake --preset "$kind" >"$probe_dir/configure.log" || { cat "$probe_dir/configure.log"; exit 1; }
+cmake --build --preset "$kind" -j 2 --target bad_input_host test_host_forward test_host_backward test_host_decode test_host_checks \
   flashattn_c99_consumer flashattn_header_cxx
 built=$(date +%s)
 export FLASHATTN_TEST_STRIDE=$stride
-# The test preset's environment (sanitizer options) applies with the preset; the build directory is ours.
-ctest --preset "$kind" --test-dir "$build" -j 2
+ctest --preset "$kind"
 echo "$kind: build $((built - start)) s, tests $(($(date +%s) - built)) s"
