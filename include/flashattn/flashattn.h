@@ -194,16 +194,19 @@ FLASHATTN_API flashAttnStatus_t flashAttnDestroy(flashAttnHandle_t handle);
 FLASHATTN_API flashAttnStatus_t flashAttnGetBackend(flashAttnHandle_t handle, flashAttnBackend_t *backend);
 
 /**
- * \brief Binds a CUDA stream to the handle; every later operation is queued on it. Ignored by the HOST backend.
+ * \brief Binds a CUDA stream to the handle; every later operation is queued on it.
+ *
+ * A HOST handle accepts any value, keeps it and returns it from flashAttnGetStream(), but never uses it (its
+ * operations are synchronous), so code written for either backend may set its stream unconditionally.
  * \param[in] handle a live handle.
- * \param[in] stream a stream of the handle's device, or NULL for the default stream.
+ * \param[in] stream a stream of the handle's device, or NULL for the default stream (any value on a HOST handle).
  * \retval FLASHATTN_STATUS_SUCCESS bound.
  * \retval FLASHATTN_STATUS_NOT_INITIALIZED \p handle is NULL or destroyed.
  */
 FLASHATTN_API flashAttnStatus_t flashAttnSetStream(flashAttnHandle_t handle, struct CUstream_st *stream);
 
 /**
- * \brief Returns the stream bound to the handle.
+ * \brief Returns the stream bound to the handle: the last value given to flashAttnSetStream(), on either backend.
  * \param[in]  handle a live handle.
  * \param[out] stream receives the stream (NULL for the default stream).
  * \retval FLASHATTN_STATUS_SUCCESS written.
@@ -560,7 +563,8 @@ FLASHATTN_API flashAttnStatus_t flashAttnGetSeqPaged(flashAttnSeqDescriptor_t de
  * Common to all operations:
  * - Pointers are in the handle's memory (device for CUDA, host for HOST) and must be aligned to their element size;
  *   the workspace to 256 bytes. NULL is allowed only for optional outputs (LSE) and a zero-byte workspace.
- * - Outputs must not overlap inputs.
+ * - Outputs must not overlap inputs, the sequence descriptor's arrays or the ALiBi slopes, and the workspace (its
+ *   first `...GetWorkspaceSize` bytes) must overlap none of them: ::FLASHATTN_STATUS_BAD_PARAM names the two.
  * - The workspace size returned by the `...GetWorkspaceSize` twin with the same arguments is exactly what the
  *   operation needs; less gives ::FLASHATTN_STATUS_INSUFFICIENT_WORKSPACE, more is fine. Its contents on entry do
  *   not matter and need no clearing (a never-written workspace is fine); an operation may leave data in it (the

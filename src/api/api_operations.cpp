@@ -8,8 +8,10 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <string>
 
 #include "api/guard.hpp"
+#include "core/checked.hpp"
 #include "core/descriptors.hpp"
 #include "core/error.hpp"
 #include "core/problem_builder.hpp"
@@ -105,34 +107,34 @@ FLASHATTN_API flashAttnStatus_t flashAttnCheckSupport(flashAttnHandle_t handle, 
                       : opCode == FLASHATTN_OP_BACKWARD ? Op::Backward
                                                         : Op::DecodeChunk;
         AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, nullptr);
-        // Backward needs an LSE; CheckSupport takes none, so stand in a packed one of the right shape.
+        // Backward needs an LSE; CheckSupport takes none, so stand in a packed one of the right shape. Its strides are
+        // products of Q's dims, which may each reach 2^40: a product that overflows means no packed LSE of that shape
+        // is addressable, and buildAttnProblem's span check refuses the rest.
         flashAttnTensorStruct lse;
-        if (op == Op::Backward) {
+        if (op == Op::Backward && (t.q->rank == 3 || t.q->rank == 4)) {  // another rank fails on Q's own rank
           const bool ragged = t.q->rank == 3;
           lse.isSet = true;
           lse.dtype = DType::FP32;
           lse.rank = ragged ? 2 : 3;
-          if (ragged) {
-            lse.dims[0] = t.q->dims[0];
-            lse.dims[1] = t.q->dims[1];
-            lse.strides[0] = t.q->dims[1];
-            lse.strides[1] = 1;
-          } else {
-            for (int i = 0; i < 3; ++i) lse.dims[i] = t.q->dims[i];
-            lse.strides[2] = 1;
-            lse.strides[1] = lse.dims[2];
-            lse.strides[0] = lse.dims[1] * lse.dims[2];
-          }
+          for (int i = 0; i < lse.rank; ++i) lse.dims[i] = t.q->dims[i];
+          lse.strides[lse.rank - 1] = 1;
+          for (int i = lse.rank - 2; i >= 0; --i)
+            lse.strides[i] = mulOr(lse.strides[i + 1], lse.dims[i + 1], FLASHATTN_STATUS_BAD_PARAM,
+                                   "Q has dims ", t.q->dims[0], " x ", t.q->dims[1], ragged ? "" : " x ",
+                                   ragged ? "" : std::to_string(t.q->dims[2]),
+                                   ": the LSE Backward reads for them spans more than int64 elements");
           t.lse = &lse;
         }
         const AttnProblem p = buildAttnProblem(op, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
         plan = ctx.backend->plan(p);
+        ctx.backend->describe(p, plan);
         break;
       }
       case FLASHATTN_OP_MERGE_STATES: {
         require(kDesc == nullptr && vDesc == nullptr, "kDesc and vDesc must be NULL for MERGE_STATES");
         const MergeProblem m = buildMergeProblem(tensorRef(qDesc, "partialO"), nullptr, tensorRef(oDesc, "O"), nullptr);
         plan = ctx.backend->planMerge(m);
+        ctx.backend->describeMerge(m, plan);
         break;
       }
       default:
@@ -168,9 +170,10 @@ FLASHATTN_API flashAttnStatus_t flashAttnForward(flashAttnHandle_t handle, flash
     const AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
     AttnProblem p = buildAttnProblem(Op::Forward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
     const Plan plan = planRun(ctx, p, {{"Q", q}, {"K", k}, {"V", v}, {"O", o}});
-    checkBuffers({{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true},
-                  {"LSE", lse, t.lse, true}});
-    checkWorkspace(plan, workspace, workspaceBytes, {{"O", o, t.o, true}, {"LSE", lse, t.lse, true}});
+    const CallMemory memory = checkBuffers(
+        {{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true}, {"LSE", lse, t.lse, true}},
+        &p);
+    checkWorkspace(plan, workspace, workspaceBytes, memory);
     ctx.backend->validateIndexData(p);
     AttnBuffers buf;
     buf.q = q;
@@ -224,16 +227,17 @@ FLASHATTN_API flashAttnStatus_t flashAttnBackward(
     AttnProblem p = buildAttnProblem(Op::Backward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
     const Plan plan = planRun(ctx, p, {{"Q", q}, {"K", k}, {"V", v}, {"O", o}, {"dO", dO}, {"dQ", dQ}, {"dK", dK},
                                        {"dV", dV}});
-    checkBuffers({{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, false},
-                  {"dO", dO, t.dO, false}, {"LSE", lse, t.lse, false}, {"dQ", dQ, t.dQ, true},
-                  {"dK", dK, t.dK, true}, {"dV", dV, t.dV, true}});
+    const CallMemory memory = checkBuffers(
+        {{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, false},
+         {"dO", dO, t.dO, false}, {"LSE", lse, t.lse, false}, {"dQ", dQ, t.dQ, true}, {"dK", dK, t.dK, true},
+         {"dV", dV, t.dV, true}},
+        &p);
     // flashAttnBackwardGetWorkspaceSize sizes the gradients in their tensors' strides; staging other ones needs more.
     if (plan.stagingBytes > 0 && workspaceBytes < plan.workspaceBytes)
       fail(FLASHATTN_STATUS_INSUFFICIENT_WORKSPACE, "workspaceBytes is ", workspaceBytes, ", this call needs ",
            plan.workspaceBytes, " (", plan.stagingBytes, " of them to stage tensors whose strides are not multiples of ",
            "16 bytes): size it with flashAttnBackwardGetWorkspaceSizeWithGradients");
-    checkWorkspace(plan, workspace, workspaceBytes,
-                   {{"dQ", dQ, t.dQ, true}, {"dK", dK, t.dK, true}, {"dV", dV, t.dV, true}});
+    checkWorkspace(plan, workspace, workspaceBytes, memory);
     ctx.backend->validateIndexData(p);
     AttnBuffers buf;
     buf.q = q;
@@ -273,9 +277,10 @@ FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunk(
     AttnProblem p =
         buildAttnProblem(Op::DecodeChunk, optionalAttention(attnDesc), optionalSeq(seqDesc), t, numChunks);
     const Plan plan = planRun(ctx, p, {{"Q", q}, {"K", k}, {"V", v}, {"O", o}});
-    checkBuffers({{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true},
-                  {"LSE", lse, t.lse, true}});
-    checkWorkspace(plan, workspace, workspaceBytes, {{"O", o, t.o, true}, {"LSE", lse, t.lse, true}});
+    const CallMemory memory = checkBuffers(
+        {{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true}, {"LSE", lse, t.lse, true}},
+        &p);
+    checkWorkspace(plan, workspace, workspaceBytes, memory);
     ctx.backend->validateIndexData(p);
     AttnBuffers buf;
     buf.q = q;
@@ -316,9 +321,11 @@ FLASHATTN_API flashAttnStatus_t flashAttnMergeStates(flashAttnHandle_t handle,
     const flashAttnTensorStruct *ld = optionalTensor(lseDesc, "LSE");
     const MergeProblem m = buildMergeProblem(po, &pl, od, ld);
     const Plan plan = ctx.backend->planMerge(m);
-    checkBuffers({{"partialO", partialO, &po, false}, {"partialLse", partialLse, &pl, false}, {"O", o, &od, true},
-                  {"LSE", lse, ld, true}});
-    checkWorkspace(plan, workspace, workspaceBytes, {{"O", o, &od, true}, {"LSE", lse, ld, true}});
+    const CallMemory memory = checkBuffers({{"partialO", partialO, &po, false},
+                                            {"partialLse", partialLse, &pl, false},
+                                            {"O", o, &od, true},
+                                            {"LSE", lse, ld, true}});
+    checkWorkspace(plan, workspace, workspaceBytes, memory);
     MergeBuffers buf;
     buf.partialO = partialO;
     buf.partialLse = partialLse;

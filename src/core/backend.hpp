@@ -20,6 +20,10 @@ class Backend {
   // Plans throw Error(FLASHATTN_STATUS_NOT_SUPPORTED, why) when the problem is valid but not served here.
   virtual Plan plan(const AttnProblem &p) const = 0;
   virtual Plan planMerge(const MergeProblem &p) const = 0;
+  // The text flashAttnCheckSupport() reports, for a backend whose plan() leaves Plan::description empty so that
+  // operations do not build it on every call (HOST). A backend whose planners write it needs nothing here.
+  virtual void describe(const AttnProblem &p, Plan &plan) const { (void)p, (void)plan; }
+  virtual void describeMerge(const MergeProblem &p, Plan &plan) const { (void)p, (void)plan; }
 
   // Checks that need to read the problem's index arrays (cu_seqlens, KV lengths, block table). Only a backend that
   // can read them without a device synchronisation does (HOST); throws Error(BAD_PARAM) before anything is written.

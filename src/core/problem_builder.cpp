@@ -7,20 +7,30 @@
 #include <string>
 #include <utility>
 
+#include "core/checked.hpp"
 #include "core/error.hpp"
 
 namespace flashattn {
 
 namespace {
 
-// Largest byte span a tensor may address: kernels do 64-bit index arithmetic, and 2^62 leaves room for offsets.
-constexpr int64_t kMaxSpanBytes = int64_t(1) << 62;
 constexpr int32_t kMaxDecodeQueries = 16;
 
-std::string shapeOf(const flashAttnTensorStruct &t) {
+std::string listOf(const int64_t *values, int n) {
   std::string s = "[";
-  for (int i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.dims[i]);
+  for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(values[i]);
   return s + "]";
+}
+std::string shapeOf(const flashAttnTensorStruct &t) { return listOf(t.dims, t.rank); }
+
+// First check on every tensor a call names: the offsets of its elements fit int64 and its bytes kMaxSpanBytes. Every
+// later computation from its dims and strides (overlap, pointer ranges, the backends' offsets) relies on it.
+void expectAddressable(const flashAttnTensorStruct &t, const char *name) {
+  int64_t elements = 0, bytes = 0;
+  if (!spanElementsOk(t.rank, t.dims, t.strides, &elements) ||
+      !spanBytesOk(elements, int64_t(dtypeSize(t.dtype)), &bytes))
+    fail(FLASHATTN_STATUS_BAD_PARAM, name, " (dims ", shapeOf(t), ", strides ", listOf(t.strides, t.rank),
+         ") spans more than 2^62 bytes: not addressable");
 }
 
 void expectRank(const flashAttnTensorStruct &t, const char *name, int rank, const char *layout) {
@@ -67,7 +77,8 @@ void expectNonOverlapping(const flashAttnTensorStruct &t, const char *name) {
     if (stride < extent)
       fail(FLASHATTN_STATUS_BAD_PARAM, name, " is an output whose elements overlap (a dimension of size ", dim,
            " has stride ", stride, ", below the ", extent, " elements the smaller strides span)");
-    extent = stride * (dim - 1) + extent;
+    extent = mulAddOr(stride, dim - 1, extent, FLASHATTN_STATUS_BAD_PARAM, name, " (dims ", shapeOf(t),
+                      ") spans more than int64 elements");
   }
 }
 
@@ -106,17 +117,11 @@ const char *dtypeName(DType t) {
 }
 
 std::size_t spanBytes(const flashAttnTensorStruct &t) {
-  int64_t last = 0;
-  for (int i = 0; i < t.rank; ++i) last += (t.dims[i] - 1) * t.strides[i];
-  return std::size_t(last + 1) * dtypeSize(t.dtype);
-}
-
-// Overflow-safe: the set-time checks bound dims and strides, and this bounds their combination.
-static void expectAddressable(const flashAttnTensorStruct &t, const char *name) {
-  long double last = 0;
-  for (int i = 0; i < t.rank; ++i) last += (long double)(t.dims[i] - 1) * (long double)t.strides[i];
-  if ((last + 1) * (long double)dtypeSize(t.dtype) >= (long double)kMaxSpanBytes)
-    fail(FLASHATTN_STATUS_BAD_PARAM, name, " (dims ", shapeOf(t), ") spans more than 2^62 bytes: not addressable");
+  int64_t elements = 0, bytes = 0;
+  if (!spanElementsOk(t.rank, t.dims, t.strides, &elements) ||
+      !spanBytesOk(elements, int64_t(dtypeSize(t.dtype)), &bytes))
+    fail(FLASHATTN_STATUS_INTERNAL_ERROR, "a tensor of dims ", shapeOf(t), " reached spanBytes unchecked");
+  return std::size_t(bytes);
 }
 
 AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const flashAttnSeqStruct *seq,
@@ -139,6 +144,15 @@ AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const 
   if (paged && !kvLengths)
     fail(FLASHATTN_STATUS_BAD_PARAM,
          "seqDesc has a block table but no per-sequence KV lengths (flashAttnSetSeqKvLengths): a paged cache needs them");
+
+  // Spans first: everything below reads dims and strides, and the overlap and pointer checks add them up.
+  const struct {
+    const flashAttnTensorStruct *desc;
+    const char *name;
+  } all[] = {{t.q, "Q"},   {t.k, "K"},   {t.v, "V"},   {t.o, "O"},  {t.lse, "LSE"},
+             {t.dO, "dO"}, {t.dQ, "dQ"}, {t.dK, "dK"}, {t.dV, "dV"}};
+  for (const auto &tensor : all)
+    if (tensor.desc) expectAddressable(*tensor.desc, tensor.name);
 
   const flashAttnTensorStruct &q = *t.q, &k = *t.k, &v = *t.v, &o = *t.o;
   expectRank(q, "Q", ragged ? 3 : 4, ragged ? kRaggedQ : kDenseQ);
@@ -194,10 +208,8 @@ AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const 
       p.maxPagesPerSeq = seq->maxPagesPerSeq;
       if (seq->pagedBatch != p.batch)
         fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc block table has ", seq->pagedBatch, " rows but Q has batch ", p.batch);
-      if (p.maxPagesPerSeq > INT64_MAX / p.pageSize)
-        fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc maxPagesPerSeq ", p.maxPagesPerSeq, " times pageSize ", p.pageSize,
-             " overflows");
-      p.seqK = p.maxPagesPerSeq * p.pageSize;
+      p.seqK = mulOr(p.maxPagesPerSeq, p.pageSize, FLASHATTN_STATUS_BAD_PARAM, "seqDesc maxPagesPerSeq ",
+                     p.maxPagesPerSeq, " times pageSize ", p.pageSize, " overflows int64");
       // Paged K [page, row, head, dim]: Layout.batch = page stride, Layout.row = row stride.
       p.k = Layout{k.strides[0], k.strides[2], k.strides[1]};
       p.v = Layout{v.strides[0], v.strides[2], v.strides[1]};
@@ -257,12 +269,9 @@ AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const 
     }
   }
 
-  for (const auto *in : {&q, &k, &v}) expectAddressable(*in, in == &q ? "Q" : in == &k ? "K" : "V");
-  expectAddressable(o, "O");
   expectNonOverlapping(o, "O");
   if (t.lse && op != Op::Backward) expectNonOverlapping(*t.lse, "LSE");
   if (op == Op::Backward) {
-    if (t.dO) expectAddressable(*t.dO, "dO");
     if (t.dQ) expectNonOverlapping(*t.dQ, "dQ");
     if (t.dK) expectNonOverlapping(*t.dK, "dK");
     if (t.dV) expectNonOverlapping(*t.dV, "dV");
@@ -276,12 +285,20 @@ AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const 
     p.numChunks = numChunks;
   }
   resolveAttention(p, attn);
+  // The index arrays' extents come from counts set one by one (batch and maxPagesPerSeq up to 2^31 each, heads up
+  // to 2^40): their products are checked here, so that the overlap checks and the HOST backend can form them.
+  CallMemory arrays;
+  addIndexArrays(arrays, p);
   return p;
 }
 
 MergeProblem buildMergeProblem(const flashAttnTensorStruct &partialO, const flashAttnTensorStruct *partialLse,
                                const flashAttnTensorStruct &o, const flashAttnTensorStruct *lse) {
   MergeProblem m;
+  expectAddressable(partialO, "partialO");
+  if (partialLse) expectAddressable(*partialLse, "partialLse");
+  expectAddressable(o, "O");
+  if (lse) expectAddressable(*lse, "LSE");
   expectRank(partialO, "partialO", 5, "[states, batch, heads, seqQ, headDimV]");
   expectType(partialO, "partialO", DType::FP32, "the partial-state type required");
   m.states = partialO.dims[0];
@@ -290,27 +307,34 @@ MergeProblem buildMergeProblem(const flashAttnTensorStruct &partialO, const flas
   m.seqQ = partialO.dims[3];
   m.headDimV = partialO.dims[4];
   for (int i = 0; i < 4; ++i) m.partialOStride[i] = partialO.strides[i];
-  if (partialLse) {
-    expectRank(*partialLse, "partialLse", 4, "[states, batch, heads, seqQ]");
-    expectType(*partialLse, "partialLse", DType::FP32, "the partial-state type required");
-    const char *what[] = {"states", "batch", "heads", "seqQ"};
-    for (int i = 0; i < 4; ++i) expectDim(*partialLse, "partialLse", i, partialO.dims[i], what[i], "partialO");
-    for (int i = 0; i < 4; ++i) m.partialLseStride[i] = partialLse->strides[i];
-    expectAddressable(*partialLse, "partialLse");
-  } else {
-    m.partialLseStride[3] = 1;
-    m.partialLseStride[2] = m.seqQ;
-    m.partialLseStride[1] = m.heads * m.seqQ;
-    m.partialLseStride[0] = m.batch * m.heads * m.seqQ;
-  }
   expectRank(o, "O", 4, "[batch, heads, seqQ, headDimV]");
   const char *what[] = {"batch", "heads", "seqQ", "headDimV"};
   for (int i = 0; i < 4; ++i) expectDim(o, "O", i, partialO.dims[i + 1], what[i], "partialO");
   m.outType = o.dtype;
   m.o = layout4(o);
-  expectAddressable(partialO, "partialO");
-  expectAddressable(o, "O");
   expectNonOverlapping(o, "O");
+  if (partialLse) {
+    expectRank(*partialLse, "partialLse", 4, "[states, batch, heads, seqQ]");
+    expectType(*partialLse, "partialLse", DType::FP32, "the partial-state type required");
+    const char *stateWhat[] = {"states", "batch", "heads", "seqQ"};
+    for (int i = 0; i < 4; ++i) expectDim(*partialLse, "partialLse", i, partialO.dims[i], stateWhat[i], "partialO");
+    for (int i = 0; i < 4; ++i) m.partialLseStride[i] = partialLse->strides[i];
+  } else {
+    // CheckSupport's stand-in: a packed partial LSE. Its products are bounded by the non-overlapping O checked above
+    // except for the states factor, hence checked.
+    const auto overflow = [&] {
+      fail(FLASHATTN_STATUS_BAD_PARAM, "partialO (dims ", shapeOf(partialO),
+           "): a packed partial LSE of that shape spans more than int64 elements");
+    };
+    int64_t headStride = 0, batchStride = 0, stateStride = 0, bytes = 0;
+    if (!mulOk(m.heads, m.seqQ, &headStride) || !mulOk(m.batch, headStride, &batchStride) ||
+        !mulOk(m.states, batchStride, &stateStride) || !spanBytesOk(stateStride, 4, &bytes))
+      overflow();
+    m.partialLseStride[3] = 1;
+    m.partialLseStride[2] = m.seqQ;
+    m.partialLseStride[1] = headStride;
+    m.partialLseStride[0] = batchStride;
+  }
   if (lse) {
     expectRank(*lse, "LSE", 3, "[batch, heads, seqQ]");
     expectType(*lse, "LSE", DType::FP32, "the LSE type required");
@@ -322,7 +346,48 @@ MergeProblem buildMergeProblem(const flashAttnTensorStruct &partialO, const flas
   return m;
 }
 
-void checkBuffers(std::initializer_list<BufferArg> args) {
+void CallMemory::add(const char *name, const void *ptr, std::size_t bytes, bool output) {
+  const auto lo = reinterpret_cast<uintptr_t>(ptr);
+  uintptr_t hi = 0;
+  if (__builtin_add_overflow(lo, bytes, &hi))
+    fail(FLASHATTN_STATUS_BAD_PARAM, name, " pointer ", ptr, " plus its ", bytes, " bytes wraps the address space");
+  if (count_ == int(sizeof ranges_ / sizeof ranges_[0]))
+    fail(FLASHATTN_STATUS_INTERNAL_ERROR, "more memory ranges in one call than CallMemory holds");
+  ranges_[count_++] = Range{name, lo, hi, output};
+}
+
+void addIndexArrays(CallMemory &memory, const AttnProblem &p) {
+  const auto arrayBytes = [](const char *name, int64_t count) {
+    int64_t bytes = 0;
+    if (!spanBytesOk(count, 4, &bytes))
+      fail(FLASHATTN_STATUS_BAD_PARAM, name, " holds ", count, " elements: more than 2^62 bytes, not addressable");
+    return std::size_t(bytes);
+  };
+  const auto add = [&](const char *name, const void *ptr, int64_t count) {
+    const std::size_t bytes = arrayBytes(name, count);
+    if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0)
+      fail(FLASHATTN_STATUS_BAD_PARAM, name, " pointer ", ptr, " is not aligned to its 4-byte elements");
+    memory.add(name, ptr, bytes, false);
+  };
+  if (p.ragged) {
+    const int64_t entries = addOr(p.batch, 1, FLASHATTN_STATUS_BAD_PARAM, "ragged batch ", p.batch, " overflows");
+    add("cuSeqlensQ", p.cuSeqlensQ, entries);
+    if (p.cuSeqlensK) add("cuSeqlensK", p.cuSeqlensK, entries);
+  }
+  if (p.seqlensK) add("seqlensK", p.seqlensK, p.batch);
+  if (p.paged)
+    add("blockTable", p.blockTable,
+        mulOr(p.batch, p.maxPagesPerSeq, FLASHATTN_STATUS_BAD_PARAM, "blockTable of ", p.batch, " x ",
+              p.maxPagesPerSeq, " entries overflows int64"));
+  if (p.alibiSlopes)
+    add("ALiBi slopes", p.alibiSlopes,
+        p.alibiBatchStride ? mulOr(p.batch, p.heads, FLASHATTN_STATUS_BAD_PARAM, "ALiBi slopes of ", p.batch,
+                                   " x ", p.heads, " entries overflow int64")
+                           : p.heads);
+}
+
+CallMemory checkBuffers(std::initializer_list<BufferArg> args, const AttnProblem *indexArraysOf) {
+  CallMemory memory;
   for (const BufferArg &a : args) {
     if (!a.desc) {
       if (a.ptr)
@@ -334,26 +399,25 @@ void checkBuffers(std::initializer_list<BufferArg> args) {
     if (reinterpret_cast<uintptr_t>(a.ptr) % align != 0)
       fail(FLASHATTN_STATUS_BAD_PARAM, a.name, " pointer ", a.ptr, " is not aligned to its ", align,
            "-byte elements");
+    memory.add(a.name, a.ptr, spanBytes(*a.desc), a.output);
   }
-  // Outputs must not overlap inputs or each other: a kernel reading what another block already overwrote, or two
-  // outputs racing, gives garbage that no test of the op alone would explain.
-  for (const BufferArg &out : args) {
-    if (!out.output || !out.desc) continue;
-    const auto lo = reinterpret_cast<uintptr_t>(out.ptr);
-    const auto hi = lo + spanBytes(*out.desc);
-    for (const BufferArg &other : args) {
-      if (&other == &out || !other.desc) continue;
-      const auto olo = reinterpret_cast<uintptr_t>(other.ptr);
-      const auto ohi = olo + spanBytes(*other.desc);
-      if (lo < ohi && olo < hi)
-        fail(FLASHATTN_STATUS_BAD_PARAM, "output ", out.name, " [", out.ptr, ", +", hi - lo, " bytes) overlaps ",
-             other.output ? "output " : "input ", other.name, " [", other.ptr, ", +", ohi - olo, " bytes)");
+  if (indexArraysOf) addIndexArrays(memory, *indexArraysOf);
+  // Outputs must not overlap inputs, index arrays or each other: a kernel reading what another block already
+  // overwrote, or two outputs racing, gives garbage that no test of the op alone would explain.
+  for (const CallMemory::Range &out : memory) {
+    if (!out.output) continue;
+    for (const CallMemory::Range &other : memory) {
+      if (&other == &out) continue;
+      if (out.lo < other.hi && other.lo < out.hi)
+        fail(FLASHATTN_STATUS_BAD_PARAM, "output ", out.name, " [", reinterpret_cast<const void *>(out.lo), ", +",
+             out.hi - out.lo, " bytes) overlaps ", other.output ? "output " : "input ", other.name, " [",
+             reinterpret_cast<const void *>(other.lo), ", +", other.hi - other.lo, " bytes)");
     }
   }
+  return memory;
 }
 
-void checkWorkspace(const Plan &plan, const void *workspace, std::size_t workspaceBytes,
-                    std::initializer_list<BufferArg> outputs) {
+void checkWorkspace(const Plan &plan, const void *workspace, std::size_t workspaceBytes, const CallMemory &memory) {
   if (workspaceBytes < plan.workspaceBytes)
     fail(FLASHATTN_STATUS_INSUFFICIENT_WORKSPACE, "workspaceBytes is ", workspaceBytes, " but this call needs ",
          plan.workspaceBytes, " (ask the ...GetWorkspaceSize function)");
@@ -363,14 +427,15 @@ void checkWorkspace(const Plan &plan, const void *workspace, std::size_t workspa
   if (reinterpret_cast<uintptr_t>(workspace) % kWorkspaceAlignment != 0)
     fail(FLASHATTN_STATUS_BAD_PARAM, "workspace pointer ", workspace, " is not aligned to ", kWorkspaceAlignment,
          " bytes");
-  const auto lo = reinterpret_cast<uintptr_t>(workspace);
-  const auto hi = lo + plan.workspaceBytes;
-  for (const BufferArg &out : outputs) {
-    if (!out.desc || !out.ptr) continue;
-    const auto olo = reinterpret_cast<uintptr_t>(out.ptr);
-    if (lo < olo + spanBytes(*out.desc) && olo < hi)
-      fail(FLASHATTN_STATUS_BAD_PARAM, "workspace overlaps ", out.name);
-  }
+  // Only the bytes the plan uses are scratch: a caller may place other data after them in a larger allocation.
+  CallMemory self;
+  self.add("workspace", workspace, plan.workspaceBytes, true);
+  const CallMemory::Range &ws = *self.begin();
+  for (const CallMemory::Range &r : memory)
+    if (ws.lo < r.hi && r.lo < ws.hi)
+      fail(FLASHATTN_STATUS_BAD_PARAM, "workspace [", workspace, ", +", plan.workspaceBytes, " bytes) overlaps ",
+           r.output ? "output " : "input ", r.name, " [", reinterpret_cast<const void *>(r.lo), ", +", r.hi - r.lo,
+           " bytes)");
 }
 
 }  // namespace flashattn

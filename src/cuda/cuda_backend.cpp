@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -86,6 +87,24 @@ cuda::DeviceInfo probeCurrentDevice() {
   return info;
 }
 
+// The kernels fold scale * log2(e), softcap * log2(e) and scale / softcap into FP32 constants once per launch and
+// compute every logit from them (exp2 of fmaf(dot, scale * log2 e, -max)). Where one of those constants is not a
+// finite float (scale above FLT_MAX / log2 e ~ 2.36e38, or scale / softcap past FLT_MAX for a tiny softcap), a zero
+// dot product gives 0 * inf = NaN and every other logit +-inf: no kernel can serve the problem, so it is refused
+// rather than answered with NaN. The HOST backend computes in double and serves these scales.
+void requireFiniteLogitConstants(float scale, float softcap) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const auto finite = [](float x) { return std::isfinite(x); };
+  if (!finite(scale * kLog2e))
+    fail(FLASHATTN_STATUS_NOT_SUPPORTED, "scale ", scale,
+         ": the CUDA kernels fold scale * log2(e) into an FP32 constant, which is infinite above ~2.36e38 "
+         "(fold part of the scale into Q, or use the HOST backend)");
+  if (softcap > 0.f && (!finite(softcap * kLog2e) || !finite(scale / softcap)))
+    fail(FLASHATTN_STATUS_NOT_SUPPORTED, "softcap ", softcap, " with scale ", scale,
+         ": the CUDA kernels fold softcap * log2(e) and scale / softcap into FP32 constants, and one of them is "
+         "infinite (use the HOST backend)");
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const cuda::DeviceInfo &dev) : dev_(dev) {}
@@ -98,6 +117,7 @@ class CudaBackend final : public Backend {
   // staged through the workspace (src/cuda/staging), in slots ahead of the family's own regions.
   Plan plan(const AttnProblem &p) const override {
     if (p.op == Op::MergeStates) fail(FLASHATTN_STATUS_INTERNAL_ERROR, "merge planned as an attention problem");
+    requireFiniteLogitConstants(p.scale, p.softcap);
     const cuda::StagingPlan staging = stagingOf(p);
     if (!staging.addressable)
       fail(FLASHATTN_STATUS_NOT_SUPPORTED, "the packed copy of a tensor this call must stage through the workspace ",

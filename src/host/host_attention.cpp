@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "core/checked.hpp"
 #include "core/error.hpp"
 #include "core/half.hpp"
 #include "core/plan.hpp"
@@ -26,6 +27,8 @@ constexpr int64_t kKeyTile = 64;
 // Query rows sharing one converted key tile in forward and in the dQ pass.
 constexpr int64_t kRowBlock = 32;
 constexpr Acc kNegInf = -std::numeric_limits<Acc>::infinity();
+// Item counts are products of problem sizes; one past int64 is a problem no host could run.
+constexpr const char *kTooManyItems = "the problem has more than 2^63 work items: too large for the HOST backend";
 
 struct Fp16Storage {
   using Raw = uint16_t;
@@ -157,24 +160,25 @@ void loadTileRows(const Sequences &seq, const void *base, const Layout &l, int64
 }
 
 // Attention of query rows [i0, i0 + rows) of (b, h) over the keys [keyBegin, keyEnd) of the sequence that the mask
-// lets them see, with an online softmax. Writes the normalized O ([rows][headDimV]) and the LSE of each row; a row
-// that sees no key gets O = 0 and LSE = -inf.
+// lets them see, with an online softmax. Writes per row the running maximum logit, the sum of exp(logit - max) and
+// the unnormalized O = sum exp(logit - max) v ([rows][headDimV]); a row that sees no key gets max -inf, sum 0, O 0.
+// The maximum and the sum stay apart so that decode can merge its chunks without rounding log(sum) into a large max.
 template <class S>
 void attendRows(const AttnProblem &p, const Sequences &seq, const AttnBuffers &buf, int64_t b, int64_t h, int64_t i0,
-                int64_t rows, int64_t keyBegin, int64_t keyEnd, Acc *outO, Acc *outLse) {
+                int64_t rows, int64_t keyBegin, int64_t keyEnd, Acc *outO, Acc *rowMax, Acc *rowSum) {
   const int64_t dim = p.headDim, dimV = p.headDimV;
   const int64_t sq = seq.queryRows(b), sk = seq.keyRows(b);
   const int64_t kvHead = seq.kvHeadOf(h);
   const Acc slope = seq.alibiSlope(b, h);
 
-  thread_local std::vector<Acc> q, keyT, value, logits, rowMax, rowSum;
+  thread_local std::vector<Acc> q, keyT, value, logits;
   thread_local std::vector<KeyRange> ranges;
   q.resize(size_t(rows * dim));
   keyT.resize(size_t(dim * kKeyTile));
   value.resize(size_t(kKeyTile * dimV));
   logits.resize(size_t(kKeyTile));
-  rowMax.assign(size_t(rows), kNegInf);
-  rowSum.assign(size_t(rows), 0.0);
+  std::fill(rowMax, rowMax + rows, kNegInf);
+  std::fill(rowSum, rowSum + rows, 0.0);
   ranges.resize(size_t(rows));
   std::fill(outO, outO + rows * dimV, 0.0);
 
@@ -202,41 +206,62 @@ void attendRows(const AttnProblem &p, const Sequences &seq, const AttnBuffers &b
       Acc tileMax = kNegInf;
       for (int64_t jj = begin; jj < end; ++jj) tileMax = std::max(tileMax, s[jj]);
       if (tileMax == kNegInf) continue;
-      const Acc oldMax = rowMax[size_t(r)];
+      const Acc oldMax = rowMax[r];
       const Acc newMax = std::max(oldMax, tileMax);
       Acc *acc = outO + r * dimV;
       if (oldMax != newMax) {
         const Acc correction = std::exp(oldMax - newMax);
-        rowSum[size_t(r)] *= correction;
+        rowSum[r] *= correction;
         for (int64_t e = 0; e < dimV; ++e) acc[e] *= correction;
       }
-      Acc sum = rowSum[size_t(r)];
+      Acc sum = rowSum[r];
       for (int64_t jj = begin; jj < end; ++jj) {
         const Acc prob = std::exp(s[jj] - newMax);
         sum += prob;
         const Acc *v = &value[size_t(jj * dimV)];
         for (int64_t e = 0; e < dimV; ++e) acc[e] += prob * v[e];
       }
-      rowSum[size_t(r)] = sum;
-      rowMax[size_t(r)] = newMax;
+      rowSum[r] = sum;
+      rowMax[r] = newMax;
     }
-  }
-
-  for (int64_t r = 0; r < rows; ++r) {
-    const Acc sum = rowSum[size_t(r)];
-    if (!(sum > 0.0)) {
-      std::fill(outO + r * dimV, outO + (r + 1) * dimV, 0.0);
-      outLse[r] = kNegInf;
-      continue;
-    }
-    const Acc inv = 1.0 / sum;
-    for (int64_t e = 0; e < dimV; ++e) outO[r * dimV + e] *= inv;
-    outLse[r] = rowMax[size_t(r)] + std::log(sum);
   }
 }
 
-// The merge of one row's FP32 partial states, shared by merge() and decode() so both give bitwise the same result.
-// Returns the merged LSE and writes O to out[0..dimV).
+// O = acc / sum and LSE = max + log(sum) of rows attendRows (or a merge of its results) left unnormalized; a row
+// without a visible key (sum 0) gets O = 0 and LSE = -inf.
+void normalizeRows(int64_t rows, int64_t dimV, const Acc *rowMax, const Acc *rowSum, Acc *o, Acc *lse) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const Acc sum = rowSum[r];
+    if (!(sum > 0.0)) {
+      std::fill(o + r * dimV, o + (r + 1) * dimV, 0.0);
+      lse[r] = kNegInf;
+      continue;
+    }
+    const Acc inv = 1.0 / sum;
+    for (int64_t e = 0; e < dimV; ++e) o[r * dimV + e] *= inv;
+    lse[r] = rowMax[r] + std::log(sum);
+  }
+}
+
+// Folds one unnormalized state (max m, sum s, O a) into another (M, S, A), as the online softmax folds a key tile:
+// both are rescaled to the larger maximum, so no logarithm of a sum is ever added to a maximum and rounded.
+void foldState(int64_t dimV, Acc m, Acc s, const Acc *a, Acc *M, Acc *S, Acc *A) {
+  if (!(s > 0.0)) return;  // nothing visible in the incoming state
+  if (!(*S > 0.0)) {
+    *M = m;
+    *S = s;
+    std::copy(a, a + dimV, A);
+    return;
+  }
+  const Acc top = std::max(*M, m);
+  const Acc keep = std::exp(*M - top), take = std::exp(m - top);
+  *S = *S * keep + s * take;
+  for (int64_t e = 0; e < dimV; ++e) A[e] = A[e] * keep + a[e] * take;
+  *M = top;
+}
+
+// The merge of one row's FP32 partial states (MergeStates' inputs). Returns the merged LSE and writes O to
+// out[0..dimV).
 Acc mergeRow(int64_t states, const float *partialO, int64_t stateStrideO, const float *partialLse,
              int64_t stateStrideLse, int64_t dimV, Acc *out) {
   std::fill(out, out + dimV, 0.0);
@@ -258,19 +283,26 @@ Acc mergeRow(int64_t states, const float *partialO, int64_t stateStrideO, const 
 }
 
 template <class S>
-void forwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
+void forwardTyped(const AttnProblem &p, const Extents &ext, const AttnBuffers &buf) {
   const Sequences seq(p);
-  const int64_t blocks = ceilDiv(p.seqQ, kRowBlock);
+  // Row blocks of the longest sequence present, not of maxSeqlenQ: a ragged bound of 2^31 over a few short
+  // sequences would otherwise make ~10^8 empty items.
+  const int64_t blocks = ceilDiv(ext.maxQueryRows, kRowBlock);
   const int64_t dimV = p.headDimV;
-  parallelFor(p.batch * p.heads * blocks, [&](int64_t item) {
+  const int64_t items = mulOr(mulOr(p.batch, p.heads, FLASHATTN_STATUS_NOT_SUPPORTED, kTooManyItems), blocks,
+                              FLASHATTN_STATUS_NOT_SUPPORTED, kTooManyItems);
+  parallelFor(items, [&](int64_t item) {
     const int64_t block = item % blocks, h = (item / blocks) % p.heads, b = item / (blocks * p.heads);
     const int64_t i0 = block * kRowBlock, sq = seq.queryRows(b);
     if (i0 >= sq) return;
     const int64_t rows = std::min(kRowBlock, sq - i0);
-    thread_local std::vector<Acc> o, lse;
+    thread_local std::vector<Acc> o, lse, rowMax, rowSum;
     o.resize(size_t(rows * dimV));
     lse.resize(size_t(rows));
-    attendRows<S>(p, seq, buf, b, h, i0, rows, 0, seq.keyRows(b), o.data(), lse.data());
+    rowMax.resize(size_t(rows));
+    rowSum.resize(size_t(rows));
+    attendRows<S>(p, seq, buf, b, h, i0, rows, 0, seq.keyRows(b), o.data(), rowMax.data(), rowSum.data());
+    normalizeRows(rows, dimV, rowMax.data(), rowSum.data(), o.data(), lse.data());
     for (int64_t r = 0; r < rows; ++r) {
       storeRow<S>(buf.o, seq.queryOffset(p.o, b, h, i0 + r), dimV, &o[size_t(r * dimV)]);
       if (p.hasLse) buf.lse[seq.queryOffset(p.lse, b, h, i0 + r)] = float(lse[size_t(r)]);
@@ -278,43 +310,90 @@ void forwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
   });
 }
 
+// Split-KV decode. Chunk c of sequence b holds keys [sk * c / chunks, sk * (c + 1) / chunks) (possibly none). The
+// chunks are cut into at most kMaxDecodeGroups contiguous groups; one item per (group, b, h) attends to each chunk of
+// its group in turn and folds the chunk's unnormalized state into the group's, which it leaves in the workspace in
+// double. A second pass folds the groups of each row in order and normalizes. Folding keeps maxima and sums apart,
+// so the result equals Forward's up to double rounding for every accepted input (an FP32 LSE per chunk loses
+// log(sum) once |logit| passes ~2^24, and every key once the logits overflow FP32). The groups bound the workspace
+// by 64 states per row whatever numChunks is.
 template <class S>
 void decodeTyped(const AttnProblem &p, int32_t chunks, const DecodeWorkspace &layout, const AttnBuffers &buf,
                  void *workspace) {
   const Sequences seq(p);
   const int64_t dimV = p.headDimV;
-  // Partial state (chunk c, b, h, i) sits at row ((c * batch + b) * heads + h) * seqQ + i of the workspace, in FP32
-  // like the CUDA kernels' partials, so that decode's merge is exactly MergeStates on them.
-  const int64_t rowsPerChunk = p.batch * p.heads * p.seqQ;
-  float *partialO = static_cast<float *>(workspace);
-  float *partialLse = reinterpret_cast<float *>(static_cast<char *>(workspace) + layout.lseOffset);
-  parallelFor(int64_t(chunks) * p.batch * p.heads, [&](int64_t item) {
-    const int64_t h = item % p.heads, b = (item / p.heads) % p.batch, c = item / (p.heads * p.batch);
+  const int64_t groups = layout.groups;
+  // State (group g, b, h, i) is row ((g * batch + b) * heads + h) * seqQ + i of the three workspace arrays.
+  Acc *stateO = reinterpret_cast<Acc *>(static_cast<char *>(workspace) + layout.oOffset);
+  Acc *stateMax = reinterpret_cast<Acc *>(static_cast<char *>(workspace) + layout.maxOffset);
+  Acc *stateSum = reinterpret_cast<Acc *>(static_cast<char *>(workspace) + layout.sumOffset);
+  const int64_t heads = mulOr(p.batch, p.heads, FLASHATTN_STATUS_NOT_SUPPORTED, kTooManyItems);
+  parallelFor(mulOr(groups, heads, FLASHATTN_STATUS_NOT_SUPPORTED, kTooManyItems), [&](int64_t item) {
+    const int64_t h = item % p.heads, b = (item / p.heads) % p.batch, g = item / heads;
     const int64_t sk = seq.keyRows(b), sq = seq.queryRows(b);
-    // Chunk c of sequence b: keys [sk * c / chunks, sk * (c + 1) / chunks); may be empty (then its LSE is -inf).
-    const int64_t keyBegin = sk * c / chunks, keyEnd = sk * (c + 1) / chunks;
-    const int64_t firstRow = ((c * p.batch + b) * p.heads + h) * p.seqQ;
-    thread_local std::vector<Acc> o, lse;
-    for (int64_t i0 = 0; i0 < sq; i0 += kRowBlock) {
-      const int64_t rows = std::min(kRowBlock, sq - i0);
-      o.resize(size_t(rows * dimV));
-      lse.resize(size_t(rows));
-      attendRows<S>(p, seq, buf, b, h, i0, rows, keyBegin, keyEnd, o.data(), lse.data());
-      for (int64_t r = 0; r < rows; ++r) {
-        float *dst = partialO + (firstRow + i0 + r) * dimV;
-        for (int64_t e = 0; e < dimV; ++e) dst[e] = float(o[size_t(r * dimV + e)]);
-        partialLse[firstRow + i0 + r] = float(lse[size_t(r)]);
+    const int64_t firstRow = ((g * p.batch + b) * p.heads + h) * p.seqQ;
+    Acc *groupO = stateO + firstRow * dimV;
+    Acc *groupMax = stateMax + firstRow;
+    Acc *groupSum = stateSum + firstRow;
+    std::fill(groupSum, groupSum + sq, 0.0);
+    // The keys any row of this (b, h) sees: chunks outside them are skipped without touching K or V, so the cost of
+    // a huge chunk count is one comparison per chunk.
+    int64_t seenLo = sk, seenHi = -1;
+    for (int64_t i = 0; i < sq; ++i) {
+      const KeyRange r = seq.visible(i, sq, sk, 0, sk);
+      if (r.lo <= r.hi) seenLo = std::min(seenLo, r.lo), seenHi = std::max(seenHi, r.hi);
+    }
+    thread_local std::vector<Acc> o, rowMax, rowSum;
+    const int64_t cBegin = mulDivFloor(g, chunks, groups), cEnd = mulDivFloor(g + 1, chunks, groups);
+    const auto keyOf = [&](int64_t c) { return mulDivFloor(sk, c, chunks); };  // first key of chunk c
+    // The chunks worth visiting, so that the work follows the keys, not numChunks (which may be 2^31 - 1 over a
+    // few keys): with no more chunks than keys, those from the chunk of the first seen key to that of the last (the
+    // chunk of key t is the last c with keyOf(c) <= t, ceil(chunks * (t + 1) / sk) - 1); with more chunks than keys,
+    // each chunk holds at most one key, so the group's seen keys are visited one by one as one-key chunks.
+    const auto chunkOf = [&](int64_t t) {
+      const __int128 n = static_cast<__int128>(chunks) * (t + 1);
+      return int64_t((n + sk - 1) / sk) - 1;
+    };
+    int64_t first = 0, last = -1;  // chunks [first, last], or keys when single
+    const bool single = chunks > sk;
+    if (seenLo <= seenHi) {
+      if (single) {
+        first = std::max(keyOf(cBegin), seenLo);
+        last = std::min(keyOf(cEnd) - 1, seenHi);
+      } else {
+        first = std::max(cBegin, chunkOf(seenLo));
+        last = std::min(cEnd - 1, chunkOf(seenHi));
+      }
+    }
+    for (int64_t at = first; at <= last; ++at) {
+      const int64_t keyBegin = single ? at : keyOf(at), keyEnd = single ? at + 1 : keyOf(at + 1);
+      if (keyBegin >= keyEnd || keyEnd <= seenLo || keyBegin > seenHi) continue;
+      for (int64_t i0 = 0; i0 < sq; i0 += kRowBlock) {
+        const int64_t rows = std::min(kRowBlock, sq - i0);
+        o.resize(size_t(rows * dimV));
+        rowMax.resize(size_t(rows));
+        rowSum.resize(size_t(rows));
+        attendRows<S>(p, seq, buf, b, h, i0, rows, keyBegin, keyEnd, o.data(), rowMax.data(), rowSum.data());
+        for (int64_t r = 0; r < rows; ++r)
+          foldState(dimV, rowMax[size_t(r)], rowSum[size_t(r)], &o[size_t(r * dimV)], groupMax + i0 + r,
+                    groupSum + i0 + r, groupO + (i0 + r) * dimV);
       }
     }
   });
-  parallelFor(p.batch * p.heads, [&](int64_t item) {
+  const int64_t rowsPerGroup = p.batch * p.heads * p.seqQ;  // bounded by O's span, checked by the problem builder
+  parallelFor(heads, [&](int64_t item) {
     const int64_t h = item % p.heads, b = item / p.heads;
+    const int64_t firstRow = (b * p.heads + h) * p.seqQ;
     thread_local std::vector<Acc> o;
     o.resize(size_t(dimV));
-    const int64_t firstRow = (b * p.heads + h) * p.seqQ;
     for (int64_t i = 0; i < seq.queryRows(b); ++i) {
-      const Acc lse = mergeRow(chunks, partialO + (firstRow + i) * dimV, rowsPerChunk * dimV, partialLse + firstRow + i,
-                               rowsPerChunk, dimV, o.data());
+      Acc max = kNegInf, sum = 0.0, lse = kNegInf;
+      std::fill(o.begin(), o.end(), 0.0);
+      for (int64_t g = 0; g < groups; ++g) {
+        const int64_t row = g * rowsPerGroup + firstRow + i;
+        foldState(dimV, stateMax[row], stateSum[row], stateO + row * dimV, &max, &sum, o.data());
+      }
+      normalizeRows(1, dimV, &max, &sum, o.data(), &lse);
       storeRow<S>(buf.o, seq.queryOffset(p.o, b, h, i), dimV, o.data());
       if (p.hasLse) buf.lse[seq.queryOffset(p.lse, b, h, i)] = float(lse);
     }
@@ -325,7 +404,7 @@ template <class S>
 void mergeTyped(const MergeProblem &p, const MergeBuffers &buf) {
   const int64_t dimV = p.headDimV;
   const int64_t *so = p.partialOStride, *sl = p.partialLseStride;
-  parallelFor(p.batch * p.heads, [&](int64_t item) {
+  parallelFor(mulOr(p.batch, p.heads, FLASHATTN_STATUS_NOT_SUPPORTED, kTooManyItems), [&](int64_t item) {
     const int64_t h = item % p.heads, b = item / p.heads;
     thread_local std::vector<Acc> o;
     o.resize(size_t(dimV));
@@ -343,18 +422,19 @@ void mergeTyped(const MergeProblem &p, const MergeBuffers &buf) {
 //   pass 2, per (b, kvHead, tile of keys): dV_j = sum_{h in group, i} P_ij dO_i and dK_j = sum dS_ij Q_i,
 // with P_ij = exp(logit_ij - LSE_i) from the forward's LSE and dS_ij = P_ij (dO_i . V_j - D_i) d logit / d dot.
 template <class S>
-void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
+void backwardTyped(const AttnProblem &p, const Extents &ext, const AttnBuffers &buf, void *workspace) {
   const Sequences seq(p);
   const int64_t dim = p.headDim, dimV = p.headDimV;
-  // D of (b, h, i) at (queryToken * heads + h), queryToken = cuSeqlensQ[b] + i (ragged) or b * seqQ + i.
-  const int64_t queryTokens = p.ragged ? p.totalQ : p.batch * p.seqQ;
-  std::vector<Acc> rowDot(size_t(queryTokens * p.heads), 0.0);
+  // D of (b, h, i) at (queryToken * heads + h), queryToken = cuSeqlensQ[b] + i (ragged) or b * seqQ + i, in the
+  // workspace (backwardWorkspaceBytes): every entry a pass-2 item reads is written by pass 1 first.
+  Acc *rowDot = static_cast<Acc *>(workspace);
   auto rowDotIndex = [&](int64_t b, int64_t h, int64_t i) {
     return size_t(((p.ragged ? p.cuSeqlensQ[b] : b * p.seqQ) + i) * p.heads + h);
   };
 
-  const int64_t blocks = ceilDiv(p.seqQ, kRowBlock);
-  parallelFor(p.batch * p.heads * blocks, [&](int64_t item) {
+  const int64_t blocks = ceilDiv(ext.maxQueryRows, kRowBlock);
+  const int64_t heads = mulOr(p.batch, p.heads, FLASHATTN_STATUS_NOT_SUPPORTED, kTooManyItems);
+  parallelFor(mulOr(heads, blocks, FLASHATTN_STATUS_NOT_SUPPORTED, kTooManyItems), [&](int64_t item) {
     const int64_t block = item % blocks, h = (item / blocks) % p.heads, b = item / (blocks * p.heads);
     const int64_t i0 = block * kRowBlock, sq = seq.queryRows(b), sk = seq.keyRows(b);
     if (i0 >= sq) return;
@@ -422,10 +502,11 @@ void backwardTyped(const AttnProblem &p, const AttnBuffers &buf) {
       storeRow<S>(buf.dQ, seq.queryOffset(p.dQ, b, h, i0 + r), dim, &dQ[size_t(r * dim)]);
   });
 
-  // Key tiles per sequence: enough for the longest sequence's owned rows (ragged: maxSeqlenK, else seqK).
-  const int64_t tiles = ceilDiv(p.seqK, kKeyTile);
+  // Key tiles per sequence: enough for the longest sequence's owned rows actually present.
+  const int64_t tiles = ceilDiv(ext.maxOwnedKeyRows, kKeyTile);
   const int64_t group = p.heads / p.kvHeads;
-  parallelFor(p.batch * p.kvHeads * tiles, [&](int64_t item) {
+  const int64_t kvHeads = mulOr(p.batch, p.kvHeads, FLASHATTN_STATUS_NOT_SUPPORTED, kTooManyItems);
+  parallelFor(mulOr(kvHeads, tiles, FLASHATTN_STATUS_NOT_SUPPORTED, kTooManyItems), [&](int64_t item) {
     const int64_t tile = item % tiles, kvHead = (item / tiles) % p.kvHeads, b = item / (tiles * p.kvHeads);
     const int64_t j0 = tile * kKeyTile, owned = seq.keyRowsOwned(b);
     if (j0 >= owned) return;
@@ -496,7 +577,7 @@ void checkPrefixSums(const char *name, const int32_t *cu, int64_t batch, int64_t
 
 }  // namespace
 
-void validateIndexArrays(const AttnProblem &p) {
+Extents validateIndexArrays(const AttnProblem &p) {
   if (p.ragged) {
     require(p.cuSeqlensQ != nullptr, "cuSeqlensQ is NULL in ragged mode");
     checkPrefixSums("cuSeqlensQ", p.cuSeqlensQ, p.batch, p.totalQ, "Q", p.seqQ, "maxSeqlenQ", "query tokens");
@@ -527,6 +608,19 @@ void validateIndexArrays(const AttnProblem &p) {
       }
     }
   }
+  // The lengths actually present, now that the arrays are known to be consistent.
+  Extents ext;
+  if (!p.ragged) {
+    ext.maxQueryRows = p.seqQ;
+    ext.maxOwnedKeyRows = p.seqK;
+    return ext;
+  }
+  const Sequences seq(p);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    ext.maxQueryRows = std::max(ext.maxQueryRows, seq.queryRows(b));
+    ext.maxOwnedKeyRows = std::max(ext.maxOwnedKeyRows, seq.keyRowsOwned(b));
+  }
+  return ext;
 }
 
 int32_t decodeChunkCount(const AttnProblem &p) {
@@ -537,22 +631,31 @@ int32_t decodeChunkCount(const AttnProblem &p) {
 }
 
 DecodeWorkspace decodeWorkspace(const AttnProblem &p, int32_t chunks) {
-  // Checked products: a size that does not fit a size_t cannot be addressed, which is NOT_SUPPORTED, not a wrap.
-  auto multiply = [](std::size_t a, int64_t b) {
-    std::size_t out;
-    if (b < 0 || __builtin_mul_overflow(a, std::size_t(b), &out))
-      fail(FLASHATTN_STATUS_NOT_SUPPORTED, "decode workspace size overflows size_t");
-    return out;
+  // A workspace that cannot be addressed cannot be given: NOT_SUPPORTED, never a wrapped size.
+  const auto bytes = [&](std::initializer_list<int64_t> factors) {
+    return alignWorkspace(bytesOr(factors, FLASHATTN_STATUS_NOT_SUPPORTED, "the HOST decode workspace (",
+                                  std::min<int64_t>(chunks, kMaxDecodeGroups), " groups of ", p.batch, " x ", p.heads,
+                                  " x ", p.seqQ, " rows of ", p.headDimV, " doubles) exceeds 2^62 bytes"));
   };
-  const std::size_t rows = multiply(multiply(multiply(std::size_t(chunks), p.batch), p.heads), p.seqQ);
-  const std::size_t oBytes = multiply(multiply(rows, p.headDimV), int64_t(sizeof(float)));
-  const std::size_t lseBytes = multiply(rows, int64_t(sizeof(float)));
   DecodeWorkspace w;
-  w.lseOffset = alignWorkspace(oBytes);
-  w.totalBytes = w.lseOffset + alignWorkspace(lseBytes);
-  if (w.lseOffset < oBytes || w.totalBytes < w.lseOffset)
-    fail(FLASHATTN_STATUS_NOT_SUPPORTED, "decode workspace size overflows size_t");
+  w.groups = std::min<int64_t>(std::max<int32_t>(chunks, 1), kMaxDecodeGroups);
+  const std::size_t oBytes = bytes({w.groups, p.batch, p.heads, p.seqQ, p.headDimV, int64_t(sizeof(Acc))});
+  const std::size_t statBytes = bytes({w.groups, p.batch, p.heads, p.seqQ, int64_t(sizeof(Acc))});
+  const auto sum = [&](std::size_t a, std::size_t b) {
+    return bytesSumOr(a, b, FLASHATTN_STATUS_NOT_SUPPORTED, "the HOST decode workspace exceeds 2^62 bytes");
+  };
+  w.oOffset = 0;
+  w.maxOffset = oBytes;
+  w.sumOffset = sum(w.maxOffset, statBytes);
+  w.totalBytes = sum(w.sumOffset, statBytes);
   return w;
+}
+
+std::size_t backwardWorkspaceBytes(const AttnProblem &p) {
+  const int64_t queryTokens = p.ragged ? p.totalQ : p.batch * p.seqQ;  // both bounded by Q's checked span
+  return alignWorkspace(bytesOr({queryTokens, p.heads, int64_t(sizeof(Acc))}, FLASHATTN_STATUS_NOT_SUPPORTED,
+                                "the HOST backward workspace (", queryTokens, " x ", p.heads,
+                                " doubles) exceeds 2^62 bytes"));
 }
 
 namespace {
@@ -570,12 +673,12 @@ void withStorage(DType t, Body &&body) {
 
 }  // namespace
 
-void forward(const AttnProblem &p, const AttnBuffers &buf) {
-  withStorage(p.dtype, [&](auto storage) { forwardTyped<decltype(storage)>(p, buf); });
+void forward(const AttnProblem &p, const Extents &ext, const AttnBuffers &buf) {
+  withStorage(p.dtype, [&](auto storage) { forwardTyped<decltype(storage)>(p, ext, buf); });
 }
 
-void backward(const AttnProblem &p, const AttnBuffers &buf) {
-  withStorage(p.dtype, [&](auto storage) { backwardTyped<decltype(storage)>(p, buf); });
+void backward(const AttnProblem &p, const Extents &ext, const AttnBuffers &buf, void *workspace) {
+  withStorage(p.dtype, [&](auto storage) { backwardTyped<decltype(storage)>(p, ext, buf, workspace); });
 }
 
 void decode(const AttnProblem &p, int32_t chunks, const DecodeWorkspace &layout, const AttnBuffers &buf,

@@ -32,7 +32,13 @@ const char *storageName(DType t) {
 class HostBackend final : public Backend {
  public:
   flashAttnBackend_t kind() const override { return FLASHATTN_BACKEND_HOST; }
+  // Kept and returned, never used: code written for either backend sets its stream unconditionally (AUTO may give a
+  // HOST handle), and GetStream must then return what was set rather than a NULL it never asked for.
+  void setStream(CUstream_st *stream) override { stream_ = stream; }
+  CUstream_st *stream() const override { return stream_; }
 
+  // No text here: a plan is made for every call, and the HOST operations allocate nothing per call (the description
+  // is built by describe(), for flashAttnCheckSupport() only).
   Plan plan(const AttnProblem &p) const override {
     if (p.op == Op::Backward && p.paged)
       fail(FLASHATTN_STATUS_NOT_SUPPORTED,
@@ -43,51 +49,55 @@ class HostBackend final : public Backend {
     Plan plan;
     plan.kernel = KernelId::HostReference;
     plan.deterministic = true;
-    std::string extra;
     if (p.op == Op::DecodeChunk) {
       plan.numChunks = host::decodeChunkCount(p);
-      const host::DecodeWorkspace w = host::decodeWorkspace(p, plan.numChunks);
-      plan.workspaceBytes = w.totalBytes;
-      plan.regions[0] = WorkspaceRegion{"partial O", 0, w.lseOffset};
-      plan.regions[1] = WorkspaceRegion{"partial LSE", w.lseOffset, w.totalBytes - w.lseOffset};
-      extra = concat(" ", plan.numChunks, " KV chunks per sequence,");
+      plan.workspaceBytes = host::decodeWorkspace(p, plan.numChunks).totalBytes;
+    } else if (p.op == Op::Backward) {
+      plan.workspaceBytes = host::backwardWorkspaceBytes(p);
     }
+    return plan;
+  }
+
+  void describe(const AttnProblem &p, Plan &plan) const override {
+    std::string extra;
+    if (p.op == Op::DecodeChunk) extra = concat(" ", plan.numChunks, " KV chunks per sequence,");
     plan.description = concat("host.reference ", opName(p.op), " ", storageName(p.dtype), " d", p.headDim, " dv",
                               p.headDimV, ",", extra, " fp64 accumulate, deterministic");
-    return plan;
   }
 
   Plan planMerge(const MergeProblem &p) const override {
+    (void)p;
     Plan plan;
     plan.kernel = KernelId::HostReference;
     plan.deterministic = true;
-    plan.description = concat("host.reference merge of ", p.states, " states into ", storageName(p.outType), " dv",
-                              p.headDimV, ", fp64 accumulate, deterministic");
     return plan;
   }
 
-  void validateIndexData(const AttnProblem &p) const override { host::validateIndexArrays(p); }
+  void describeMerge(const MergeProblem &p, Plan &plan) const override {
+    plan.description = concat("host.reference merge of ", p.states, " states into ", storageName(p.outType), " dv",
+                              p.headDimV, ", fp64 accumulate, deterministic");
+  }
 
+  void validateIndexData(const AttnProblem &p) const override { (void)host::validateIndexArrays(p); }
+
+  // The index arrays decide every address read; checking them again costs O(batch), gives the lengths that size the
+  // work, and keeps a caller that skipped validateIndexData from reading outside the tensors.
   void forward(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
     (void)plan;
     (void)workspace;
-    // The index arrays decide every address read; checking them again costs O(batch) and keeps a caller that skipped
-    // validateIndexData from reading outside the tensors.
-    host::validateIndexArrays(p);
-    host::forward(p, buf);
+    host::forward(p, host::validateIndexArrays(p), buf);
   }
 
   void backward(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
-    (void)plan;
-    (void)workspace;
     if (p.paged) (void)this->plan(p);  // throws NOT_SUPPORTED with the reason
     require(buf.lse != nullptr, "backward needs the LSE written by the forward");
-    host::validateIndexArrays(p);
-    host::backward(p, buf);
+    require(workspace != nullptr || plan.workspaceBytes == 0, "backward needs a workspace of ", plan.workspaceBytes,
+            " bytes");
+    host::backward(p, host::validateIndexArrays(p), buf, workspace);
   }
 
   void decode(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
-    host::validateIndexArrays(p);
+    (void)host::validateIndexArrays(p);
     require(plan.numChunks >= 1, "decode plan has ", plan.numChunks, " chunks");
     const host::DecodeWorkspace w = host::decodeWorkspace(p, plan.numChunks);
     require(workspace != nullptr || w.totalBytes == 0, "decode needs a workspace of ", w.totalBytes, " bytes");
@@ -99,6 +109,9 @@ class HostBackend final : public Backend {
     (void)workspace;
     host::merge(p, buf);
   }
+
+ private:
+  CUstream_st *stream_ = nullptr;
 };
 
 }  // namespace

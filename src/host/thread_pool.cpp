@@ -7,7 +7,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
-#include <deque>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -17,35 +16,46 @@
 namespace flashattn::host {
 namespace {
 
-// One parallelFor call. Shared ownership because a worker may still hold it (having found no item left) after the
-// caller has returned.
+// One parallelFor call, on the caller's stack: the caller returns only when every item has finished and every pool
+// thread that joined has left (`inside` is 0), so no thread can touch it afterwards.
 struct Job {
-  const std::function<void(int64_t)> *body = nullptr;
+  const ItemBody *body = nullptr;
   int64_t count = 0;
   int maxHelpers = 0;  // pool threads allowed besides the caller (guarded by the pool mutex)
-  int helpers = 0;
+  int helpers = 0;     // pool threads that joined (guarded by the pool mutex)
+  Job *nextInQueue = nullptr;  // the pool's queue (guarded by the pool mutex)
   std::atomic<int64_t> next{0};
-  std::atomic<int64_t> finished{0};
   std::mutex mutex;
-  std::condition_variable allFinished;
+  std::condition_variable done;
+  int64_t finished = 0;  // guarded by mutex
+  int inside = 0;        // pool threads between joining and leaving (guarded by mutex)
   std::exception_ptr error;
 
-  // Runs items until none is left; whoever finishes the last one wakes the caller.
+  // Runs items until none is left.
   void work() {
+    int64_t ran = 0;
     for (;;) {
       const int64_t i = next.fetch_add(1, std::memory_order_relaxed);
-      if (i >= count) return;
+      if (i >= count) break;
       try {
         (*body)(i);
       } catch (...) {
         std::lock_guard<std::mutex> lock(mutex);
         if (!error) error = std::current_exception();
       }
-      if (finished.fetch_add(1, std::memory_order_acq_rel) + 1 == count) {
-        std::lock_guard<std::mutex> lock(mutex);
-        allFinished.notify_all();
-      }
+      ++ran;
     }
+    std::lock_guard<std::mutex> lock(mutex);
+    finished += ran;
+    if (finished == count) done.notify_all();
+  }
+
+  // A pool thread's last touch of the job; the notification is made under the mutex, so the caller (which waits on
+  // it) cannot return and free the job before this thread has released it.
+  void leave() {
+    std::lock_guard<std::mutex> lock(mutex);
+    --inside;
+    if (inside == 0) done.notify_all();
   }
 };
 
@@ -65,28 +75,29 @@ class Pool {
     for (auto &t : threads_) t.join();
   }
 
-  void run(int64_t count, const std::function<void(int64_t)> &body, int threads) {
+  void run(int64_t count, const ItemBody &body, int threads) {
     if (count <= 0) return;
-    auto job = std::make_shared<Job>();
-    job->body = &body;
-    job->count = count;
-    job->maxHelpers = int(std::min<int64_t>(threads - 1, count - 1));
-    if (job->maxHelpers > 0) {
+    Job job;
+    job.body = &body;
+    job.count = count;
+    job.maxHelpers = int(std::min<int64_t>(threads - 1, count - 1));
+    if (job.maxHelpers > 0) {
       std::lock_guard<std::mutex> lock(mutex_);
-      growTo(job->maxHelpers);
-      queue_.push_back(job);
+      growTo(job.maxHelpers);
+      job.nextInQueue = queue_;
+      queue_ = &job;
     }
-    if (job->maxHelpers > 0) wake_.notify_all();
-    job->work();
+    if (job.maxHelpers > 0) wake_.notify_all();
+    job.work();
+    if (job.maxHelpers > 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      unlink(&job);  // no thread joins from now on
+    }
     {
-      std::unique_lock<std::mutex> lock(job->mutex);
-      job->allFinished.wait(lock, [&] { return job->finished.load(std::memory_order_acquire) == count; });
+      std::unique_lock<std::mutex> lock(job.mutex);
+      job.done.wait(lock, [&] { return job.finished == count && job.inside == 0; });
     }
-    if (job->maxHelpers > 0) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      removeFromQueue(job.get());
-    }
-    if (job->error) std::rethrow_exception(job->error);
+    if (job.error) std::rethrow_exception(job.error);
   }
 
  private:
@@ -94,26 +105,34 @@ class Pool {
 
   // Threads are made on first need, so a process that never uses the HOST backend starts none.
   void growTo(int helpers) {
+    if (int(threads_.capacity()) < helpers) threads_.reserve(std::size_t(kMaxThreadsHint));
     while (int(threads_.size()) < helpers) threads_.emplace_back([this] { workerLoop(); });
   }
 
-  void removeFromQueue(const Job *job) {
-    auto it = std::find_if(queue_.begin(), queue_.end(), [&](const std::shared_ptr<Job> &j) { return j.get() == job; });
-    if (it != queue_.end()) queue_.erase(it);
+  void unlink(Job *job) {
+    for (Job **at = &queue_; *at; at = &(*at)->nextInQueue)
+      if (*at == job) {
+        *at = job->nextInQueue;
+        return;
+      }
   }
 
-  std::shared_ptr<Job> takeJob() {
-    for (auto it = queue_.begin(); it != queue_.end();) {
-      Job &j = **it;
+  // Called with the pool mutex held. A job whose items are all taken leaves the queue; one that still has items and
+  // room for a helper is joined.
+  Job *takeJob() {
+    for (Job **at = &queue_; *at;) {
+      Job &j = **at;
       if (j.next.load(std::memory_order_relaxed) >= j.count) {
-        it = queue_.erase(it);  // exhausted: its caller is finishing the last items
+        *at = j.nextInQueue;  // exhausted: its caller is finishing the last items
         continue;
       }
       if (j.helpers < j.maxHelpers) {
         ++j.helpers;
-        return *it;
+        std::lock_guard<std::mutex> lock(j.mutex);
+        ++j.inside;
+        return &j;
       }
-      ++it;
+      at = &j.nextInQueue;
     }
     return nullptr;
   }
@@ -121,18 +140,20 @@ class Pool {
   void workerLoop() {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
-      std::shared_ptr<Job> job;
+      Job *job = nullptr;
       wake_.wait(lock, [&] { return stopping_ || (job = takeJob()) != nullptr; });
       if (!job) return;  // stopping
       lock.unlock();
       job->work();
+      job->leave();
       lock.lock();
     }
   }
 
+  static constexpr int kMaxThreadsHint = 256;
   std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<std::shared_ptr<Job>> queue_;
+  Job *queue_ = nullptr;
   std::vector<std::thread> threads_;
   bool stopping_ = false;
 };
@@ -153,7 +174,7 @@ int threadsForNextCall() {
   return threads;
 }
 
-void parallelFor(int64_t count, const std::function<void(int64_t)> &body) {
+void parallelFor(int64_t count, ItemBody body) {
   Pool::instance().run(count, body, threadsForNextCall());
 }
 

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Every class of bad input (docs/testing.md, Suites), through the public API. Each case checks four things:
+// Every class of bad input the library must refuse (docs/testing.md), through the public API. Each
+// case checks four things:
 //   - the status (one expected value, or the two a case may legitimately get where the contract allows both),
 //   - a fresh last-error message (not the sentinel provoked just before) that names the argument,
 //   - every buffer the call could reach is bitwise what it was (outputs hold a canary pattern), and any output
@@ -19,6 +20,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -34,7 +36,9 @@
 
 #include "core/half.hpp"
 #include "raw_enum_calls.h"
+#include "reference.hpp"
 #include "tensors.hpp"
+#include "test_support.hpp"
 
 namespace fa_bad {
 
@@ -1772,6 +1776,534 @@ TEST_F(BadInput, HostIndexArrays) {
                   qRag_->data(), *lseRagD_,      lseRag_->as<float>(),      *qRagD_, dQ_->data(),  *kRagD_,
                   dK_->data(),   *kRagD_,        dV_->data(),   workspacePtr(), workspaceBytes_};
   rejectEverywhere("ragged backward: cuSeqlensQ decreasing", {kBadParam}, {"cuSeqlensQ"}, bw, kOp);
+}
+
+// ---------------------------------------------------------------------------------------------------------------------
+// Holes a libFuzzer run over the HOST backend found in the validation, one test each. Where the backends differ, the
+// CUDA expectation is written beside the HOST one.
+
+// Every tensor a call reads or writes is checked for an addressable span before its dims are used: the LSE, the
+// gradients and the merge's output, not only Q, K, V, O and dO. Here one dimension of 2^23 + 1 with a stride of 2^40
+// puts the last element 2^63 elements out, which wrapped the overlap check's int64 extent; the run then wrote
+// through the wrapped offsets. The library must refuse (BAD_PARAM: the tensor is invalid) on both backends.
+TEST_F(BadInput, SpansOfEveryTensorPastInt64) {
+  const int64_t many = (int64_t(1) << 23) + 1, far = int64_t(1) << 40;
+  // A valid problem around the bad tensor: Q, K, V broadcast (zero strides), headDim 1, `many` query heads, and an
+  // O that really holds `many` distinct elements (16 MiB).
+  auto qB = makeDesc(kFp16, {1, many, 1, 1}, {0, 0, 0, 1});
+  auto kvB = makeDesc(kFp16, {1, 1, 1, 1}, {0, 0, 0, 1});
+  auto kvMany = makeDesc(kFp16, {1, many, 1, 1}, {0, 0, 0, 1});
+  auto oMany = makeDesc(kFp16, {1, many, 1, 1});
+  auto lseBroadcast = makeDesc(kFp32, {1, many, 1}, {0, 0, 1});
+  auto lseHuge = makeDesc(kFp32, {1, many, 1}, {0, far, 1});
+  auto gradHuge = makeDesc(kFp16, {1, many, 1, 1}, {0, far, 0, 1});
+  auto kvGrad = makeDesc(kFp16, {1, 1, 1, 1});
+  Buffer &big = newBuffer("O of 2^23 + 1 heads", std::size_t(many) * 2, true);
+  Buffer &small = newBuffer("small output", 256, true);
+
+  auto f = forward();
+  f.qDesc = *qB;
+  f.kDesc = f.vDesc = *kvB;
+  f.oDesc = *oMany;
+  f.o = big.data();
+  f.lseDesc = *lseHuge;
+  rejectEverywhere("forward: LSE [1, 2^23+1, 1] with head stride 2^40", {kBadParam}, {"LSE"}, f, kOpAndSize);
+
+  auto d = decode();
+  d.seq = nullptr;
+  d.qDesc = *qB;
+  d.kDesc = d.vDesc = *kvB;
+  d.oDesc = *oMany;
+  d.o = big.data();
+  d.lseDesc = *lseHuge;
+  rejectEverywhere("decode: LSE [1, 2^23+1, 1] with head stride 2^40", {kBadParam}, {"LSE"}, d, kOpAndSize);
+
+  auto partialO = makeDesc(kFp32, {2, 1, many, 1, 1}, {0, 0, 0, 0, 1});
+  auto partialLse = makeDesc(kFp32, {2, 1, many, 1}, {0, 0, 0, 1});
+  auto m = merge();
+  m.partialODesc = *partialO;
+  m.partialLseDesc = *partialLse;
+  m.oDesc = *oMany;
+  m.o = big.data();
+  m.lseDesc = *lseHuge;
+  rejectEverywhere("merge: LSE [1, 2^23+1, 1] with head stride 2^40", {kBadParam}, {"LSE"}, m, kOpAndSize);
+  m.lseDesc = nullptr;
+  m.lse = nullptr;
+  auto oHuge = makeDesc(kFp16, {1, many, 1, 1}, {0, far, 0, 1});
+  m.oDesc = *oHuge;
+  rejectEverywhere("merge: O [1, 2^23+1, 1, 1] with head stride 2^40", {kBadParam}, {"O"}, m, kOpAndSize);
+
+  // Backward: the LSE it reads, then each gradient it writes.
+  auto b = backward();
+  b.qDesc = b.dODesc = *qB;
+  b.kDesc = b.vDesc = *kvB;
+  b.oDesc = *qB;
+  b.lseDesc = *lseHuge;
+  b.dQDesc = *oMany;
+  b.dQ = big.data();
+  b.dKDesc = b.dVDesc = *kvGrad;
+  b.dK = small.data();
+  b.dV = small.data(64);
+  rejectEverywhere("backward: LSE [1, 2^23+1, 1] with head stride 2^40", {kBadParam}, {"LSE"}, b, kOpAndSize);
+  b.lseDesc = *lseBroadcast;
+  b.dQDesc = *gradHuge;
+  rejectEverywhere("backward: dQ [1, 2^23+1, 1, 1] with head stride 2^40", {kBadParam}, {"dQ"}, b, kOp);
+  b.dQDesc = *oMany;
+  b.kDesc = b.vDesc = *kvMany;
+  b.dKDesc = *gradHuge;
+  b.dVDesc = *oMany;
+  b.dK = small.data();
+  b.dV = small.data(64);  // never reached: dK is refused first
+  rejectEverywhere("backward: dK [1, 2^23+1, 1, 1] with head stride 2^40", {kBadParam}, {"dK"}, b, kOp);
+  b.dKDesc = *oMany;
+  b.dVDesc = *gradHuge;
+  rejectEverywhere("backward: dV [1, 2^23+1, 1, 1] with head stride 2^40", {kBadParam}, {"dV"}, b, kOp);
+}
+
+// CheckSupport makes stand-ins for the descriptors it is not given (Backward's LSE, the merge's partial LSE) from the
+// dims of the others; with Q [1, 2^40, 2^40, 1] their packed strides are 2^80 elements. The product must be checked
+// (the wrapped value happened to give the right status; UBSan reports the overflow).
+TEST_F(BadInput, CheckSupportStandInsPastInt64) {
+  const int64_t huge = int64_t(1) << 40;
+  auto q = makeDesc(kFp16, {1, huge, huge, 1}, {0, 0, 0, 1});
+  auto kv = makeDesc(kFp16, {1, 1, 1, 1}, {0, 0, 0, 1});
+  auto bw = backward();
+  bw.qDesc = bw.oDesc = *q;
+  bw.kDesc = bw.vDesc = *kv;
+  rejectEverywhere("CheckSupport(BACKWARD): Q [1, 2^40, 2^40, 1], stand-in LSE of 2^80 elements", {kBadParam},
+                   {"Q", "LSE"}, bw, kSupport);
+  auto partialO = makeDesc(kFp32, {2, 1, huge, huge, 1}, {0, 0, 0, 0, 1});
+  auto m = merge();
+  m.partialODesc = *partialO;
+  m.oDesc = *q;
+  rejectEverywhere("CheckSupport(MERGE_STATES): partialO [2, 1, 2^40, 2^40, 1]", {kBadParam}, {"O", "partialO"}, m,
+                   kSupport);
+}
+
+// The CUDA backward planner counted its grid as key blocks x kvHeads x batch in int64. With K broadcast (zero
+// strides) no tensor's span bounds that product in the size query and CheckSupport, whose dK is a stand-in with K's
+// layout: 2^25 key blocks x 2^29 x 2^29 wrapped and a negative count passed the grid limit. CUDA: NOT_SUPPORTED (the
+// grid is past 2^31 blocks). HOST: served (its workspace, 2^61 bytes of D rows, is addressable; nothing runs here).
+TEST_F(BadInput, BackwardGridCountPastInt64) {
+  const int64_t n = int64_t(1) << 29, keys = std::numeric_limits<int32_t>::max() - 4096;
+  auto q = makeDesc(kFp16, {n, n, 1, 8}, {0, 0, 0, 1});
+  auto kv = makeDesc(kFp16, {n, n, keys, 8}, {0, 0, 0, 1});
+  auto o = makeDesc(kFp16, {n, n, 1, 8});
+  auto bw = backward();
+  bw.qDesc = bw.dODesc = *q;
+  bw.kDesc = bw.vDesc = *kv;
+  bw.oDesc = *o;
+  if (onCuda()) {
+    rejectEverywhere("CheckSupport(BACKWARD): K broadcast over 2^29 x 2^29 heads of 2^31 keys", {kNotSupported},
+                     {"batch", "heads", "grid", "seqK"}, bw, kSupport);
+    return;
+  }
+  EXPECT_EQ(bw.support(nullptr, 0, nullptr), kSuccess) << fa_test::lastError();
+  ++g_totalCases;
+}
+
+// DecodeChunk's chunk bounds sk * c / chunks reach 2^40 * 2^23 = 2^63 for the last chunk of 2^23 over a 2^40-key
+// cache, which wrapped: that chunk's range came out empty (or, for other counts, 2^41 keys long, a run that never
+// returns). A window keeps only the last key visible, so the run is short, and the answer is known: that key's
+// value and logit. HOST: runs and matches Forward. CUDA: refuses (headDim 1, and its decode indexes keys in 32 bits).
+TEST_F(BadInput, DecodeChunkBoundsPastInt64) {
+  const int64_t keys = int64_t(1) << 40;
+  const int32_t chunks = int32_t(1) << 23;
+  auto q1 = makeDesc(kFp32, {1, 1, 1, 1});
+  auto cache = makeDesc(kFp32, {1, 1, keys, 1}, {0, 0, 0, 1});
+  auto lse1 = makeDesc(kFp32, {1, 1, 1});
+  Buffer &q = newBuffer("Q (one element)", 4, false);
+  Buffer &k = newBuffer("K (one element, broadcast)", 4, false);
+  Buffer &v = newBuffer("V (one element, broadcast)", 4, false);
+  const float qv = 1.0f, kv = 0.5f, vv = 0.75f;
+  q.upload(&qv, 4);
+  k.upload(&kv, 4);
+  v.upload(&vv, 4);
+  Buffer &o = newBuffer("O (one element)", 4, true);
+  Buffer &lse = newBuffer("LSE (one element)", 4, true);
+  fa_test::AttnDesc lastKeyOnly;
+  ASSERT_EQ(flashAttnSetAttentionWindow(lastKeyOnly, 0, 0), kSuccess);
+  ASSERT_EQ(flashAttnSetAttentionScale(lastKeyOnly, 1.0f), kSuccess);
+  DecodeCall c{handle_, lastKeyOnly, nullptr, *q1,        q.data(),           *cache, k.data(), *cache,
+               v.data(), *q1,        o.data(), *lse1, lse.as<float>(), chunks, nullptr,  0};
+  std::size_t need = kBytesCanary;
+  const flashAttnStatus_t sized = c.size(&need);
+  if (onCuda()) {
+    EXPECT_EQ(sized, kNotSupported) << fa_test::lastError();
+    EXPECT_EQ(need, kBytesCanary);
+    return;
+  }
+  ASSERT_EQ(sized, kSuccess) << fa_test::lastError();
+  Buffer &ws = newBuffer("decode workspace", need, true);
+  c.workspace = ws.data();
+  c.workspaceBytes = need;
+  ASSERT_EQ(c.run(), kSuccess) << fa_test::lastError();
+  float gotO = 0, gotLse = 0;
+  memory().download(&gotO, o.data(), 4);
+  memory().download(&gotLse, lse.data(), 4);
+  EXPECT_EQ(gotO, vv) << "the last chunk's only visible key was lost";
+  EXPECT_EQ(gotLse, qv * kv) << "one visible key: LSE is its logit";
+  EXPECT_LT(need, std::size_t(1) << 20) << "the HOST decode workspace is bounded whatever the chunk count";
+}
+
+// Forward and DecodeChunk at extreme logits: two keys that matter, at the two ends of a 256-key cache whose other
+// keys have dot products of -1 (weight exactly 0 at these scales), over two chunks, so that each chunk holds one of
+// them and the decode's merge carries the whole answer. At scale 1e6 the two logits are ~1e6 apart by less than one,
+// where an FP32 partial LSE (ulp 0.0625) moves the weights by percent; at FLT_MAX they pass FLT_MAX, where FP32
+// partial states overflow. The HOST decode folds its chunks in double with maxima and sums apart, so it agrees with
+// Forward bitwise and with the float64 oracle. CUDA: Forward and DecodeChunk both refuse scale FLT_MAX (scale *
+// log2 e is infinite in FP32); at 1e6 both run, and the GPU suite (test_gpu_decode) checks them against the oracle
+// in every merge mode.
+struct ExtremeLogits {
+  const char *name;
+  float scale;
+  double q1, k2;  // q = (1, q1, 0...), k_first = (kScale, 0...), k_last = (kScale, k2, 0...), fillers (-1, 0...)
+  double kScale;
+};
+constexpr int64_t kExtremeKeys = 256;
+
+TEST_F(BadInput, DecodeAgreesWithForwardAtExtremeLogits) {
+  constexpr int64_t kD = 64, kN = kExtremeKeys;
+  const ExtremeLogits cases[] = {
+      {"scale 1e6, logits 1e6 and 1e6 + 0.95", 1e6f, 1.0 / 1024, 1.0 / 1024, 1.0},
+      {"scale FLT_MAX, logits 2 FLT_MAX twice (past FP32)", std::numeric_limits<float>::max(), 0.0, 0.0, 2.0},
+      {"scale FLT_MAX, logits FLT_MAX and FLT_MAX (1 + 2^-20)", std::numeric_limits<float>::max(), 1.0 / 1024,
+       1.0 / 1024, 1.0},
+  };
+  for (const flashAttnDataType_t dtype : {kFp32, kFp16}) {
+    auto qd = makeDesc(dtype, {1, 1, 1, kD});
+    auto kvd = makeDesc(dtype, {1, 1, kN, kD});
+    auto ld = makeDesc(kFp32, {1, 1, 1});
+    const std::size_t e = fa_test::elementSize(dtype);
+    for (const ExtremeLogits &cs : cases) {
+      const std::string name = std::string(fa_test::typeName(dtype)) + ", " + cs.name;
+      std::vector<double> qv(kD, 0.0), kv(kN * kD, 0.0), vv(kN * kD, 1.0);
+      qv[0] = 1.0;
+      qv[1] = cs.q1;
+      for (int64_t j = 0; j < kN; ++j) kv[size_t(j * kD)] = -1.0;
+      kv[0] = kv[size_t((kN - 1) * kD)] = cs.kScale;
+      kv[size_t((kN - 1) * kD + 1)] = cs.k2;
+      for (int64_t d = 0; d < kD; ++d) vv[size_t(d)] = 5.0, vv[size_t((kN - 1) * kD + d)] = 3.0;
+      std::vector<uint8_t> qb(kD * e), kb(kN * kD * e), vb(kN * kD * e);
+      for (int64_t i = 0; i < kD; ++i) fa_test::storeElement(qb.data(), dtype, i, qv[size_t(i)]);
+      for (int64_t i = 0; i < kN * kD; ++i) {
+        fa_test::storeElement(kb.data(), dtype, i, kv[size_t(i)]);
+        fa_test::storeElement(vb.data(), dtype, i, vv[size_t(i)]);
+      }
+      Buffer &q = newBuffer(name + " Q", qb.size(), false);
+      Buffer &k = newBuffer(name + " K", kb.size(), false);
+      Buffer &v = newBuffer(name + " V", vb.size(), false);
+      q.upload(qb.data(), qb.size());
+      k.upload(kb.data(), kb.size());
+      v.upload(vb.data(), vb.size());
+      Buffer &oF = newBuffer(name + " O forward", kD * e, true), &oD = newBuffer(name + " O decode", kD * e, true);
+      Buffer &lF = newBuffer(name + " LSE forward", 4, true), &lD = newBuffer(name + " LSE decode", 4, true);
+      fa_test::AttnDesc attn;
+      ASSERT_EQ(flashAttnSetAttentionScale(attn, cs.scale), kSuccess);
+      ForwardCall f{handle_, attn, nullptr, *qd, q.data(), *kvd, k.data(), *kvd, v.data(), *qd, oF.data(), *ld,
+                    lF.as<float>(), workspacePtr(), workspaceBytes_};
+      DecodeCall dc{handle_, attn,     nullptr, *qd, q.data(),         *kvd, k.data(),      *kvd,
+                    v.data(), *qd,     oD.data(), *ld, lD.as<float>(), 2,    workspacePtr(), workspaceBytes_};
+      const bool pastFp32 = cs.scale > 1e30f;
+      if (onCuda()) {
+        if (pastFp32) {
+          rejectEverywhere("forward: " + name, {kNotSupported}, {"scale"}, f);
+          rejectEverywhere("decode: " + name, {kNotSupported}, {"scale"}, dc);
+        }
+        continue;  // scale 1e6: tests/gpu/test_gpu_decode.cpp
+      }
+      std::size_t need = 0;
+      ASSERT_EQ(dc.size(&need), kSuccess) << name << ": " << fa_test::lastError();
+      ASSERT_LE(need, workspaceBytes_);
+      ASSERT_EQ(f.run(), kSuccess) << name << ": " << fa_test::lastError();
+      ASSERT_EQ(dc.run(), kSuccess) << name << ": " << fa_test::lastError();
+      std::vector<uint8_t> ofb(kD * e), odb(kD * e);
+      float lf = 0, ldv = 0;
+      memory().download(ofb.data(), oF.data(), ofb.size());
+      memory().download(odb.data(), oD.data(), odb.size());
+      memory().download(&lf, lF.data(), 4);
+      memory().download(&ldv, lD.data(), 4);
+      // The float64 oracle of the inputs as stored.
+      fa_ref::Problem rp;
+      rp.headDim = rp.headDimV = kD;
+      rp.maxSq = 1;
+      rp.maxSk = kN;
+      rp.scale = double(cs.scale);
+      std::vector<double> qs(kD), ks(kN * kD), vs(kN * kD), refO, refLse;
+      for (int64_t i = 0; i < kD; ++i) qs[size_t(i)] = fa_test::loadElement(qb.data(), dtype, i);
+      for (int64_t i = 0; i < kN * kD; ++i) {
+        ks[size_t(i)] = fa_test::loadElement(kb.data(), dtype, i);
+        vs[size_t(i)] = fa_test::loadElement(vb.data(), dtype, i);
+      }
+      fa_ref::forward(rp, qs, ks, vs, refO, refLse);
+      std::vector<double> outF(kD), outD(kD);
+      for (int64_t i = 0; i < kD; ++i) {
+        outF[size_t(i)] = fa_test::loadElement(ofb.data(), dtype, i);
+        outD[size_t(i)] = fa_test::loadElement(odb.data(), dtype, i);
+      }
+      const double tol = fa_ref::normTolerance(fa_test::roundingOf(dtype));
+      const fa_ref::Gate gateF = fa_ref::checkGates(outF, refO, refO, 2.0, tol);
+      const fa_ref::Gate gateD = fa_ref::checkGates(outD, refO, refO, 2.0, tol);
+      // The relative gate's low-precision variant rounds Q.K to the storage type, which at these scales moves a
+      // logit by thousands; the normwise gate, which bounds the error outright, is the one that can fail here.
+      EXPECT_TRUE(gateF.finite && gateF.normwise <= tol) << name << ": forward " << gateF.describe();
+      EXPECT_TRUE(gateD.finite && gateD.normwise <= tol) << name << ": decode " << gateD.describe();
+      EXPECT_EQ(odb, ofb) << name << ": decode and forward O differ (forward O[0] = " << outF[0]
+                          << ", decode O[0] = " << outD[0] << ", oracle " << refO[0] << ")";
+      const double refL = refLse[0];
+      EXPECT_EQ(ldv, lf) << name << ": decode and forward LSE differ";
+      if (std::isfinite(double(float(refL)))) {
+        // The LSE is stored in FP32, whose rounding at |LSE| ~ 1e6 (half an ulp: 0.03) is above the 1e-4 gate.
+        const double lseTol = std::max(fa_test::lseTolerance(dtype, refLse), std::fabs(refL) * 0x1p-24);
+        EXPECT_LE(std::fabs(double(lf) - refL), lseTol) << name << ": forward LSE " << lf << ", oracle " << refL;
+        EXPECT_LE(std::fabs(double(ldv) - refL), lseTol) << name << ": decode LSE " << ldv << ", oracle " << refL;
+      } else {
+        // Past FLT_MAX the LSE's FP32 value is +inf: both must say so (not NaN, not the -inf of an empty row).
+        EXPECT_EQ(lf, std::numeric_limits<float>::infinity()) << name << ": forward LSE";
+        EXPECT_EQ(ldv, std::numeric_limits<float>::infinity()) << name << ": decode LSE";
+      }
+    }
+  }
+}
+
+// Inputs and index arrays inside the workspace: the operation uses its workspace as scratch from its first phase on,
+// so a block table, a KV-length array, a cu_seqlens array or an input tensor placed there is overwritten before it
+// is read (the run crashed reading a block table its partial states had overwritten). Refused on both backends: the
+// workspace must overlap nothing the call reads or writes. An output overlapping an index array is the same hazard.
+TEST_F(BadInput, WorkspaceOverlappingInputsAndIndexArrays) {
+  std::size_t need = 0;
+  ASSERT_EQ(paged().size(&need), kSuccess) << fa_test::lastError();
+  if (need == 0) GTEST_SKIP() << "the paged decode needs no workspace on " << g_target.name;
+  // An input buffer (not re-armed with the canary, so the table stays valid) that holds the workspace and, inside
+  // it, a copy of the block table or of the KV lengths.
+  const std::vector<int32_t> table{6, 2, 7, 0, 3, 5, 1, 4}, lengths{20, 32};
+  Buffer &scratch = newBuffer("workspace holding an index array", need + 512, false);
+  const std::size_t at = (need / 2) & ~std::size_t(255);
+  {
+    std::vector<uint8_t> bytes(need + 512, 0);
+    std::memcpy(bytes.data() + at, table.data(), table.size() * 4);
+    std::memcpy(bytes.data() + at + 64, lengths.data(), lengths.size() * 4);
+    scratch.upload(bytes.data(), bytes.size());
+  }
+  fa_test::SeqDesc tableInWs, lengthsInWs;
+  ASSERT_EQ(flashAttnSetSeqKvLengths(tableInWs, B, kvLengths_->as<int32_t>()), kSuccess);
+  ASSERT_EQ(flashAttnSetSeqPaged(tableInWs, B, scratch.as<int32_t>(at), PAGES_PER_SEQ), kSuccess);
+  ASSERT_EQ(flashAttnSetSeqKvLengths(lengthsInWs, B, scratch.as<int32_t>(at + 64)), kSuccess);
+  ASSERT_EQ(flashAttnSetSeqPaged(lengthsInWs, B, blockTable_->as<int32_t>(), PAGES_PER_SEQ), kSuccess);
+  auto d = paged();
+  d.seq = tableInWs;
+  d.workspace = scratch.data();
+  d.workspaceBytes = need;
+  expectRejected("paged decode: block table inside the workspace", {kBadParam}, {"workspace"}, [&] { return d.run(); });
+  d.seq = lengthsInWs;
+  expectRejected("paged decode: seqlensK inside the workspace", {kBadParam}, {"workspace"}, [&] { return d.run(); });
+  // K inside the workspace (an input tensor; its bytes are the scratch buffer's, any values).
+  d = paged();
+  d.k = scratch.data(at);
+  d.workspace = scratch.data();
+  d.workspaceBytes = need;
+  expectRejected("paged decode: K inside the workspace", {kBadParam}, {"workspace"}, [&] { return d.run(); });
+  // Past the bytes the plan uses the caller's allocation is the caller's: a table there is fine.
+  d = paged();
+  fa_test::SeqDesc tableAfter;
+  std::vector<uint8_t> after(table.size() * 4);
+  std::memcpy(after.data(), table.data(), after.size());
+  Buffer &tail = newBuffer("workspace with the block table after its used bytes", need + 256, false);
+  memory().upload(tail.data(need), after.data(), after.size());
+  ASSERT_EQ(flashAttnSetSeqKvLengths(tableAfter, B, kvLengths_->as<int32_t>()), kSuccess);
+  ASSERT_EQ(flashAttnSetSeqPaged(tableAfter, B, tail.as<int32_t>(need), PAGES_PER_SEQ), kSuccess);
+  d.seq = tableAfter;
+  d.workspace = tail.data();
+  d.workspaceBytes = need;
+  EXPECT_EQ(d.run(), kSuccess) << "a block table after the workspace's used bytes: " << fa_test::lastError();
+  // An output overlapping an index array: O written over the KV lengths it is computed from.
+  Buffer &shared = newBuffer("O holding the KV lengths", std::size_t(B * H * DEC_SQ * D) * 2 + 256, false);
+  memory().upload(shared.data(), lengths.data(), lengths.size() * 4);
+  fa_test::SeqDesc lengthsInO;
+  ASSERT_EQ(flashAttnSetSeqKvLengths(lengthsInO, B, shared.as<int32_t>()), kSuccess);
+  auto dd = decode();
+  dd.seq = lengthsInO;
+  dd.o = shared.data();
+  expectRejected("decode: O over its seqlensK", {kBadParam}, {"seqlensK", "O"}, [&] { return dd.run(); });
+  // The backward's workspace (HOST: the D = dO . O rows; CUDA: its accumulators) over the ragged cu_seqlens.
+  std::size_t backwardNeed = 0;
+  BackwardCall rb{handle_,       attn_,         raggedSeq_,    *qRagD_,    qRag_->data(),        *kRagD_,
+                  kRag_->data(), *kRagD_,       vRag_->data(), *oRagD_,    oRag_->data(),        *qRagD_,
+                  qRag_->data(), *lseRagD_,     lseRag_->as<float>(),      *qRagD_, dQ_->data(), *kRagD_,
+                  dK_->data(),   *kRagD_,       dV_->data(),   workspacePtr(), workspaceBytes_};
+  if (rb.size(&backwardNeed) == kSuccess && backwardNeed > 0) {
+    Buffer &bws = newBuffer("backward workspace holding cuSeqlensQ", backwardNeed + 256, false);
+    const std::vector<int32_t> cu{0, 3, 8};
+    memory().upload(bws.data(), cu.data(), cu.size() * 4);
+    memory().upload(bws.data(256), cu.data(), cu.size() * 4);
+    fa_test::SeqDesc cuInWs;
+    ASSERT_EQ(flashAttnSetSeqRagged(cuInWs, B, bws.as<int32_t>(), cuK_->as<int32_t>(), 5, 9), kSuccess);
+    rb.seq = cuInWs;
+    rb.workspace = bws.data();
+    rb.workspaceBytes = backwardNeed;
+    expectRejected("ragged backward: cuSeqlensQ inside the workspace", {kBadParam}, {"workspace"},
+                   [&] { return rb.run(); });
+  }
+}
+
+// maxSeqlenQ/K only bound a ragged batch's lengths; the HOST backend sized its loops by them, so three sequences of
+// ten tokens under maxSeqlenQ = 2^31 - 1 made ~10^8 empty work items (78 s). Work must follow the lengths present:
+// the calls finish in well under a second and match the same batch with tight bounds. CUDA: the bounds size its
+// launch (the header says so), and 2^31 - 1 passes its 32-bit row limit: NOT_SUPPORTED.
+TEST_F(BadInput, RaggedBoundsFarAboveTheLengths) {
+  const int64_t bound = std::numeric_limits<int32_t>::max();
+  const std::vector<int32_t> cu{0, 10, 20, 30};
+  Buffer &cuQ = indexBuffer("cuSeqlensQ 3 x 10", cu);
+  Buffer &cuK = indexBuffer("cuSeqlensK 3 x 10", cu);
+  auto qd = makeDesc(kFp16, {30, H, D});
+  auto kd = makeDesc(kFp16, {30, KVH, D});
+  auto ld = makeDesc(kFp32, {30, H});
+  Buffer &q = tensorBuffer("Q (3 x 10 tokens)", kFp16, {30, H, D}, false);
+  Buffer &k = tensorBuffer("K (3 x 10 tokens)", kFp16, {30, KVH, D}, false);
+  Buffer &v = tensorBuffer("V (3 x 10 tokens)", kFp16, {30, KVH, D}, false);
+  Buffer &o = tensorBuffer("O (3 x 10 tokens)", kFp16, {30, H, D}, true);
+  Buffer &lse = tensorBuffer("LSE (3 x 10 tokens)", kFp32, {30, H}, true);
+  Buffer &oTight = tensorBuffer("O (tight bounds)", kFp16, {30, H, D}, true);
+  Buffer &lseTight = tensorBuffer("LSE (tight bounds)", kFp32, {30, H}, true);
+  fa_test::SeqDesc loose, tight;
+  ASSERT_EQ(flashAttnSetSeqRagged(loose, 3, cuQ.as<int32_t>(), cuK.as<int32_t>(), bound, bound), kSuccess);
+  ASSERT_EQ(flashAttnSetSeqRagged(tight, 3, cuQ.as<int32_t>(), cuK.as<int32_t>(), 10, 10), kSuccess);
+  ForwardCall f{handle_, attn_, loose, *qd, q.data(), *kd, k.data(), *kd, v.data(), *qd, o.data(), *ld,
+                lse.as<float>(), workspacePtr(), workspaceBytes_};
+  if (onCuda()) {
+    rejectEverywhere("ragged forward: maxSeqlenQ/K 2^31 - 1 over 3 x 10 tokens", {kNotSupported},
+                     {"seqQ", "seqK", "maxSeqlen"}, f);
+    return;
+  }
+  const auto timed = [](const std::function<flashAttnStatus_t()> &call, double *seconds) {
+    const auto start = std::chrono::steady_clock::now();
+    const flashAttnStatus_t s = call();
+    *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return s;
+  };
+  double seconds = 0;
+  ASSERT_EQ(timed([&] { return f.run(); }, &seconds), kSuccess) << fa_test::lastError();
+  EXPECT_LT(seconds, 5.0) << "forward sized by maxSeqlenQ/K instead of the lengths present";
+  ForwardCall ft = f;
+  ft.seq = tight;
+  ft.o = oTight.data();
+  ft.lse = lseTight.as<float>();
+  ASSERT_EQ(ft.run(), kSuccess) << fa_test::lastError();
+  EXPECT_EQ(o.snapshot(), oTight.snapshot()) << "the bounds changed the result";
+  EXPECT_EQ(lse.snapshot(), lseTight.snapshot()) << "the bounds changed the LSE";
+
+  Buffer &dQ = tensorBuffer("dQ (3 x 10 tokens)", kFp16, {30, H, D}, true);
+  Buffer &dK = tensorBuffer("dK (3 x 10 tokens)", kFp16, {30, KVH, D}, true);
+  Buffer &dV = tensorBuffer("dV (3 x 10 tokens)", kFp16, {30, KVH, D}, true);
+  BackwardCall bw{handle_,  attn_,    loose,         *qd,      q.data(),  *kd, k.data(), *kd,
+                  v.data(), *qd,      o.data(),      *qd,      q.data(),  *ld, lse.as<float>(),
+                  *qd,      dQ.data(), *kd,          dK.data(), *kd,      dV.data(), nullptr, 0};
+  std::size_t need = 0;
+  ASSERT_EQ(bw.size(&need), kSuccess) << fa_test::lastError();
+  Buffer &ws = newBuffer("backward workspace", need, true);
+  bw.workspace = ws.data();
+  bw.workspaceBytes = need;
+  ASSERT_EQ(timed([&] { return bw.run(); }, &seconds), kSuccess) << fa_test::lastError();
+  EXPECT_LT(seconds, 5.0) << "backward sized by maxSeqlenQ/K instead of the lengths present";
+}
+
+// HOST operations allocate no memory per call (docs/semantics.md, Workspace): scratch that grows with the problem
+// lives in the workspace, per-thread scratch is kept for the thread's next call, and the pool's jobs sit on the
+// caller's stack. Once warmed up (the pool's threads started, each thread's scratch sized), a call makes no heap
+// allocation at all; the HOST backend used to make 4 to 49. One thread makes the count exact: which pool threads join
+// a call, and so whose scratch is first used in it, is up to the scheduler. CUDA: the planners build their
+// description text on the host per call; its operations allocate no device memory (the GPU suite's graph-capture
+// tests would fail otherwise).
+TEST_F(BadInput, HostOperationsAllocateNothingPerCall) {
+  if (!onHost()) GTEST_SKIP() << "CUDA operations allocate no device memory (graph capture checks it in tests/gpu)";
+  const char *before = std::getenv("FLASHATTN_HOST_THREADS");
+  const std::string saved = before ? before : "";
+  setenv("FLASHATTN_HOST_THREADS", "1", 1);
+  std::size_t backwardBytes = 0;
+  ASSERT_EQ(backward().size(&backwardBytes), kSuccess);
+  ASSERT_LE(backwardBytes, workspaceBytes_);
+  BackwardCall raggedBackward{handle_,       attn_,         raggedSeq_,    *qRagD_,    qRag_->data(),        *kRagD_,
+                              kRag_->data(), *kRagD_,       vRag_->data(), *oRagD_,    oRag_->data(),        *qRagD_,
+                              qRag_->data(), *lseRagD_,     lseRag_->as<float>(),      *qRagD_, dQ_->data(), *kRagD_,
+                              dK_->data(),   *kRagD_,       dV_->data(),   workspacePtr(), workspaceBytes_};
+  const std::vector<std::pair<std::string, std::function<flashAttnStatus_t()>>> calls = {
+      {"forward", [&] { return forward().run(); }},
+      {"ragged forward", [&] { return raggedForward().run(); }},
+      {"backward", [&] { return backward().run(); }},
+      {"ragged backward", [&] { return raggedBackward.run(); }},
+      {"decode", [&] { return decode().run(); }},
+      {"paged decode", [&] { return paged().run(); }},
+      {"merge", [&] { return merge().run(); }},
+      {"forward size query", [&] {
+         std::size_t bytes = 0;
+         return forward().size(&bytes);
+       }},
+  };
+  for (const auto &[name, call] : calls) {
+    for (int warm = 0; warm < 2; ++warm) ASSERT_EQ(call(), kSuccess) << name << ": " << fa_test::lastError();
+    startCountingAllocations();
+    const flashAttnStatus_t status = call();
+    const long allocations = stopCountingAllocations();
+    EXPECT_EQ(status, kSuccess) << name << ": " << fa_test::lastError();
+    EXPECT_EQ(allocations, 0) << name << " allocated on the heap " << allocations << " times in a warm call";
+    ++g_totalCases;
+  }
+  if (before)
+    setenv("FLASHATTN_HOST_THREADS", saved.c_str(), 1);
+  else
+    unsetenv("FLASHATTN_HOST_THREADS");
+}
+
+// numChunks is any int32: 2^31 - 1 chunks over a 32-key cache leave all but 32 chunks empty. The HOST decode visited
+// every chunk (minutes of empty iterations); its work must follow the keys (each chunk then holds at most one). The
+// result equals the two-chunk decode's up to rounding. Both backends run it (the CUDA planner caps chunks at key tiles).
+TEST_F(BadInput, DecodeChunkCountFarAboveTheKeys) {
+  auto c = decode();
+  Buffer &oMany = tensorBuffer("O (2^31 - 1 chunks)", kFp16, {B, H, DEC_SQ, D}, true);
+  Buffer &lseMany = tensorBuffer("LSE (2^31 - 1 chunks)", kFp32, {B, H, DEC_SQ}, true);
+  c.o = oMany.data();
+  c.lse = lseMany.as<float>();
+  c.numChunks = std::numeric_limits<int32_t>::max();
+  std::size_t need = 0;
+  ASSERT_EQ(c.size(&need), kSuccess) << fa_test::lastError();
+  Buffer &ws = newBuffer("workspace (2^31 - 1 chunks)", need, true);
+  c.workspace = ws.data();
+  c.workspaceBytes = need;
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(c.run(), kSuccess) << fa_test::lastError();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0) << "the decode's work followed numChunks instead of the keys";
+  ASSERT_EQ(decode().run(), kSuccess) << fa_test::lastError();
+  // The same attention split two ways: equal up to the rounding of the merge and of FP16 storage.
+  const std::vector<uint8_t> many = oMany.snapshot(), two = oDec_->snapshot();
+  for (int64_t i = 0; i < B * H * DEC_SQ * D; ++i) {
+    const double a = fa_test::loadElement(many.data(), kFp16, i), b = fa_test::loadElement(two.data(), kFp16, i);
+    ASSERT_LE(std::fabs(a - b), 2e-3 * (1.0 + std::fabs(b))) << "O element " << i;
+  }
+  ++g_totalCases;
+}
+
+// SetStream on a HOST handle: one rule on both backends, the one the header states. The value set is kept and
+// returned by GetStream (the HOST backend never uses it), so code written for either backend may set its stream
+// unconditionally. (The HOST backend accepted 0x1234 and then returned NULL.)
+TEST_F(BadInput, StreamIsKeptAndReturned) {
+  CUstream_st *const made = reinterpret_cast<CUstream_st *>(uintptr_t(0x1234));
+  CUstream_st *got = nullptr;
+  if (onCuda()) {
+    // A CUDA handle would queue work on the value: set and read back only, then restore the default stream.
+    ASSERT_EQ(flashAttnSetStream(handle_, made), kSuccess) << fa_test::lastError();
+    EXPECT_EQ(flashAttnGetStream(handle_, &got), kSuccess);
+    EXPECT_EQ(got, made);
+    ASSERT_EQ(flashAttnSetStream(handle_, nullptr), kSuccess);
+    return;
+  }
+  ASSERT_EQ(flashAttnSetStream(handle_, made), kSuccess) << fa_test::lastError();
+  ASSERT_EQ(flashAttnGetStream(handle_, &got), kSuccess) << fa_test::lastError();
+  EXPECT_EQ(got, made) << "GetStream must return what SetStream kept";
+  EXPECT_EQ(forward().run(), kSuccess) << "a HOST handle never uses the stream: " << fa_test::lastError();
+  ASSERT_EQ(flashAttnSetStream(handle_, nullptr), kSuccess);
+  ASSERT_EQ(flashAttnGetStream(handle_, &got), kSuccess);
+  EXPECT_EQ(got, nullptr);
 }
 
 }  // namespace

@@ -37,4 +37,8 @@ void setTarget(const Target &target);
 // Prints how many cases each test checked and the total; returns the total.
 int printCaseCount();
 
+// Heap allocations through operator new, in every thread, between the two calls (bad_input_allocations.cpp).
+void startCountingAllocations();
+long stopCountingAllocations();
+
 }  // namespace fa_bad

@@ -47,6 +47,14 @@ inline double lseTolerance(flashAttnDataType_t t, const std::vector<double> &ref
   return std::max(1e-4, 8e-6 * largest);
 }
 
+// FLASHATTN_TEST_STRIDE=n runs every n-th case of the HOST grids, each case whole: the sanitizer builds (ASan,
+// TSan), where the full grids would take most of CI's time, still reach every kind of case. Unset: every case.
+inline size_t caseStride() {
+  const char *text = std::getenv("FLASHATTN_TEST_STRIDE");
+  const long n = text ? std::strtol(text, nullptr, 10) : 1;
+  return n >= 1 ? size_t(n) : 1;
+}
+
 inline bool edgeSliceOnly() {
   const char *slice = std::getenv("FLASHATTN_TEST_SLICE");
   return slice != nullptr && std::strcmp(slice, "edge") == 0;

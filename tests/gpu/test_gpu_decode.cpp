@@ -765,6 +765,89 @@ TEST(DecodeSupport, CheckSupportNamesTheKernel) {
   EXPECT_EQ(deterministic, 1);
 }
 
+// Forward and DecodeChunk at scale 1e6: two keys that matter at the two ends of a 256-key cache (the others have dot
+// products of -1, weight exactly 0), over two chunks, so that each chunk holds one and the decode's merge carries the
+// answer. "Close": the two logits are 1e6 and 1e6 + 0.95, where FP32 arithmetic on the logits themselves (ulp 0.0625
+// at 1e6, 0.125 in log2 units) would move the weights by percent; "apart": 1e6 and 1e6 - 977, one key takes all.
+// Both operations pass the gates against the float64 oracle (so they agree with each other), in every merge mode the
+// CTest variants of this binary select. Scale FLT_MAX is refused by both (bad-input catalogue).
+TEST(DecodeSupport, AgreesWithForwardAtScale1e6TwoKeysOverTwoChunks) {
+  constexpr int64_t kD = 64, kN = 256;
+  struct Inputs {
+    const char *name;
+    double q1, k2;  // q = (1, q1, 0...), k_first = (1, 0...), k_last = (1, k2, 0...)
+  } inputs[] = {{"close", 1.0 / 1024, 1.0 / 1024}, {"apart", 1.0, -1.0 / 1024}};
+  Handle handle(FLASHATTN_BACKEND_CUDA);
+  AttnDesc attn;
+  check(flashAttnSetAttentionScale(attn, 1e6f), "scale");
+  for (const flashAttnDataType_t dtype : {FLASHATTN_DATA_FP16, FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP32}) {
+    TensorDesc qd, kvd, ld;
+    qd.set(dtype, {1, 1, 1, kD}, {kD, kD, kD, 1});
+    kvd.set(dtype, {1, 1, kN, kD}, {kN * kD, kN * kD, kD, 1});
+    ld.set(FLASHATTN_DATA_FP32, {1, 1, 1}, {1, 1, 1});
+    for (const Inputs &in : inputs) {
+      const std::string name = std::string(typeName(dtype)) + " " + in.name;
+      HostTensor q(dtype, {1, 1, 1, kD}, {kD, kD, kD, 1}), k(dtype, {1, 1, kN, kD}, {kN * kD, kN * kD, kD, 1}),
+          v(dtype, {1, 1, kN, kD}, {kN * kD, kN * kD, kD, 1});
+      q.set({0, 0, 0, 0}, 1.0);
+      q.set({0, 0, 0, 1}, in.q1);
+      for (int64_t j = 0; j < kN; ++j) {
+        k.set({0, 0, j, 0}, j == 0 || j == kN - 1 ? 1.0 : -1.0);
+        for (int64_t d = 0; d < kD; ++d) v.set({0, 0, j, d}, j == 0 ? 5.0 : j == kN - 1 ? 3.0 : 1.0);
+      }
+      k.set({0, 0, kN - 1, 1}, in.k2);
+      DeviceBuffer dq(q), dk(k), dv(v), oF(size_t(kD) * elementSize(dtype)), oD(oF.bytes), lF(4), lD(4);
+      oF.poison(), oD.poison(), lF.poison(), lD.poison();
+      check(flashAttnForward(handle, attn, nullptr, qd, dq.get(), kvd, dk.get(), kvd, dv.get(), qd, oF.get(), ld,
+                             lF.get<float>(), nullptr, 0),
+            "forward");
+      size_t bytes = 0;
+      check(flashAttnDecodeChunkGetWorkspaceSize(handle, attn, nullptr, qd, kvd, kvd, qd, ld, 2, &bytes), "size");
+      DeviceBuffer ws(bytes);
+      check(flashAttnDecodeChunk(handle, attn, nullptr, qd, dq.get(), kvd, dk.get(), kvd, dv.get(), qd, oD.get(), ld,
+                                 lD.get<float>(), 2, ws.get(), bytes),
+            "decode");
+      FA_CUDA_CHECK(cudaDeviceSynchronize());
+      fa_ref::Problem rp;
+      rp.headDim = rp.headDimV = kD;
+      rp.maxSq = 1;
+      rp.maxSk = kN;
+      rp.scale = 1e6;
+      std::vector<double> qs(kD), ks(kN * kD), vs(kN * kD), refO, refLse;
+      for (int64_t d = 0; d < kD; ++d) qs[size_t(d)] = q.at({0, 0, 0, d});
+      for (int64_t j = 0; j < kN; ++j)
+        for (int64_t d = 0; d < kD; ++d) {
+          ks[size_t(j * kD + d)] = k.at({0, 0, j, d});
+          vs[size_t(j * kD + d)] = v.at({0, 0, j, d});
+        }
+      fa_ref::forward(rp, qs, ks, vs, refO, refLse);
+      HostTensor outF(dtype, {1, 1, 1, kD}, {kD, kD, kD, 1}), outD = outF;
+      oF.download(outF);
+      oD.download(outD);
+      std::vector<double> of(kD), od(kD);
+      for (int64_t d = 0; d < kD; ++d) of[size_t(d)] = outF.at({0, 0, 0, d}), od[size_t(d)] = outD.at({0, 0, 0, d});
+      float lseF = 0, lseD = 0;
+      FA_CUDA_CHECK(cudaMemcpy(&lseF, lF.get(), 4, cudaMemcpyDeviceToHost));
+      FA_CUDA_CHECK(cudaMemcpy(&lseD, lD.get(), 4, cudaMemcpyDeviceToHost));
+      const double tol = fa_ref::normTolerance(roundingOf(dtype));
+      // The relative gate's storage-rounded variant rounds Q.K itself to the storage type, which at this scale moves a
+      // logit by hundreds; the normwise gate bounds the error outright and is the one that can fail.
+      const fa_ref::Gate gateF = fa_ref::checkGates(of, refO, refO, 2.0, tol);
+      const fa_ref::Gate gateD = fa_ref::checkGates(od, refO, refO, 2.0, tol);
+      EXPECT_TRUE(gateF.finite && gateF.normwise <= tol) << name << ": forward O[0] " << of[0] << ", oracle " << refO[0]
+                                                          << ": " << gateF.describe();
+      EXPECT_TRUE(gateD.finite && gateD.normwise <= tol) << name << ": decode O[0] " << od[0] << ", oracle " << refO[0]
+                                                          << ": " << gateD.describe();
+      // LSE ~ 1e6 in FP32: its own rounding (half an ulp, 0.03) is above the 1e-4 gate.
+      const double lseTol = std::max(lseTolerance(dtype, refLse), std::fabs(refLse[0]) * 0x1p-24);
+      EXPECT_LE(std::fabs(double(lseF) - refLse[0]), lseTol) << name << ": forward LSE " << lseF << ", oracle "
+                                                             << refLse[0];
+      EXPECT_LE(std::fabs(double(lseD) - refLse[0]), lseTol) << name << ": decode LSE " << lseD << ", oracle "
+                                                             << refLse[0];
+    }
+  }
+}
+
 // Captured once, replayed with other lengths and block tables written into device memory between replays: each
 // replay equals an eager run on the same index data.
 void graphReplay(bool paged) {

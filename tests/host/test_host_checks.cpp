@@ -286,11 +286,17 @@ TEST(HostSupport, DecodeWorkspaceMatchesChunks) {
             FLASHATTN_STATUS_SUCCESS);
   ASSERT_EQ(flashAttnDecodeChunkGetWorkspaceSize(handle, nullptr, nullptr, qd, kd, vd, od, nullptr, 0, &automatic),
             FLASHATTN_STATUS_SUCCESS);
-  // Partial O and LSE in FP32 for each of the 3 * 4 * 2 rows per chunk, each part 256-byte aligned.
+  // Per chunk group (one per chunk up to 64) and each of the 3 * 4 * 2 rows: unnormalized O, maximum and sum in
+  // double, each part 256-byte aligned.
   const size_t rows = 3 * 4 * 2;
-  EXPECT_EQ(one, alignUp(rows * 64 * 4) + alignUp(rows * 4));
-  EXPECT_EQ(five, alignUp(5 * rows * 64 * 4) + alignUp(5 * rows * 4));
-  EXPECT_EQ(automatic, alignUp(2 * rows * 64 * 4) + alignUp(2 * rows * 4));  // ceil(5000 / 4096) chunks
+  const auto expected = [&](size_t groups) { return alignUp(groups * rows * 64 * 8) + 2 * alignUp(groups * rows * 8); };
+  EXPECT_EQ(one, expected(1));
+  EXPECT_EQ(five, expected(5));
+  EXPECT_EQ(automatic, expected(2));  // ceil(5000 / 4096) chunks
+  size_t many = 0;
+  ASSERT_EQ(flashAttnDecodeChunkGetWorkspaceSize(handle, nullptr, nullptr, qd, kd, vd, od, nullptr, 1 << 30, &many),
+            FLASHATTN_STATUS_SUCCESS);
+  EXPECT_EQ(many, expected(64)) << "any chunk count folds into at most 64 groups";
   // DecodeChunk takes 1..16 query tokens: the grid's (64, 800) is rejected.
   fa_test::TensorDesc q64, o64;
   q64.set(FLASHATTN_DATA_FP16, {1, 4, 64, 64}, {4 * 64 * 64, 64 * 64, 64, 1});

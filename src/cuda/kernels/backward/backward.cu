@@ -22,6 +22,7 @@
 #include <string>
 #include <type_traits>
 
+#include "core/checked.hpp"
 #include "core/error.hpp"
 #include "cuda/family.hpp"
 #include "cuda/generated/backward_instance_list.hpp"
