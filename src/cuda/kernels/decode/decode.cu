@@ -425,7 +425,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
                 multiplyFits(stateRows, std::size_t(p.heads), &stateRows) &&
                 multiplyFits(stateRows, std::size_t(p.seqQ), &stateRows) &&
                 multiplyFits(stateRows, std::size_t(p.headDimV) * 4, &partialO) &&
-                multiplyFits(stateRows, 4, &partialLse);
+                multiplyFits(stateRows, 2 * sizeof(float), &partialLse);  // max and sum per state
     fits = fits && partialO < (std::size_t(1) << 62);
     if (!fits) {
       *whyNot = concat("the decode workspace for ", chunks, " chunks overflows");
@@ -435,7 +435,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
     const std::size_t counts = fused ? std::size_t(units) * sizeof(unsigned long long) : 0;
     const std::size_t flags = fused ? std::size_t(units) * std::size_t(chunks) * sizeof(uint32_t) : 0;
     plan->addRegion(kPartialORegion, "partial O", partialO);
-    plan->addRegion(kPartialLseRegion, "partial LSE", partialLse);
+    plan->addRegion(kPartialLseRegion, "partial max and sum", partialLse);
     plan->addRegion(kMergeCountsRegion, "merge counts", counts);
     plan->addRegion(kMergeFlagsRegion, "merge flags", flags);
   }

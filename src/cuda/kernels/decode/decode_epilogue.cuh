@@ -29,11 +29,11 @@ __device__ __forceinline__ void storeOutput(const DecodeParams &p, int batch, in
   if (p.lse && d == 0) p.lse[int64_t(batch) * p.lseBatch + head * p.lseHead + int64_t(token) * p.lseRow] = lse;
 }
 
-// O row (4 columns from d) and LSE of one query row from the chunks' partial states, in chunk order, Batch chunks at a
-// time: all of a batch's loads in flight, then one max and every chunk's weight at once (an online merge per chunk
-// chained a compare, a branch and two exponentials per chunk: ~1 us of the fused merge at 16 chunks, NOTES.md). A
-// chunk whose LSE is -inf saw no visible key and weighs nothing (the kernel wrote its O as zeros); a row no chunk saw
-// gets O = 0 and LSE = -inf. The partial states were written by other CTAs of this or an earlier grid, so the loads
+// O row (4 columns from d) and LSE of one query row from the chunks' partial states (normalized O, and the state's max
+// and sum apart), in chunk order, Batch chunks at a time: all of a batch's loads in flight, then one max and every
+// chunk's weight at once (an online merge per chunk chained a compare, a branch and two exponentials per chunk: ~1 us
+// of the fused merge at 16 chunks, NOTES.md). A chunk whose max is -inf saw no visible key and weighs nothing (the
+// kernel wrote its O as zeros); a row no chunk saw gets O = 0 and LSE = -inf. The partial states were written by other CTAs of this or an earlier grid, so the loads
 // bypass L1.
 template <typename Element, int Batch>
 __device__ __forceinline__ void mergeChunksOfRow(const DecodeParams &p, int batch, int64_t head, int token, int d) {
@@ -41,31 +41,33 @@ __device__ __forceinline__ void mergeChunksOfRow(const DecodeParams &p, int batc
   // last chunk again (then count as empty), so the loads go out back to back with no branch between them.
   const int64_t stateRows = int64_t(p.batch) * p.heads * p.seqQ;
   const int64_t stateRow0 = (int64_t(batch) * p.heads + head) * p.seqQ + token;
-  const float *lse0 = p.partialLse + stateRow0;
+  const float2 *stats0 = reinterpret_cast<const float2 *>(p.partialLse) + stateRow0;
   const float *o0 = p.partialO + stateRow0 * p.headDim + d;
   const int64_t oStride = stateRows * p.headDim;
   const int chunks = p.numChunks;
   prim::MergeState state;
-  float ones[Batch];  // a normalized partial state (LSE, O) is the state (LSE, 1, O)
-#pragma unroll
-  for (int u = 0; u < Batch; ++u) ones[u] = 1.f;
   for (int c0 = 0; c0 < chunks; c0 += Batch) {
-    float l[Batch];
+    float m[Batch], l[Batch];
     float4 v[Batch];
 #pragma unroll
     for (int u = 0; u < Batch; ++u) {
       const int c = min(c0 + u, chunks - 1);
-      l[u] = __ldcg(lse0 + c * stateRows);
+      const float2 stats = __ldcg(stats0 + c * stateRows);
+      m[u] = stats.x;
+      l[u] = stats.y;
       v[u] = __ldcg(reinterpret_cast<const float4 *>(o0 + c * oStride));
     }
 #pragma unroll
-    for (int u = 0; u < Batch; ++u)
-      if (c0 + u >= chunks) l[u] = prim::negInf();
-    prim::mergeStates<prim::ExpNatural>(state, l, ones, v);
+    for (int u = 0; u < Batch; ++u) {
+      if (c0 + u >= chunks) m[u] = prim::negInf(), l[u] = 0.f;
+      // The stored O is normalized; the state's o is the unnormalized sum (0 for an empty chunk: l = 0, O = 0).
+      v[u] = make_float4(v[u].x * l[u], v[u].y * l[u], v[u].z * l[u], v[u].w * l[u]);
+    }
+    prim::mergeStates<prim::Exp2>(state, m, l, v);
   }
   float4 o;
   float lse;
-  state.finish<prim::ExpNatural>(o, lse);
+  state.finish<prim::Exp2>(o, lse);
   storeOutput<Element>(p, batch, head, token, d, o, lse);
 }
 
@@ -176,7 +178,8 @@ __device__ __forceinline__ void storeRows(const DecodeParams &p, const DecodeWor
     float4 o;
     float lse;
     // Exp2Fast's reciprocal: the sum is >= 1, the largest key group's own.
-    scratch.combineKeyGroups(p, localRow, d).template finish<prim::Exp2Fast>(o, lse);
+    const prim::MergeState state = scratch.combineKeyGroups(p, localRow, d);
+    state.template finish<prim::Exp2Fast>(o, lse);
     const int groupHead = row / p.seqQ;
     const int token = row - groupHead * p.seqQ;
     const int64_t head = w.headOf(p, groupHead);
@@ -185,7 +188,9 @@ __device__ __forceinline__ void storeRows(const DecodeParams &p, const DecodeWor
     } else {
       const int64_t stateRow = ((int64_t(w.chunk) * p.batch + w.batch) * p.heads + head) * p.seqQ + token;
       *reinterpret_cast<float4 *>(p.partialO + stateRow * p.headDim + d) = o;
-      if (d == 0) p.partialLse[stateRow] = lse;
+      // The chunk's max (base-2 logit units) and sum apart, not its LSE: an FP32 LSE of |logits| ~ 1e6 rounds log(sum)
+      // away (steps of 0.06), and the chunks' weights with it; the merge forms max differences first, as one pass would.
+      if (d == 0) *reinterpret_cast<float2 *>(p.partialLse + 2 * stateRow) = make_float2(state.m, state.l);
     }
   }
 }

@@ -54,8 +54,8 @@ constexpr int ctaThreads(int warps, int loader) { return (warps + (isTensorLoade
 enum MergeMode : int { kMergeFused = 0, kMergeSeparate = 1, kMergeCluster = 2 };
 constexpr int kMaxClusterChunks = 16;  // the largest (non-portable) cluster on sm90
 
-// The workspace regions of a split decode (Plan::regions): FP32 partial O and LSE per chunk, and the fused merge's
-// count words and flags.
+// The workspace regions of a split decode (Plan::regions): FP32 partial O per chunk, each partial state's max and sum
+// (kept apart so the merge is exact at any logit magnitude), and the fused merge's count words and flags.
 enum DecodeRegion : int { kPartialORegion = 0, kPartialLseRegion = 1, kMergeCountsRegion = 2, kMergeFlagsRegion = 3 };
 
 // The fused merge's words. A count word is kMergeTag in its high half and the arrivals so far in its low half; every
@@ -204,7 +204,7 @@ struct DecodeParams {
   int32_t batch = 0;
   int32_t heads = 0;
   float *partialO = nullptr;    // numChunks > 1: [chunk][batch][heads][seqQ][headDim] FP32
-  float *partialLse = nullptr;  // numChunks > 1: [chunk][batch][heads][seqQ]
+  float *partialLse = nullptr;  // numChunks > 1: [chunk][batch][heads][seqQ] x (max in base-2 logit units, sum)
   unsigned long long *mergeCounts = nullptr;  // fused merge: [batch][kvHeads][rowBlocks] tagged counts (kMergeTag)
   uint32_t *mergeFlags = nullptr;             // fused merge: [batch][kvHeads][rowBlocks][numChunks] raised flags
   void *o = nullptr;
