@@ -276,19 +276,8 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
     return refuse(concat("the backward kernels need compute capability 8.0 or newer; device ", dev.device, " is sm",
                          dev.arch()));
   if (p.paged) return refuse("paged K/V caches are not supported by the backward kernels");
-  if (p.headDimV != p.headDim)
-    return refuse(concat("headDimV ", p.headDimV, " differs from headDim ", p.headDim,
-                         ": the backward kernels need equal head dims for Q/K and V/O"));
-  if (p.headDim < 8 || p.headDim > 256 || p.headDim % 8 != 0)
-    return refuse(concat("headDim ", p.headDim,
-                         " is not supported by the backward kernels: it must be a multiple of 8 in [8, 256]"));
-  if (!kBackwardInstances.hasDtype(p.dtype))
-    return refuse(concat("data type ", dtypeName(p.dtype), " has no backward kernel in this build (FLASHATTN_DTYPES)"));
-  const int instance = kBackwardInstances.headDimFor(p.dtype, p.headDim);
-  if (instance == 0)
-    return refuse(concat("headDim ", p.headDim, ": this build does not have a backward instance at least as wide (",
-                         dtypeName(p.dtype), " head dims: ", kBackwardInstances.headDims(p.dtype),
-                         "; FLASHATTN_HEAD_DIMS)"));
+  const int instance = kBackwardInstances.paddedInstanceFor(p, "backward kernels", whyNot);
+  if (instance == 0) return Verdict::Refused;
 
   BackwardConfig config;
   config.instance = InstanceKey{p.dtype, instance};

@@ -53,19 +53,8 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
     return refuse(concat("the forward kernels need compute capability 8.0 or newer; device ", dev.device, " is sm",
                          dev.arch()));
   if (p.paged) return refuse("paged K/V caches are not supported by the forward kernels (use flashAttnDecodeChunk)");
-  if (p.headDimV != p.headDim)
-    return refuse(concat("headDimV ", p.headDimV, " differs from headDim ", p.headDim,
-                         ": the forward kernels need equal head dims for Q/K and V/O"));
-  if (p.headDim < 8 || p.headDim > 256 || p.headDim % 8 != 0)
-    return refuse(concat("headDim ", p.headDim,
-                         " is not supported by the forward kernels: it must be a multiple of 8 in [8, 256]"));
-  if (!kForwardInstances.hasDtype(p.dtype))
-    return refuse(concat("data type ", dtypeName(p.dtype), " has no forward kernel in this build (FLASHATTN_DTYPES)"));
-  const int instance = kForwardInstances.headDimFor(p.dtype, p.headDim);
-  if (instance == 0)
-    return refuse(concat("headDim ", p.headDim, ": this build does not have a forward instance at least as wide (",
-                         dtypeName(p.dtype), " head dims: ", kForwardInstances.headDims(p.dtype),
-                         "; FLASHATTN_HEAD_DIMS)"));
+  const int instance = kForwardInstances.paddedInstanceFor(p, "forward kernels", whyNot);
+  if (instance == 0) return Verdict::Refused;
 
   const TileShape tile = tileFor(p.dtype, instance);
   const std::size_t shared = sharedBytesFor(p.dtype, instance);
