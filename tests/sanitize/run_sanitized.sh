@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: BSD-3-Clause
 # Configures the `asan` or `tsan` preset (its build tree, build-asan/ or build-tsan/, beside the others), builds only
-# what the HOST suites need (the library, the HOST, bad-input and C99 tests) and runs those suites there (the test
-# preset: label `host`), every FLASHATTN_TEST_STRIDE-th grid case (each case whole) so that the run fits CI's time.
+# what the HOST suites need (the library, the HOST, bad-input and C99 tests, the HOST example) and runs those suites
+# there (the test preset: label `host`), every FLASHATTN_TEST_STRIDE-th grid case (each case whole) so that the run fits CI's time.
 #   run_sanitized.sh <asan|tsan> <source dir> <grid stride>
 # Exits 77 (CTest: skipped) when the compiler cannot link the sanitizer runtime.
 set -euo pipefail
@@ -26,7 +26,7 @@ start=$(date +%s)
 cd "$src"
 cmake --preset "$kind" >"$probe_dir/configure.log" || { cat "$probe_dir/configure.log"; exit 1; }
 cmake --build --preset "$kind" -j 2 --target bad_input_host test_host_forward test_host_backward test_host_decode test_host_checks \
-  flashattn_c99_consumer flashattn_header_cxx
+  flashattn_c99_consumer flashattn_header_cxx example_host_forward
 built=$(date +%s)
 export FLASHATTN_TEST_STRIDE=$stride
 ctest --preset "$kind"
