@@ -128,7 +128,7 @@ struct Gate {
   double maxAbs = 0, normwise = -1;  // normwise < 0: not part of the gate (LSE)
 };
 
-// TESTING.md's relative gate as an absolute bound for this data: factor x max|lp - ref| + 1e-5.
+// The relative gate of docs/testing.md as an absolute bound for this data: factor x max|lp - ref| + 1e-5.
 Gate relativeGate(const std::vector<double> &ref, const std::vector<double> &lp, double factor, bool gradient) {
   const fa_ref::Gate g = fa_ref::checkGates(lp, ref, lp, factor, 1e-5);
   Gate out;
