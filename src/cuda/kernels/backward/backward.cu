@@ -16,7 +16,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -326,13 +325,15 @@ Verdict planFfma(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   return planPortable(dev, p, plan, whyNot, true);
 }
 
-cudaError_t launchPortable(const DeviceInfo &, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
-                           void *workspace, cudaStream_t stream) {
+cudaError_t launchPortableMain(const DeviceInfo &, const Plan &plan, const backward::BackwardParams &params,
+                               cudaStream_t stream) {
   const BackwardConfig &config = plan.as<BackwardConfig>();
-  return backward::launchBackwardPipeline(
-      p, plan, buf, workspace, stream, [&](const backward::BackwardParams &params) {
-        return backward::launchMain(config.instance, params, config.tileIndex, stream);
-      });
+  return backward::launchMain(config.instance, params, config.tileIndex, stream);
+}
+
+cudaError_t launchPortable(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
+                           void *workspace, cudaStream_t stream) {
+  return backward::launchBackwardPipeline(dev, p, plan, buf, workspace, stream, launchPortableMain);
 }
 
 }  // namespace
@@ -416,8 +417,9 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
 
 namespace backward {
 
-cudaError_t launchBackwardPipeline(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
-                                   cudaStream_t stream, const std::function<cudaError_t(const BackwardParams &)> &main) {
+cudaError_t launchBackwardPipeline(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan,
+                                   const AttnBuffers &buf, void *workspace, cudaStream_t stream,
+                                   MainKernelLaunch main) {
   if (plan.workspaceBytes > 0 && workspace == nullptr) return cudaErrorInvalidValue;
   const BackwardParams params = makeParams(p, plan, buf, workspace);
   const int32_t rowBlocks = int32_t((p.seqQ + kRowsPerSmallBlock - 1) / kRowsPerSmallBlock);
@@ -430,7 +432,7 @@ cudaError_t launchBackwardPipeline(const AttnProblem &p, const Plan &plan, const
   }
   cudaError_t err = launchSmall(p.dtype, params, rowBlocks, true, stream);
   if (err != cudaSuccess) return err;
-  err = main(params);
+  err = main(dev, plan, params, stream);
   if (err != cudaSuccess) return err;
   return launchSmall(p.dtype, params, rowBlocks, false, stream);
 }

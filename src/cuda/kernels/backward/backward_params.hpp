@@ -14,7 +14,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 
 #include "core/plan.hpp"
@@ -169,10 +168,15 @@ Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const Ba
 // The kernel arguments of a planned problem: buffers, strides, the workspace carved as the plan laid it out.
 BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace);
 
-// The three launches of every backward family: zero dQ and the counters, preprocess, `main` (the family's main
-// kernel), convert.
-cudaError_t launchBackwardPipeline(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
-                                   cudaStream_t stream, const std::function<cudaError_t(const BackwardParams &)> &main);
+// A family's main kernel for a planned problem: everything it needs is in the plan's config and the params.
+using MainKernelLaunch = cudaError_t (*)(const DeviceInfo &dev, const Plan &plan, const BackwardParams &params,
+                                         cudaStream_t stream);
+
+// The launches of every backward family: zero dQ and the counters, preprocess, `main` (the family's main kernel),
+// convert. A plain function pointer: the launch path allocates nothing.
+cudaError_t launchBackwardPipeline(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan,
+                                   const AttnBuffers &buf, void *workspace, cudaStream_t stream,
+                                   MainKernelLaunch main);
 
 // Defined once per (Element, instance head dim) by the generated instance files (backward_instance.cu.in):
 // launches the main kernel with tile `tileIndex` (tensor-core instances) or the FP32 kernel (Element float).

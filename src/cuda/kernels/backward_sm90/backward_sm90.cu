@@ -59,17 +59,19 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   return backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
 }
 
-cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
-                       void *workspace, cudaStream_t stream) {
+cudaError_t launchSm90Main(const DeviceInfo &dev, const Plan &plan, const backward::BackwardParams &params,
+                           cudaStream_t stream) {
   const InstanceKey key = plan.as<BackwardConfig>().instance;
-  return backward::launchBackwardPipeline(
-      p, plan, buf, workspace, stream, [&](const backward::BackwardParams &params) -> cudaError_t {
 #define FLASHATTN_INSTANCE(DT, CT, HD) \
   if (key.dtype == DType::DT && key.headDim == HD) return launchSm90Instance<CT, HD>(params, dev.device, stream);
 #include "cuda/generated/backward_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE
-        return cudaErrorInvalidValue;  // unreachable: plans name instances of the same list
-      });
+  return cudaErrorInvalidValue;  // unreachable: plans name instances of the same list
+}
+
+cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
+                       void *workspace, cudaStream_t stream) {
+  return backward::launchBackwardPipeline(dev, p, plan, buf, workspace, stream, launchSm90Main);
 }
 
 }  // namespace
