@@ -18,19 +18,33 @@ struct WalkedTensor {
   bool batchUsed, headUsed;  // the row is always walked
 };
 
+// The first walked dimension (row, then head, then batch) whose stride is not a whole number of 16-byte vectors;
+// dimension is nullptr when there is none. The one statement of the rule: the families' refusals and the staging
+// planner (which copies such tensors through the workspace instead) both ask it.
+struct StrideBreak {
+  const char *dimension = nullptr;
+  int64_t stride = 0;
+};
+
+inline StrideBreak firstStrideBreak(const Layout &l, int64_t elementBytes, bool batchWalked, bool headWalked) {
+  const int64_t perVector = 16 / elementBytes;
+  if (l.row % perVector != 0) return StrideBreak{"row", l.row};
+  if (headWalked && l.head % perVector != 0) return StrideBreak{"head", l.head};
+  if (batchWalked && l.batch % perVector != 0) return StrideBreak{"batch", l.batch};
+  return StrideBreak{};
+}
+
 // False with *whyNot naming the tensor, dimension and stride when one breaks the rule.
 inline bool vectorStridesFit(DType dtype, std::initializer_list<WalkedTensor> tensors, const char *kernels,
                              std::string *whyNot) {
-  const int64_t perVector = int64_t(16 / dtypeSize(dtype));
+  const int64_t elementBytes = int64_t(dtypeSize(dtype));
   for (const WalkedTensor &t : tensors) {
-    const int64_t strides[3] = {t.batchUsed ? t.layout.batch : 0, t.headUsed ? t.layout.head : 0, t.layout.row};
-    const char *names[3] = {"batch", "head", "row"};
-    for (int i = 0; i < 3; ++i)
-      if (strides[i] % perVector != 0) {
-        *whyNot = concat(t.name, " ", names[i], " stride is ", strides[i], " elements, not a multiple of ", perVector,
-                         ": the ", kernels, " move rows in 16-byte vectors");
-        return false;
-      }
+    const StrideBreak b = firstStrideBreak(t.layout, elementBytes, t.batchUsed, t.headUsed);
+    if (b.dimension != nullptr) {
+      *whyNot = concat(t.name, " ", b.dimension, " stride is ", b.stride, " elements, not a multiple of ",
+                       16 / elementBytes, ": the ", kernels, " move rows in 16-byte vectors");
+      return false;
+    }
   }
   return true;
 }

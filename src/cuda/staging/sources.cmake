@@ -9,7 +9,8 @@ set_target_properties(flashattn_staging PROPERTIES
   CUDA_VISIBILITY_PRESET hidden
   CXX_VISIBILITY_PRESET hidden
   VISIBILITY_INLINES_HIDDEN ON)
-target_include_directories(flashattn_staging PUBLIC "${PROJECT_SOURCE_DIR}/src")
+target_include_directories(flashattn_staging PUBLIC "${PROJECT_SOURCE_DIR}/src" "${PROJECT_SOURCE_DIR}/include"
+  "${PROJECT_BINARY_DIR}/include")
 target_compile_options(flashattn_staging PRIVATE
   $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo -Xcompiler=-fvisibility=hidden>
   $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CXX_COMPILER_ID:GNU,Clang>>:-Wall -Wextra>)

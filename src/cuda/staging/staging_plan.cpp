@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 #include "cuda/staging/staging_plan.hpp"
 
+#include "cuda/vector_rule.hpp"
+
 #include <cstdint>
 #include <string>
 
@@ -76,21 +78,16 @@ StagingPlan planStaging(const AttnProblem &p, uint32_t room) {
     const bool keySide = isKeySide(t);
     const bool paged = p.paged && keySide;
     const int64_t heads = keySide ? p.kvHeads : p.heads;
-    // Where the kernels walk a dimension (cuda_backend.cpp's requireVectorStrides): a paged cache's page stride
+    // Where the kernels walk a dimension (the families' vectorStridesFit): a paged cache's page stride
     // always, a dense batch stride when there are several sequences, a head stride when there are several heads.
     const bool batchWalked = paged || (!p.ragged && p.batch > 1);
     const bool headWalked = heads > 1;
-    const struct {
-      const char *name;
-      int64_t stride;
-      bool walked;
-    } dims[] = {{"row", st.user.row, true}, {"head", st.user.head, headWalked}, {"batch", st.user.batch, batchWalked}};
-    for (const auto &d : dims)
-      if (d.walked && d.stride % perVector != 0 && !st.byStrides) {
-        st.byStrides = true;
-        st.why = d.name;
-        st.whyStride = d.stride;
-      }
+    const StrideBreak broken = firstStrideBreak(st.user, s.elementBytes, batchWalked, headWalked);
+    if (broken.dimension != nullptr) {
+      st.byStrides = true;
+      st.why = broken.dimension;
+      st.whyStride = broken.stride;
+    }
     st.reserved = st.byStrides || (room & stagedBit(t)) != 0;
     if (!st.reserved) continue;
 

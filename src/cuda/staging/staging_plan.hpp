@@ -66,7 +66,7 @@ struct StagingPlan {
 
 // Which of the operation's tensors need staging, as a pure function of the problem: a tensor is staged when its
 // batch, head or row stride is not a multiple of 16 bytes where that dimension is walked (the rule of the CUDA
-// backend's requireVectorStrides: batch when the batch is dense and > 1, or always for a paged cache's page stride;
+// backend's vectorStridesFit: batch when the batch is dense and > 1, or always for a paged cache's page stride;
 // head when there is more than one (KV) head; row always). Backward: Q, K, V, O, dO in and dQ, dK, dV out. Decode:
 // Q, K, V in (dense or paged caches) and O out. Forward and merge stage nothing: their kernels load unaligned rows
 // element-wise themselves.
