@@ -26,6 +26,8 @@
 #include "core/knobs.hpp"
 #include "cuda/kernels/decode/decode_params.hpp"
 #include "cuda/family.hpp"
+#include "cuda/generated/decode_instance_list.hpp"
+#include "cuda/instances.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/vector_rule.hpp"
 
@@ -58,22 +60,13 @@ const Instance kInstances[] = {
 #undef INSTANCE
 constexpr int kInstanceCount = int(sizeof(kInstances) / sizeof(kInstances[0])) - 1;
 
-std::string compiledHeadDims(DType dtype) {
-  std::string list;
-  for (int i = 0; i < kInstanceCount; ++i)
-    if (kInstances[i].dtype == dtype) list += (list.empty() ? "" : ", ") + std::to_string(kInstances[i].headDim);
-  return list.empty() ? "none" : list;
-}
-
-// Index of the narrowest instance of this dtype whose head dim is >= headDim, or -1.
+// Index in kInstances of the narrowest instance of this dtype whose head dim is >= headDim (the instance list's
+// rule, cuda/instances.hpp), or -1.
 int findInstance(DType dtype, int64_t headDim) {
-  int best = -1;
-  for (int i = 0; i < kInstanceCount; ++i) {
-    const Instance &c = kInstances[i];
-    if (c.dtype != dtype || c.headDim < headDim) continue;
-    if (best < 0 || c.headDim < kInstances[best].headDim) best = i;
-  }
-  return best;
+  const int32_t instance = generated::kDecodeInstances.headDimFor(dtype, headDim);
+  for (int i = 0; i < kInstanceCount; ++i)
+    if (kInstances[i].dtype == dtype && kInstances[i].headDim == instance) return i;
+  return -1;
 }
 
 // What a plan's `config` carries: the kernel (instance, its head dim and variant) and the merge mode.
@@ -541,7 +534,7 @@ bool planDecodeUncached(const DeviceInfo &dev, const AttnProblem &p, Plan *plan,
   const int index = findInstance(p.dtype, p.headDim);
   if (index < 0) {
     *whyNot = concat("headDim ", p.headDim, " with ", dtypeName(p.dtype), ": this build's CUDA decode has head dims ",
-                     compiledHeadDims(p.dtype), " for ", dtypeName(p.dtype));
+                     generated::kDecodeInstances.headDims(p.dtype), " for ", dtypeName(p.dtype));
     return false;
   }
   PlannedKernel kernel;
