@@ -17,6 +17,7 @@
 #include "cuda/instances.hpp"
 #include "cuda/kernels/forward_sm90/forward_sm90.hpp"
 #include "cuda/kernels/forward_sm90/forward_sm90_params.hpp"
+#include "cuda/vector_rule.hpp"
 
 namespace flashattn::cuda::forward_sm90 {
 namespace {
@@ -26,15 +27,6 @@ const InstanceList &kSm90Instances = generated::kForwardSm90Instances;
 std::size_t sharedBytesFor(int64_t headDim) {
   return headDim <= 64 ? instanceSharedBytes<64>() : headDim <= 128 ? instanceSharedBytes<128>()
                                                                      : instanceSharedBytes<256>();
-}
-
-// The stride of a dimension that is walked must be a whole number of 16-byte vectors (8 elements).
-bool strideFits(const char *tensor, const char *name, int64_t stride, bool used, std::string *whyNot) {
-  if (!used || stride % 8 == 0) return true;
-  if (whyNot != nullptr)
-    *whyNot = std::string(tensor) + " " + name + " stride " + std::to_string(stride) +
-              " is not a multiple of 8 elements (16 bytes), which the sm90 forward kernels need";
-  return false;
 }
 
 // Persistent CTAs measured 3-11% faster than one CTA per tile for causal masks with seqK <= 4096 at head dims 64 and
@@ -58,16 +50,13 @@ bool sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot
   if (p.softcap > 0.f) return refuse("softcap runs on the portable forward kernels");
   if (p.alibiSlopes != nullptr) return refuse("ALiBi runs on the portable forward kernels");
   const bool batchUsed = !p.ragged && p.batch > 1;
-  const struct {
-    const char *name;
-    const Layout &layout;
-    bool headUsed;
-  } tensors[] = {{"Q", p.q, p.heads > 1}, {"K", p.k, p.kvHeads > 1}, {"V", p.v, p.kvHeads > 1}, {"O", p.o, p.heads > 1}};
-  for (const auto &t : tensors)
-    if (!strideFits(t.name, "batch", t.layout.batch, batchUsed, whyNot) ||
-        !strideFits(t.name, "head", t.layout.head, t.headUsed, whyNot) ||
-        !strideFits(t.name, "row", t.layout.row, true, whyNot))
-      return false;
+  if (!vectorStridesFit(p.dtype,
+                        {{"Q", p.q, batchUsed, p.heads > 1},
+                         {"K", p.k, batchUsed, p.kvHeads > 1},
+                         {"V", p.v, batchUsed, p.kvHeads > 1},
+                         {"O", p.o, batchUsed, p.heads > 1}},
+                        "sm90 forward kernels", whyNot))
+    return false;
   const std::size_t shared = sharedBytesFor(p.headDim);
   if (shared > dev.smemPerBlockOptin)
     return refuse("the sm90 d" + std::to_string(p.headDim) + " forward tile needs " + std::to_string(shared) +
