@@ -72,6 +72,12 @@ __device__ __forceinline__ float quadMax(float v) {
   return v;
 }
 
+__device__ __forceinline__ double quadMax(double v) {
+  v = fmax(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  v = fmax(v, __shfl_xor_sync(0xffffffffu, v, 2));
+  return v;
+}
+
 __device__ __forceinline__ float quadSum(float v) {
   v += __shfl_xor_sync(0xffffffffu, v, 1);
   v += __shfl_xor_sync(0xffffffffu, v, 2);

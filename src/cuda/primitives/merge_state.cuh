@@ -30,14 +30,14 @@ struct ExpNatural {
   static __device__ __forceinline__ float exp(float x) { return expf(x); }
   static __device__ __forceinline__ float log(float x) { return logf(x); }
   static __device__ __forceinline__ float reciprocal(float x) { return 1.f / x; }
-  static constexpr float kToNatural = 1.f;
+  static constexpr double kToNatural = 1.0;
 };
 
 struct Exp2 {
   static __device__ __forceinline__ float exp(float x) { return exp2f(x); }
   static __device__ __forceinline__ float log(float x) { return log2f(x); }
   static __device__ __forceinline__ float reciprocal(float x) { return 1.f / x; }
-  static constexpr float kToNatural = kLn2;
+  static constexpr double kToNatural = 0.6931471805599453;
 };
 
 // For sums of at least 1 (the largest state's own weight), where the approximate division and log2 are exact enough.
@@ -45,7 +45,7 @@ struct Exp2Fast {
   static __device__ __forceinline__ float exp(float x) { return exp2Fast(x); }
   static __device__ __forceinline__ float log(float x) { return __log2f(x); }
   static __device__ __forceinline__ float reciprocal(float x) { return __fdividef(1.f, x); }
-  static constexpr float kToNatural = kLn2;
+  static constexpr double kToNatural = 0.6931471805599453;
 };
 
 struct MergeState {
@@ -61,7 +61,9 @@ struct MergeState {
     if (m != negInf()) {
       const float inv = Base::reciprocal(l);
       out = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
-      lse = (m + Base::log(l)) * Base::kToNatural;
+      // In FP64, so that the LSE is rounded once: at |LSE| ~ 1e6 two FP32 roundings (the sum, the change of base)
+      // are each about an FP32 ulp of the result.
+      lse = float((double(m) + double(Base::log(l))) * Base::kToNatural);
     }
   }
 };

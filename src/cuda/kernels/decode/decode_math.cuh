@@ -5,6 +5,10 @@
 // ldmatrix.trans); FP32 storage uses CUDA-core FMAs in the same fragment layout, so that the softmax, the masking and
 // the epilogue are shared. RowSoftmax keeps each warp's online-softmax state (row max m, row sum l, FP32 O) for its 16
 // rows over the keys it saw: lane (g = lane / 4, t = lane % 4) owns rows g and g + 8 of the row tile.
+//
+// Logits: FP32 with the tensor cores; FP64 with FP32 storage, as the FP32 forward forms them. FP32 products are exact
+// in FP64 and only logit - max, a small number, is rounded to FP32 for the exponential: at |logit| ~ 1e6 an FP32 logit
+// is off by ~0.06, which moves the weights of keys whose logits differ by less than one by percent.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -29,6 +33,7 @@ namespace flashattn::cuda::decode {
 // swizzled chunk is (2 * (step % 4)) ^ (lane bit ^ lane % 8).
 template <typename Element, int HeadDim, int BoxKeys = 0>
 struct MmaEngine {
+  using Logit = float;
   static constexpr int kRow = smemRowElements(int(sizeof(Element)), HeadDim);
   static constexpr int kKSteps = HeadDim / 16;
   // Q fragments stay in registers when they fit beside the O accumulators; wider heads reload them per key tile.
@@ -128,13 +133,14 @@ struct MmaEngine {
 // mma engine: lane (g = lane / 4, t = lane % 4) owns rows g and g + 8 and keys 2t, 2t + 1, 8 + 2t, 9 + 2t.
 template <int HeadDim>
 struct SimtEngine {
+  using Logit = double;
   static constexpr int kRow = smemRowElements(4, HeadDim);
   const float *qTile = nullptr;
 
   __device__ __forceinline__ void init(const float *tile, int) { qTile = tile; }
   __device__ __forceinline__ void loadQ() {}
 
-  __device__ __forceinline__ void scores(const float *kTile, int lane, float (&s)[2][4]) const {
+  __device__ __forceinline__ void scores(const float *kTile, int lane, double (&s)[2][4]) const {
     const int g = lane >> 2, t = lane & 3;
     const float *q0 = qTile + g * kRow;
     const float *q1 = qTile + (g + 8) * kRow;
@@ -144,21 +150,24 @@ struct SimtEngine {
     const float *k3 = k2 + kRow;
 #pragma unroll 4
     for (int d = 0; d < HeadDim; d += 4) {
-      const float4 a0 = *reinterpret_cast<const float4 *>(q0 + d);
-      const float4 a1 = *reinterpret_cast<const float4 *>(q1 + d);
-      const float4 b0 = *reinterpret_cast<const float4 *>(k0 + d);
-      const float4 b1 = *reinterpret_cast<const float4 *>(k1 + d);
-      const float4 b2 = *reinterpret_cast<const float4 *>(k2 + d);
-      const float4 b3 = *reinterpret_cast<const float4 *>(k3 + d);
-      s[0][0] += a0.x * b0.x + a0.y * b0.y + a0.z * b0.z + a0.w * b0.w;
-      s[0][1] += a0.x * b1.x + a0.y * b1.y + a0.z * b1.z + a0.w * b1.w;
-      s[0][2] += a1.x * b0.x + a1.y * b0.y + a1.z * b0.z + a1.w * b0.w;
-      s[0][3] += a1.x * b1.x + a1.y * b1.y + a1.z * b1.z + a1.w * b1.w;
-      s[1][0] += a0.x * b2.x + a0.y * b2.y + a0.z * b2.z + a0.w * b2.w;
-      s[1][1] += a0.x * b3.x + a0.y * b3.y + a0.z * b3.z + a0.w * b3.w;
-      s[1][2] += a1.x * b2.x + a1.y * b2.y + a1.z * b2.z + a1.w * b2.w;
-      s[1][3] += a1.x * b3.x + a1.y * b3.y + a1.z * b3.z + a1.w * b3.w;
+      const float4 a[2] = {*reinterpret_cast<const float4 *>(q0 + d), *reinterpret_cast<const float4 *>(q1 + d)};
+      const float4 b[4] = {*reinterpret_cast<const float4 *>(k0 + d), *reinterpret_cast<const float4 *>(k1 + d),
+                           *reinterpret_cast<const float4 *>(k2 + d), *reinterpret_cast<const float4 *>(k3 + d)};
+      // s[n][2 * row + e]: row g (a[0]) or g + 8 (a[1]), key b[2 * n + e].
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int row = 0; row < 2; ++row)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) s[n][2 * row + e] = dot4(a[row], b[2 * n + e], s[n][2 * row + e]);
     }
+  }
+
+  static __device__ __forceinline__ double dot4(float4 a, float4 b, double acc) {
+    acc = fma(double(a.x), double(b.x), acc);
+    acc = fma(double(a.y), double(b.y), acc);
+    acc = fma(double(a.z), double(b.z), acc);
+    return fma(double(a.w), double(b.w), acc);
   }
 
   // P goes through the warp's 16 x 20 float scratch so every lane sees its two rows whole.
@@ -211,14 +220,18 @@ struct RowSoftmax {
   static constexpr int kSubTiles = TileKeys / 16;
   static constexpr int kKeyStride = BoxKeys == 0 ? smemRowElements(int(sizeof(Element)), HeadDim) : 64;
 
-  Engine<Element, HeadDim, BoxKeys> engine;
+  using EngineType = Engine<Element, HeadDim, BoxKeys>;
+  using Logit = typename EngineType::Logit;
+  static constexpr Logit kLog2e = Logit(1.4426950408889634);
+
+  EngineType engine;
   // Per owned row (g and g + 8): visible keys [lo, hi], aligned diagonal, ALiBi slope (log2 units).
   int rowLo[2], rowHi[2], rowAligned[2];
-  float rowSlope[2];
-  float rowMax[2];  // log2 units
+  Logit rowSlope[2];
+  Logit rowMax[2];  // log2 units
   float rowSum[2];  // this lane's columns only; summed over the quad at the end
   float acc[HeadDim / 8][4];
-  float scaleLog2;
+  Logit scaleLog2;
   bool softcap, alibi;
 
   // qTile: the warp's row tile of Q in shared memory (read once it has landed, by loadQ()).
@@ -232,7 +245,7 @@ struct RowSoftmax {
       rowLo[half] = 1;
       rowHi[half] = 0;
       rowAligned[half] = 0;
-      rowSlope[half] = 0.f;
+      rowSlope[half] = 0;
       if (row < p.rows) {
         const int groupHead = row / p.seqQ;
         const int token = row - groupHead * p.seqQ;
@@ -244,16 +257,16 @@ struct RowSoftmax {
         rowAligned[half] = alignedRow(token, p.seqQ, w.seqLen);
         if (p.alibiSlopes) {
           const int64_t head = w.headOf(p, groupHead);
-          rowSlope[half] = __ldg(p.alibiSlopes + int64_t(w.batch) * p.alibiBatchStride + head) * prim::kLog2e;
+          rowSlope[half] = Logit(__ldg(p.alibiSlopes + int64_t(w.batch) * p.alibiBatchStride + head)) * kLog2e;
         }
       }
     }
     engine.init(qTile, lane);
-    rowMax[0] = rowMax[1] = prim::negInf();
+    rowMax[0] = rowMax[1] = Logit(prim::negInf());
     rowSum[0] = rowSum[1] = 0.f;
 #pragma unroll
     for (int n = 0; n < HeadDim / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-    scaleLog2 = p.scale * prim::kLog2e;
+    scaleLog2 = Logit(p.scale) * kLog2e;
     softcap = p.softcap > 0.f;
     alibi = p.alibiSlopes != nullptr;
   }
@@ -266,46 +279,47 @@ struct RowSoftmax {
                                           int tileKey0, uint64_t present, int keyGroup, int lane, float *pScratch) {
     const int t = lane & 3;
     for (int sub = keyGroup; sub < kSubTiles; sub += p.keyGroups) {
-      float s[2][4];
+      Logit s[2][4];
 #pragma unroll
-      for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+      for (int n = 0; n < 2; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0;
       engine.scores(kTile + sub * 16 * kKeyStride, lane, s);
 
+      float prob[2][4];
       float rescale[2];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float newMax = rowMax[half];
+        Logit newMax = rowMax[half];
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             const int keyInTile = sub * 16 + n * 8 + 2 * t + e;
             const int key = tileKey0 + keyInTile;
-            float x = s[n][2 * half + e];
+            Logit x = s[n][2 * half + e];
             if (softcap) {
-              x = p.softcap * tanhf(x * p.scale / p.softcap) * prim::kLog2e;
+              x = Logit(p.softcap) * tanh(x * Logit(p.scale) / Logit(p.softcap)) * kLog2e;
             } else {
               x *= scaleLog2;
             }
-            if (alibi) x -= rowSlope[half] * fabsf(float(key - rowAligned[half]));
+            if (alibi) x -= rowSlope[half] * Logit(abs(key - rowAligned[half]));
             const bool visible = ((present >> keyInTile) & 1u) && key >= rowLo[half] && key <= rowHi[half];
-            x = visible ? x : prim::negInf();
+            x = visible ? x : Logit(prim::negInf());
             s[n][2 * half + e] = x;
-            newMax = fmaxf(newMax, x);
+            newMax = max(newMax, x);
           }
         }
         newMax = prim::quadMax(newMax);
-        const float base = prim::softmaxBase(newMax);  // a row that saw no visible key: every probability exactly 0
-        rescale[half] = prim::exp2Fast(rowMax[half] - base);
+        // A row that saw no visible key: every probability exactly 0.
+        const Logit base = newMax == Logit(prim::negInf()) ? Logit(0) : newMax;
+        rescale[half] = prim::exp2Fast(float(rowMax[half] - base));
         rowMax[half] = newMax;
         float sum = 0.f;
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const float prob = prim::exp2Fast(s[n][2 * half + e] - base);
-            s[n][2 * half + e] = prob;
-            sum += prob;
+            prob[n][2 * half + e] = prim::exp2Fast(float(s[n][2 * half + e] - base));
+            sum += prob[n][2 * half + e];
           }
         }
         rowSum[half] = rowSum[half] * rescale[half] + sum;
@@ -333,7 +347,7 @@ struct RowSoftmax {
         keep[0] = ((pair0 & 1u) ? 0x0000ffffu : 0u) | ((pair0 & 2u) ? 0xffff0000u : 0u);
         keep[1] = ((pair1 & 1u) ? 0x0000ffffu : 0u) | ((pair1 & 2u) ? 0xffff0000u : 0u);
       }
-      engine.accumulate(s, vTile + sub * 16 * kKeyStride, lane, acc, pScratch, keep);
+      engine.accumulate(prob, vTile + sub * 16 * kKeyStride, lane, acc, pScratch, keep);
     }
   }
 
@@ -343,14 +357,20 @@ struct RowSoftmax {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float sum = prim::quadSum(rowSum[half]);
+      // The state leaves with an FP32 max: FP64 logits re-express their sum against the rounded max (a factor within
+      // 2^(+-1/16)), so the pair still means what it meant.
+      const float storedMax = float(rowMax[half]);
+      float sum = prim::quadSum(rowSum[half]);
+      if constexpr (!std::is_same_v<Logit, float>) {
+        if (Logit(storedMax) != rowMax[half]) sum *= prim::exp2Fast(float(rowMax[half] - Logit(storedMax)));
+      }
       const int localRow = g + 8 * half;
       float *dst = scratchO + localRow * scratchRow + 2 * t;
 #pragma unroll
       for (int n = 0; n < HeadDim / 8; ++n)
         *reinterpret_cast<float2 *>(dst + n * 8) = make_float2(acc[n][2 * half], acc[n][2 * half + 1]);
       if (t == 0) {
-        scratchStats[localRow * 2] = rowMax[half];
+        scratchStats[localRow * 2] = storedMax;
         scratchStats[localRow * 2 + 1] = sum;
       }
     }
