@@ -357,18 +357,20 @@ struct RowSoftmax {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      // The state leaves with an FP32 max: FP64 logits re-express their sum against the rounded max (a factor within
-      // 2^(+-1/16)), so the pair still means what it meant.
+      // The state leaves with an FP32 max: with FP64 logits its sum and O are re-expressed against the rounded max
+      // (a factor within 2^(+-1/16)), so that the state still means what it meant.
       const float storedMax = float(rowMax[half]);
-      float sum = prim::quadSum(rowSum[half]);
+      float toStored = 1.f;
       if constexpr (!std::is_same_v<Logit, float>) {
-        if (Logit(storedMax) != rowMax[half]) sum *= prim::exp2Fast(float(rowMax[half] - Logit(storedMax)));
+        if (Logit(storedMax) != rowMax[half]) toStored = prim::exp2Fast(float(rowMax[half] - Logit(storedMax)));
       }
+      const float sum = prim::quadSum(rowSum[half]) * toStored;
       const int localRow = g + 8 * half;
       float *dst = scratchO + localRow * scratchRow + 2 * t;
 #pragma unroll
       for (int n = 0; n < HeadDim / 8; ++n)
-        *reinterpret_cast<float2 *>(dst + n * 8) = make_float2(acc[n][2 * half], acc[n][2 * half + 1]);
+        *reinterpret_cast<float2 *>(dst + n * 8) =
+            make_float2(acc[n][2 * half] * toStored, acc[n][2 * half + 1] * toStored);
       if (t == 0) {
         scratchStats[localRow * 2] = storedMax;
         scratchStats[localRow * 2 + 1] = sum;
