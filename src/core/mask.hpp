@@ -173,4 +173,18 @@ FLASHATTN_HOST_DEVICE bool visibleOnDiagonals(Diagonals d, int32_t i, int32_t j,
   return distance >= d.lower && distance <= d.upper && j < sk;
 }
 
+// visibleKeys from the diagonals (same clamps, same result): for a kernel's main loop, where the mask kind's branches
+// and the window's 64-bit arithmetic of visibleKeys would run per row of every tile.
+template <typename Range>
+FLASHATTN_HOST_DEVICE Range keysOnDiagonals(Diagonals d, int32_t i, int32_t sk) {
+  using namespace mask_detail;
+  return Range{int32_t(clamp(int64_t(i) + d.lower, 0, sk)), int32_t(clamp(int64_t(i) + d.upper, -1, int64_t(sk) - 1))};
+}
+
+// tileFullyVisible from the diagonals: the tile's extreme diagonals n0 - m1 and n1 - m0 lie inside [lower, upper].
+FLASHATTN_HOST_DEVICE bool tileFullyVisible(Diagonals d, int32_t m0, int32_t m1, int32_t n0, int32_t n1, int32_t sq,
+                                            int32_t sk) {
+  return m1 < sq && n1 < sk && n0 - m1 >= d.lower && n1 - m0 <= d.upper;
+}
+
 }  // namespace flashattn

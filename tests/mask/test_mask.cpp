@@ -144,6 +144,13 @@ TEST(MaskRule, DiagonalFormMatchesEveryElement) {
                                                                              << ")";
         ++elements;
       }
+    for (int i = 0; i < s.sq; ++i) {
+      const KeyRange want = flashattn::visibleKeys(s.mask, s.left, s.right, i, s.sq, s.sk);
+      const KeyRange got = flashattn::keysOnDiagonals<KeyRange>(d, i, int32_t(s.sk));
+      ASSERT_TRUE(got.lo == want.lo && got.hi == want.hi)
+          << describe(s) << " row " << i << ": diagonal form [" << got.lo << ", " << got.hi << "], visibleKeys ["
+          << want.lo << ", " << want.hi << "]";
+    }
   });
   EXPECT_GT(elements, 0);
 }
@@ -248,6 +255,7 @@ TEST(MaskRule, KeyBlockFormsMatchTheirKeys) {
 TEST(MaskRule, TileNeedsNoMaskExactlyWhenEveryPairIsVisible) {
   int64_t tiles = 0, fullTiles = 0, maskedTiles = 0, overhangingTiles = 0;
   forEachShape([&](const Shape &s) {
+    const flashattn::Diagonals d = flashattn::visibleDiagonals(s.mask, s.left, s.right, s.sq, s.sk);
     for (int blockM = 1; blockM <= kMaxBlock; ++blockM)
       for (int blockN = 1; blockN <= kMaxBlock; ++blockN)
         // Tiles of whole blocks, so the last ones overhang the sequence as a kernel's do.
@@ -259,6 +267,8 @@ TEST(MaskRule, TileNeedsNoMaskExactlyWhenEveryPairIsVisible) {
               for (int j = n0; j <= n1 && want; ++j) want = s.see(i, j);
             const bool got = flashattn::tileFullyVisible(s.mask, s.left, s.right, m0, m1, n0, n1, s.sq, s.sk);
             ASSERT_EQ(got, want) << describe(s) << " tile " << m0 << ".." << m1 << " x " << n0 << ".." << n1;
+            ASSERT_EQ(flashattn::tileFullyVisible(d, m0, m1, n0, n1, s.sq, s.sk), want)
+                << describe(s) << " tile " << m0 << ".." << m1 << " x " << n0 << ".." << n1 << " (diagonal form)";
             ++tiles;
             (want ? fullTiles : maskedTiles) += 1;
             if (m1 >= s.sq || n1 >= s.sk) ++overhangingTiles;

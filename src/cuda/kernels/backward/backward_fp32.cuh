@@ -72,6 +72,7 @@ struct Fp32Backward {
     const SequenceExtent seq = sequenceExtent(p, w.batch);
     const int32_t n0 = w.keyBlock * BlockN;
     if (n0 >= seq.rowsK) return;
+    const Diagonals diagonals = diagonalsOf(p, seq.seqQ, seq.seqK);
 
     const BlockRange qb = queryBlocksOf(p, seq, n0, BlockM, BlockN);
     const int32_t numQBlocks = qb.first <= qb.last ? qb.last - qb.first + 1 : 0;
@@ -121,7 +122,7 @@ struct Fp32Backward {
       }
       __syncthreads();
 
-      const bool fullyVisible = blockFullyVisible(p, m0, n0, BlockM, BlockN, seq.seqQ, seq.seqK);
+      const bool fullyVisible = blockFullyVisible(diagonals, m0, n0, BlockM, BlockN, seq.seqQ, seq.seqK);
       const float slopeLog2 = alibiSlope(p, w.batch, h) * 1.4426950408889634f;
       for (int idx = tid; idx < BlockN * BlockM; idx += kThreads) {
         const int n = idx / BlockM;
@@ -146,7 +147,7 @@ struct Fp32Backward {
         // The row form of the rule, whose range the one-key test below shares.
         bool visible = fullyVisible, oneKey = false;
         if (!fullyVisible && i < seq.seqQ) {
-          const RowKeys r = rowKeys(p, i, seq.seqQ, seq.seqK);
+          const RowKeys r = rowKeys(diagonals, i, seq.seqK);
           visible = j < seq.seqK && j >= r.lo && j <= r.hi;
           // A row that sees one key has P = 1 whatever its logit: its dS is exactly zero, not dP - D's rounding.
           oneKey = r.lo == r.hi;

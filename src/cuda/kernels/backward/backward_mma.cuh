@@ -455,6 +455,7 @@ struct MmaBackward {
     const SequenceExtent seq = sequenceExtent(p, w.batch);
     const int32_t n0 = w.keyBlock * BlockN;
     if (n0 >= seq.rowsK) return;  // this sequence has no such key block (ragged or short batch entries)
+    const Diagonals diagonals = diagonalsOf(p, seq.seqQ, seq.seqK);
 
     const BlockRange qb = queryBlocksOf(p, seq, n0, BlockM, BlockN);
     const int32_t numQBlocks = qb.first <= qb.last ? qb.last - qb.first + 1 : 0;
@@ -561,14 +562,14 @@ struct MmaBackward {
             lo[nt][e] = 0;
             hi[nt][e] = BlockN - 1;
           }
-        const bool fullyVisible = blockFullyVisible(p, m0, n0, BlockM, BlockN, seq.seqQ, seq.seqK);
+        const bool fullyVisible = blockFullyVisible(diagonals, m0, n0, BlockM, BlockN, seq.seqQ, seq.seqK);
         if (!fullyVisible) {
 #pragma unroll
           for (int nt = 0; nt < kSdpNTiles; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const int32_t i = m0 + sdpCol0 + nt * 8 + 2 * (lane & 3) + e;
-              const RowKeys keys = i < seq.seqQ ? rowKeys(p, i, seq.seqQ, seq.seqK) : RowKeys{1, 0};
+              const RowKeys keys = i < seq.seqQ ? rowKeys(diagonals, i, seq.seqK) : RowKeys{1, 0};
               lo[nt][e] = keys.lo - n0;
               hi[nt][e] = keys.hi - n0;
             }

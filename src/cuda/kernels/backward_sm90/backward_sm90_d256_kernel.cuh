@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   const backward::SequenceExtent e = backward::sequenceExtent(p, w.batch);
   const int32_t n0 = w.keyBlock * kBlockN;
   const int32_t sq = e.seqQ, sk = e.seqK;
+  const Diagonals diagonals = backward::diagonalsOf(p, sq, sk);
   const BlockRange qb = backward::queryBlocksOf(p, e, n0, kBlockM, kBlockN);
   const int32_t blocksPerHead = qb.last >= qb.first ? qb.last - qb.first + 1 : 0;
   const int32_t steps = blocksPerHead * p.headsPerKvHead;
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
 
     const float *lseRow = sLse + stage * kBlockM + queryCol0;
     const float *dotRow = sRowDot + stage * kBlockM + queryCol0;
-    const bool fullyVisible = backward::blockFullyVisible(p, m0, n0, kBlockM, kBlockN, sq, sk);
+    const bool fullyVisible = backward::blockFullyVisible(diagonals, m0, n0, kBlockM, kBlockN, sq, sk);
     // P^T while dP^T is still in flight.
     prim::wgmmaWaitGroup<1>();
     prim::wgmmaFenceOperands(s);
@@ -191,7 +192,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
 #pragma unroll
         for (int ee = 0; ee < 2; ++ee) {
           const int32_t i = m0 + queryCol0 + 8 * j + ee;
-          const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
+          const backward::RowKeys r = backward::rowKeys(diagonals, i, sk);
           const bool rowValid = i < sq;
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
 #pragma unroll
         for (int ee = 0; ee < 2; ++ee) {
           const int32_t i = m0 + queryCol0 + 8 * j + ee;
-          const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
+          const backward::RowKeys r = backward::rowKeys(diagonals, i, sk);
           // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero; dP - D would instead
           // leave the difference of two dot products accumulated apart (wgmma's and the preprocess's). Masked
           // entries already have P = 0.

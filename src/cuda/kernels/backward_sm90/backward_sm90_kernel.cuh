@@ -111,6 +111,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   const backward::SequenceExtent e = backward::sequenceExtent(p, w.batch);
   const int32_t n0 = w.keyBlock * kBlockN;
   const int32_t sq = e.seqQ, sk = e.seqK;
+  const Diagonals diagonals = backward::diagonalsOf(p, sq, sk);
   const BlockRange qb = backward::queryBlocksOf(p, e, n0, kBlockM, kBlockN);
   const int32_t blocksPerHead = qb.last >= qb.first ? qb.last - qb.first + 1 : 0;
   const int32_t steps = blocksPerHead * p.headsPerKvHead;
@@ -193,7 +194,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     // Columns of S^T are query rows 8j + 2 * quad + (0, 1) of the block.
     const float *lseRow = sLse + stage * kBlockM + 2 * quad;
     const float *dotRow = sRowDot + stage * kBlockM + 2 * quad;
-    const bool fullyVisible = backward::blockFullyVisible(p, m0, n0, kBlockM, kBlockN, sq, sk);
+    const bool fullyVisible = backward::blockFullyVisible(diagonals, m0, n0, kBlockM, kBlockN, sq, sk);
     const int32_t key0 = n0 + 64 * group + keyInGroup;
     const uint64_t dODesc = prim::wgmmaDescriptorSw128(dOTile, kBlockM * 128, 1024);
     const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile, kBlockM * 128, 1024);
@@ -219,7 +220,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
 #pragma unroll
           for (int ee = 0; ee < 2; ++ee) {
             const int32_t i = m0 + 8 * j + 2 * quad + ee;
-            const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
+            const backward::RowKeys r = backward::rowKeys(diagonals, i, sk);
             const bool rowValid = i < sq;
             if (r.lo == r.hi) oneKeyColumns |= 1u << (2 * j + ee);
 #pragma unroll
@@ -278,7 +279,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
 #pragma unroll
           for (int ee = 0; ee < 2; ++ee) {
             const int32_t i = m0 + 8 * j + 2 * quad + ee;
-            const backward::RowKeys r = backward::rowKeys(p, i, sq, sk);
+            const backward::RowKeys r = backward::rowKeys(diagonals, i, sk);
             const bool rowValid = i < sq;
             const bool oneKey = r.lo == r.hi;
 #pragma unroll
