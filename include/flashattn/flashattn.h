@@ -424,6 +424,58 @@ FLASHATTN_API flashAttnStatus_t flashAttnGetAttentionAlibiSlopes(flashAttnAttent
                                                                  const float **slopes, int32_t *perBatch);
 
 /**
+ * \brief Sets attention sinks: one learned logit per query head that joins every row's softmax denominator without a
+ *        value (docs/semantics.md, Attention sinks).
+ *
+ * With sink s_h, row i of head h has LSE = log(sum_j exp(logit_ij) + exp(s_h)) and O = sum_j exp(logit_ij - LSE) V_j:
+ * a row may put weight on "nothing". The sink is in logit units (after scale and softcap; neither applies to it) and
+ * sees no mask or ALiBi; a row that sees no key gets O = 0 and LSE = s_h. Forward, DecodeChunk (the sink joins once,
+ * however many chunks) and Backward take it; a Backward must be given the sinks its Forward had.
+ * flashAttnMergeStates() has no sinks: merging parts of one row's keys, give the sinks to exactly one part.
+ * \param[in] desc  a live descriptor.
+ * \param[in] sinks FP32 `[heads]` (one per query head) in the backend's memory (device for CUDA, host for HOST); NULL
+ *                  turns sinks off. The pointer is read when an operation runs, not now.
+ * \retval FLASHATTN_STATUS_SUCCESS set.
+ * \retval FLASHATTN_STATUS_NOT_INITIALIZED \p desc is NULL or destroyed.
+ * \retval FLASHATTN_STATUS_BAD_PARAM \p sinks is not 4-byte aligned.
+ */
+FLASHATTN_API flashAttnStatus_t flashAttnSetAttentionSinks(flashAttnAttentionDescriptor_t desc, const float *sinks);
+
+/**
+ * \brief Reads the attention sinks.
+ * \param[in]  desc  a live descriptor.
+ * \param[out] sinks receives the pointer (NULL = off).
+ * \retval FLASHATTN_STATUS_SUCCESS read.
+ * \retval FLASHATTN_STATUS_NOT_INITIALIZED \p desc is NULL or destroyed.
+ * \retval FLASHATTN_STATUS_BAD_PARAM \p sinks is NULL.
+ */
+FLASHATTN_API flashAttnStatus_t flashAttnGetAttentionSinks(flashAttnAttentionDescriptor_t desc, const float **sinks);
+
+/**
+ * \brief Sets where flashAttnBackward() writes the gradient of the sinks.
+ *
+ * dSinks[h] = sum over the batch and the rows of head h of -exp(s_h - LSE_i) (dO_i . O_i), overwritten by each
+ * Backward (never accumulated into); bitwise deterministic. A Backward with dSinks set needs sinks set too.
+ * \param[in] desc   a live descriptor.
+ * \param[in] dSinks FP32 `[heads]` in the backend's memory; NULL: the Backward does not compute it.
+ * \retval FLASHATTN_STATUS_SUCCESS set.
+ * \retval FLASHATTN_STATUS_NOT_INITIALIZED \p desc is NULL or destroyed.
+ * \retval FLASHATTN_STATUS_BAD_PARAM \p dSinks is not 4-byte aligned.
+ */
+FLASHATTN_API flashAttnStatus_t flashAttnSetAttentionSinksGradient(flashAttnAttentionDescriptor_t desc, float *dSinks);
+
+/**
+ * \brief Reads where the gradient of the sinks goes.
+ * \param[in]  desc   a live descriptor.
+ * \param[out] dSinks receives the pointer (NULL = not computed).
+ * \retval FLASHATTN_STATUS_SUCCESS read.
+ * \retval FLASHATTN_STATUS_NOT_INITIALIZED \p desc is NULL or destroyed.
+ * \retval FLASHATTN_STATUS_BAD_PARAM \p dSinks is NULL.
+ */
+FLASHATTN_API flashAttnStatus_t flashAttnGetAttentionSinksGradient(flashAttnAttentionDescriptor_t desc,
+                                                                   float **dSinks);
+
+/**
  * \brief Asks for a bitwise deterministic backward (dQ accumulated in a fixed order).
  * \param[in] desc          a live descriptor.
  * \param[in] deterministic 0 or 1.

@@ -209,6 +209,41 @@ FLASHATTN_API flashAttnStatus_t flashAttnGetAttentionAlibiSlopes(flashAttnAttent
   });
 }
 
+FLASHATTN_API flashAttnStatus_t flashAttnSetAttentionSinks(flashAttnAttentionDescriptor_t desc, const float *sinks) {
+  return guarded("flashAttnSetAttentionSinks", [&] {
+    flashAttnAttentionStruct &a = liveRef(desc, "desc");
+    if (reinterpret_cast<uintptr_t>(sinks) % alignof(float) != 0)
+      fail(FLASHATTN_STATUS_BAD_PARAM, "sinks pointer ", static_cast<const void *>(sinks), " is not 4-byte aligned");
+    a.sinks = sinks;
+  });
+}
+
+FLASHATTN_API flashAttnStatus_t flashAttnGetAttentionSinks(flashAttnAttentionDescriptor_t desc, const float **sinks) {
+  return guarded("flashAttnGetAttentionSinks", [&] {
+    const flashAttnAttentionStruct &a = liveRef(desc, "desc");
+    require(sinks != nullptr, "sinks (output pointer) is NULL");
+    *sinks = a.sinks;
+  });
+}
+
+FLASHATTN_API flashAttnStatus_t flashAttnSetAttentionSinksGradient(flashAttnAttentionDescriptor_t desc, float *dSinks) {
+  return guarded("flashAttnSetAttentionSinksGradient", [&] {
+    flashAttnAttentionStruct &a = liveRef(desc, "desc");
+    if (reinterpret_cast<uintptr_t>(dSinks) % alignof(float) != 0)
+      fail(FLASHATTN_STATUS_BAD_PARAM, "dSinks pointer ", static_cast<const void *>(dSinks), " is not 4-byte aligned");
+    a.dSinks = dSinks;
+  });
+}
+
+FLASHATTN_API flashAttnStatus_t flashAttnGetAttentionSinksGradient(flashAttnAttentionDescriptor_t desc,
+                                                                   float **dSinks) {
+  return guarded("flashAttnGetAttentionSinksGradient", [&] {
+    const flashAttnAttentionStruct &a = liveRef(desc, "desc");
+    require(dSinks != nullptr, "dSinks (output pointer) is NULL");
+    *dSinks = a.dSinks;
+  });
+}
+
 FLASHATTN_API flashAttnStatus_t flashAttnSetAttentionDeterministic(flashAttnAttentionDescriptor_t desc,
                                                                    int32_t deterministic) {
   return guarded("flashAttnSetAttentionDeterministic", [&] {

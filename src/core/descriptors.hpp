@@ -31,6 +31,8 @@ struct flashAttnAttentionStruct {
   const float *alibiSlopes = nullptr;
   int32_t alibiPerBatch = 0;
   int32_t deterministic = 0;
+  const float *sinks = nullptr;
+  float *dSinks = nullptr;
 };
 
 struct flashAttnSeqStruct {

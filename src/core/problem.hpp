@@ -70,6 +70,8 @@ struct AttnProblem {
   const float *alibiSlopes = nullptr;  // [heads] or [batch, heads]
   int64_t alibiBatchStride = 0;        // 0 or heads
   bool deterministic = false;
+  const float *sinks = nullptr;  // [heads]: one logit per query head in every row's softmax denominator
+  float *dSinks = nullptr;       // [heads], Backward only: where the sinks' gradient goes (nullptr: not computed)
   // Whether every data pointer of the call is 16-byte aligned. CheckSupport and the size queries have no pointers and
   // assume so (as cudaMalloc gives); the run sets it from the real ones, so a chooser may pick a kernel that serves
   // unaligned rows instead (docs/semantics.md).
@@ -85,7 +87,7 @@ inline bool operator==(const Layout &a, const Layout &b) {
 // Every field: a plan is a pure function of the device and the problem, so equal problems may share one (the decode
 // planner caches by this). A new field of AttnProblem must be compared here too.
 inline bool operator==(const AttnProblem &a, const AttnProblem &b) {
-  static_assert(sizeof(void *) != 8 || sizeof(AttnProblem) == 424, "AttnProblem changed: compare its new fields here");
+  static_assert(sizeof(void *) != 8 || sizeof(AttnProblem) == 448, "AttnProblem changed: compare its new fields here");
   return a.op == b.op && a.dtype == b.dtype && a.batch == b.batch && a.heads == b.heads && a.kvHeads == b.kvHeads &&
          a.seqQ == b.seqQ && a.seqK == b.seqK && a.headDim == b.headDim && a.headDimV == b.headDimV &&
          a.ragged == b.ragged && a.cuSeqlensQ == b.cuSeqlensQ && a.cuSeqlensK == b.cuSeqlensK &&
@@ -95,7 +97,8 @@ inline bool operator==(const AttnProblem &a, const AttnProblem &b) {
          a.dO == b.dO && a.dQ == b.dQ && a.dK == b.dK && a.dV == b.dV && a.lse == b.lse && a.hasLse == b.hasLse &&
          a.scale == b.scale && a.softcap == b.softcap && a.mask == b.mask && a.windowLeft == b.windowLeft &&
          a.windowRight == b.windowRight && a.alibiSlopes == b.alibiSlopes &&
-         a.alibiBatchStride == b.alibiBatchStride && a.deterministic == b.deterministic &&
+         a.alibiBatchStride == b.alibiBatchStride && a.deterministic == b.deterministic && a.sinks == b.sinks &&
+         a.dSinks == b.dSinks &&
          a.buffersAligned16 == b.buffersAligned16 &&
          a.numChunks == b.numChunks;
 }

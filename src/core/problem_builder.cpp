@@ -103,6 +103,13 @@ void resolveAttention(AttnProblem &p, const flashAttnAttentionStruct *attn) {
   p.alibiSlopes = a.alibiSlopes;
   p.alibiBatchStride = a.alibiPerBatch ? p.heads : 0;
   p.deterministic = a.deterministic != 0;
+  p.sinks = a.sinks;
+  if (p.op == Op::Backward) {
+    if (a.dSinks && !a.sinks)
+      fail(FLASHATTN_STATUS_BAD_PARAM, "dSinks (flashAttnSetAttentionSinksGradient) is set but the attention ",
+           "descriptor has no sinks (flashAttnSetAttentionSinks)");
+    p.dSinks = a.dSinks;
+  }
 }
 
 }  // namespace
@@ -363,11 +370,11 @@ void addIndexArrays(CallMemory &memory, const AttnProblem &p) {
       fail(FLASHATTN_STATUS_BAD_PARAM, name, " holds ", count, " elements: more than 2^62 bytes, not addressable");
     return std::size_t(bytes);
   };
-  const auto add = [&](const char *name, const void *ptr, int64_t count) {
+  const auto add = [&](const char *name, const void *ptr, int64_t count, bool output = false) {
     const std::size_t bytes = arrayBytes(name, count);
     if (reinterpret_cast<uintptr_t>(ptr) % 4 != 0)
       fail(FLASHATTN_STATUS_BAD_PARAM, name, " pointer ", ptr, " is not aligned to its 4-byte elements");
-    memory.add(name, ptr, bytes, false);
+    memory.add(name, ptr, bytes, output);
   };
   if (p.ragged) {
     const int64_t entries = addOr(p.batch, 1, FLASHATTN_STATUS_BAD_PARAM, "ragged batch ", p.batch, " overflows");
@@ -384,6 +391,8 @@ void addIndexArrays(CallMemory &memory, const AttnProblem &p) {
         p.alibiBatchStride ? mulOr(p.batch, p.heads, FLASHATTN_STATUS_BAD_PARAM, "ALiBi slopes of ", p.batch,
                                    " x ", p.heads, " entries overflow int64")
                            : p.heads);
+  if (p.sinks) add("sinks", p.sinks, p.heads);
+  if (p.dSinks) add("dSinks", p.dSinks, p.heads, true);
 }
 
 CallMemory checkBuffers(std::initializer_list<BufferArg> args, const AttnProblem *indexArraysOf) {

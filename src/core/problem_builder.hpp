@@ -53,7 +53,7 @@ class CallMemory {
   const Range *end() const { return ranges_ + count_; }
 
  private:
-  Range ranges_[16];
+  Range ranges_[20];
   int count_ = 0;
 };
 

@@ -69,11 +69,13 @@ double rowSoftmax(const Problem &p, const std::vector<double> &q, const std::vec
     prob[size_t(j)] = s;
     mx = std::max(mx, s);
   }
+  const bool sink = !p.sinks.empty();
+  if (sink) mx = std::max(mx, p.sinks[size_t(h)]);
   if (mx == kNegInf) {
     std::fill(prob.begin(), prob.end(), 0.0);
     return kNegInf;
   }
-  double sum = 0;
+  double sum = sink ? std::exp(p.sinks[size_t(h)] - mx) : 0.0;
   for (auto &x : prob) {
     x = x == kNegInf ? 0.0 : std::exp(x - mx);
     sum += x;
@@ -132,8 +134,9 @@ void forward(const Problem &p, const std::vector<double> &q, const std::vector<d
 
 void backward(const Problem &p, const std::vector<double> &q, const std::vector<double> &k,
               const std::vector<double> &v, const std::vector<double> &dO, std::vector<double> &dQ,
-              std::vector<double> &dK, std::vector<double> &dV, Rounding r) {
+              std::vector<double> &dK, std::vector<double> &dV, Rounding r, std::vector<double> *dSinks) {
   const Index ix{p};
+  if (dSinks) dSinks->assign(size_t(p.heads), 0.0);
   dQ.assign(p.qSize(), 0.0);
   dK.assign(p.kSize(), 0.0);
   dV.assign(p.vSize(), 0.0);
@@ -142,7 +145,8 @@ void backward(const Problem &p, const std::vector<double> &q, const std::vector<
     for (int64_t h = 0; h < p.heads; ++h)
       for (int64_t i = 0; i < p.seqQ(b); ++i) {
         const int64_t sq = p.seqQ(b), sk = p.seqK(b);
-        if (rowSoftmax(p, q, k, b, h, i, r, prob) == kNegInf) continue;
+        const double rowLse = rowSoftmax(p, q, k, b, h, i, r, prob);
+        if (rowLse == kNegInf) continue;
         dp.assign(size_t(sk), 0.0);
         double rowDot = 0;  // sum_j P_ij dP_ij == dO_i . O_i
         for (int64_t j = 0; j < sk; ++j) {
@@ -161,6 +165,8 @@ void backward(const Problem &p, const std::vector<double> &q, const std::vector<
             rowDot += dO[ix.o(b, h, i) + size_t(d)] * roundTo(r, o);
           }
         }
+        // The sink's column: logit s, no value, so dP = 0 and dS = P_sink (0 - D).
+        if (dSinks && !p.sinks.empty()) (*dSinks)[size_t(h)] -= std::exp(p.sinks[size_t(h)] - rowLse) * rowDot;
         for (int64_t j = 0; j < sk; ++j) {
           const double pij = prob[size_t(j)];
           if (pij == 0 && !visible(p, i, j, sq, sk)) continue;

@@ -24,6 +24,7 @@ struct Problem {
   Mask mask = Mask::None;
   int64_t windowLeft = -1, windowRight = -1;
   std::vector<double> alibi;  // empty, [heads] or [batch*heads]
+  std::vector<double> sinks;  // empty or [heads]: a logit per query head in every row's denominator, without a value
 
   int64_t seqQ(int64_t b) const { return sq.empty() ? maxSq : sq[b]; }
   int64_t seqK(int64_t b) const { return sk.empty() ? maxSk : sk[b]; }
@@ -45,11 +46,12 @@ void forward(const Problem &p, const std::vector<double> &q, const std::vector<d
              const std::vector<double> &v, std::vector<double> &o, std::vector<double> &lse,
              Rounding r = Rounding::None);
 
-// Gradients of sum(O * dO); rows with no visible key contribute nothing. With a Rounding, D = dO . O uses O rounded
+// Gradients of sum(O * dO); rows with no visible key contribute nothing. dSinks (with sinks): [heads], the sinks'. With a Rounding, D = dO . O uses O rounded
 // to the storage type, as a backward that reads the stored O computes it.
 void backward(const Problem &p, const std::vector<double> &q, const std::vector<double> &k,
               const std::vector<double> &v, const std::vector<double> &dO, std::vector<double> &dQ,
-              std::vector<double> &dK, std::vector<double> &dV, Rounding r = Rounding::None);
+              std::vector<double> &dK, std::vector<double> &dV, Rounding r = Rounding::None,
+              std::vector<double> *dSinks = nullptr);
 
 // Merge of S partial states (canonical [s][b][h][i][dv] and [s][b][h][i]).
 void merge(int64_t states, int64_t rows, int64_t headDimV, const std::vector<double> &partialO,
