@@ -37,6 +37,7 @@ struct BwdCase {
   int64_t windowLeft = -1, windowRight = -1;
   float softcap = 0.f;
   int alibi = 0;  // 0 off, 1 [heads], 2 [batch, heads]
+  bool sinks = false;  // attention sinks (one above every logit of its rows among them) and their gradient
   Order order = Order::BHSD;
   int64_t rowPad = 0;  // unused elements after each row of Q, K, V, O, dQ, dK, dV
   int64_t dOPad = 8;   // dO: the other order and its own padding, so it never shares Q's strides
@@ -138,7 +139,7 @@ struct Setup {
   fa_ref::Problem ref;
   std::vector<double> q, k, v, dO;
   Placement pq, pk, pv, po, pdO, pdQ, pdK, pdV;
-  DeviceBuffer dq, dk, dv, dout, ddO, ddQ, ddK, ddV, dlse, dcuQ, dcuK, dused, dslopes, dws;
+  DeviceBuffer dq, dk, dv, dout, ddO, ddQ, ddK, ddV, dlse, dcuQ, dcuK, dused, dslopes, dsinks, ddSinks, dws;
   std::unique_ptr<TensorDesc> tq, tk, tv, to, tdO, tdQ, tdK, tdV, tlse;
   AttnDesc attn;
   SeqDesc seq;
@@ -184,6 +185,12 @@ inline std::unique_ptr<Setup> build(const BwdCase &c) {
       slopes.push_back(float(u(rng)));
       r.alibi.push_back(slopes.back());
     }
+  }
+  std::vector<float> sinks;
+  if (c.sinks) {
+    std::uniform_real_distribution<double> u(-2.0, 2.0);
+    for (int64_t h = 0; h < c.heads; ++h) sinks.push_back(float(h % 4 == 1 ? 30.0 : u(rng)));
+    r.sinks.assign(sinks.begin(), sinks.end());
   }
   s->q = randomValues(rng, r.qSize(), c.dtype, c.inputScale);
   s->k = randomValues(rng, r.kSize(), c.dtype, c.inputScale);
@@ -242,6 +249,12 @@ inline std::unique_ptr<Setup> build(const BwdCase &c) {
     s->dslopes = DeviceBuffer(slopes.data(), slopes.size() * 4);
     EXPECT_EQ(flashAttnSetAttentionAlibiSlopes(s->attn, s->dslopes.get<float>(), c.alibi == 2 ? 1 : 0),
               FLASHATTN_STATUS_SUCCESS);
+  }
+  if (c.sinks) {
+    s->dsinks = DeviceBuffer(sinks.data(), sinks.size() * 4);
+    s->ddSinks = DeviceBuffer(sinks.size() * 4);
+    EXPECT_EQ(flashAttnSetAttentionSinks(s->attn, s->dsinks.get<float>()), FLASHATTN_STATUS_SUCCESS);
+    EXPECT_EQ(flashAttnSetAttentionSinksGradient(s->attn, s->ddSinks.get<float>()), FLASHATTN_STATUS_SUCCESS);
   }
   if (c.ragged()) {
     std::vector<int32_t> cuQ{0}, cuK{0};
@@ -308,6 +321,7 @@ inline void poisonGradients(Setup &s) {
   s.ddQ.poison();
   s.ddK.poison();
   s.ddV.poison();
+  if (s.c.sinks) s.ddSinks.poison();
 }
 
 inline std::vector<uint8_t> gradientBytes(const Setup &s) {
@@ -315,6 +329,10 @@ inline std::vector<uint8_t> gradientBytes(const Setup &s) {
   const auto k = s.ddK.raw(), v = s.ddV.raw();
   all.insert(all.end(), k.begin(), k.end());
   all.insert(all.end(), v.begin(), v.end());
+  if (s.c.sinks) {
+    const auto ds = s.ddSinks.raw();
+    all.insert(all.end(), ds.begin(), ds.end());
+  }
   return all;
 }
 
@@ -322,14 +340,14 @@ inline std::vector<uint8_t> gradientBytes(const Setup &s) {
 // and the gradient normwise rule; the oracle's two passes run beside the GPU work.
 inline void runAndCheckAgainstOracle(Handle &h, const BwdCase &c, Setup &s) {
   auto exact = std::async(std::launch::async, [&] {
-    std::vector<double> dq, dk, dv;
-    fa_ref::backward(s.ref, s.q, s.k, s.v, s.dO, dq, dk, dv);
-    return std::vector<std::vector<double>>{dq, dk, dv};
+    std::vector<double> dq, dk, dv, ds;
+    fa_ref::backward(s.ref, s.q, s.k, s.v, s.dO, dq, dk, dv, fa_ref::Rounding::None, &ds);
+    return std::vector<std::vector<double>>{dq, dk, dv, ds};
   });
   auto lowp = std::async(std::launch::async, [&] {
-    std::vector<double> dq, dk, dv;
-    fa_ref::backward(s.ref, s.q, s.k, s.v, s.dO, dq, dk, dv, roundingOf(c.dtype));
-    return std::vector<std::vector<double>>{dq, dk, dv};
+    std::vector<double> dq, dk, dv, ds;
+    fa_ref::backward(s.ref, s.q, s.k, s.v, s.dO, dq, dk, dv, roundingOf(c.dtype), &ds);
+    return std::vector<std::vector<double>>{dq, dk, dv, ds};
   });
   runForward(h, s);
   prepareBackward(h, s);
@@ -350,6 +368,37 @@ inline void runAndCheckAgainstOracle(Handle &h, const BwdCase &c, Setup &s) {
     const fa_ref::Gate gate = fa_ref::checkGates(got[g], ref[size_t(g)], lp[size_t(g)], 3.0, tol);
     worst().note(typeName(c.dtype), c.name + " " + names[g], gate);
     EXPECT_TRUE(gate.pass) << c.name << " " << names[g] << ": " << gate.describe();
+  }
+  if (c.sinks) {
+    // The forward with sinks (every forward family the chooser or the pinned portable set picks) against the oracle.
+    std::vector<double> refO, refLse, lpO, lpLse;
+    fa_ref::forward(s.ref, s.q, s.k, s.v, refO, refLse);
+    fa_ref::forward(s.ref, s.q, s.k, s.v, lpO, lpLse, roundingOf(c.dtype));
+    s.dout.download(s.po.host);
+    const std::vector<double> gotO = extract(s.po, c.heads, c.sq, c.headDim);
+    const fa_ref::Gate gateO = fa_ref::checkGates(gotO, refO, lpO, 2.0, fa_ref::normTolerance(roundingOf(c.dtype)));
+    EXPECT_TRUE(gateO.pass) << c.name << " forward O with sinks: " << gateO.describe();
+    std::vector<float> lse(s.lseBytes / 4);
+    FA_CUDA_CHECK(cudaMemcpy(lse.data(), s.dlse.ptr, s.lseBytes, cudaMemcpyDeviceToHost));
+    const double lseTol = lseTolerance(c.dtype, refLse);
+    int64_t lseChecked = 0;
+    for (int64_t b = 0, token = 0; b < s.ref.batch; ++b)
+      for (int64_t i = 0; i < s.ref.seqQ(b); ++i, ++token)
+        for (int64_t h = 0; h < c.heads; ++h) {
+          const double want = refLse[size_t((b * c.heads + h) * c.sq + i)];
+          const double got = c.ragged() ? lse[size_t(token * c.heads + h)] : lse[size_t((b * c.heads + h) * c.sq + i)];
+          ASSERT_LE(std::fabs(got - want), lseTol) << c.name << " LSE with sinks (b " << b << ", h " << h << ", i "
+                                                   << i << "): " << got << ", oracle " << want;
+          ++lseChecked;
+        }
+    EXPECT_GT(lseChecked, 0);
+    std::vector<float> ds(size_t(c.heads));
+    FA_CUDA_CHECK(cudaMemcpy(ds.data(), s.ddSinks.ptr, ds.size() * 4, cudaMemcpyDeviceToHost));
+    const std::vector<double> gotDs(ds.begin(), ds.end());
+    const double tol = gradientNormTolerance(c.dtype, lp[3], ref[3]);
+    const fa_ref::Gate gate = fa_ref::checkGates(gotDs, ref[3], lp[3], 3.0, tol);
+    worst().note(typeName(c.dtype), c.name + " dSinks", gate);
+    EXPECT_TRUE(gate.pass) << c.name << " dSinks: " << gate.describe();
   }
 }
 

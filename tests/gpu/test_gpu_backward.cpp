@@ -215,6 +215,40 @@ std::vector<BwdCase> gridCases() {
     x.mask = FLASHATTN_MASK_NONE;
     add(x, "d128_256x256_inputs_x5");
   }
+  // Attention sinks: the forward (O, LSE) and dSinks against the oracle beside dQ, dK, dV; rows that see no key
+  // (bottom-right causal with seqQ > seqK: O = 0, LSE = the sink), GQA, ragged.
+  {
+    int i = 0;
+    for (const flashAttnDataType_t t : types)
+      for (const int64_t dim : {64, 128}) {
+        BwdCase c;
+        c.dtype = t;
+        c.headDim = dim;
+        c.heads = 8;
+        c.kvHeads = 2;
+        c.batch = 2;
+        c.sq = 300;
+        c.sk = i % 2 ? 220 : 513;
+        c.mask = i % 3 == 0 ? FLASHATTN_MASK_NONE : FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+        c.sinks = true;
+        c.seed = 40 + uint64_t(i++);
+        add(c, "sinks_d" + std::to_string(dim) + "_b2_gqa4_300x" + std::to_string(c.sk) +
+                   (c.mask == FLASHATTN_MASK_NONE ? "" : "_causalBR"));
+      }
+    BwdCase r;
+    r.dtype = FLASHATTN_DATA_BF16;
+    r.headDim = 128;
+    r.heads = 4;
+    r.kvHeads = 4;
+    r.raggedQ = {37, 0, 190};
+    r.raggedK = {100, 3, 190};
+    r.sq = 190;
+    r.sk = 190;
+    r.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    r.sinks = true;
+    r.deterministic = true;
+    add(r, "sinks_d128_ragged_causalBR_det");
+  }
   // Strides: BSHD with padded rows, dO in the other order with other padding.
   {
     BwdCase c;
@@ -325,7 +359,8 @@ std::vector<BwdCase> determinismCases() {
   c.sq = c.sk = 700;
   c.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
   BwdCase d = c;
-  d.name = "bf16_d64_mqa4_1_600x900_causalBR";
+  d.name = "bf16_d64_mqa4_1_600x900_causalBR_sinks";
+  d.sinks = true;  // dSinks is bitwise too
   d.dtype = FLASHATTN_DATA_BF16;
   d.headDim = 64;
   d.heads = 4;
@@ -347,7 +382,7 @@ std::vector<BwdCase> determinismCases() {
     a.name += "_edge";
     d.sq = 150;
     d.sk = 300;
-    d.name = "bf16_d64_mqa4_1_150x300_causalBR_edge";
+    d.name = "bf16_d64_mqa4_1_150x300_causalBR_sinks_edge";
     e.batch = 1;
     e.sq = 70;
     e.sk = 130;

@@ -53,6 +53,8 @@ void referenceForward(const fa_ref::Problem &p, const std::vector<double> &q, co
       sp.sq = {};
       sp.alibi.clear();
       for (int64_t h = 0; h < G && !p.alibi.empty(); ++h) sp.alibi.push_back(p.alibiSlope(b, kvh * G + h));
+      sp.sinks.clear();
+      for (int64_t h = 0; h < G && !p.sinks.empty(); ++h) sp.sinks.push_back(p.sinks[size_t(kvh * G + h)]);
       const size_t q0 = size_t(b * p.heads + kvh * G) * qRows;
       const size_t k0 = size_t(b * p.kvHeads + kvh) * kRows;
       std::vector<double> qs(q.begin() + q0, q.begin() + q0 + size_t(G) * qRows);
@@ -83,6 +85,7 @@ struct DecodeCase {
   int64_t windowLeft = -1, windowRight = -1;
   float softcap = 0.f;
   int alibi = 0;  // 0 off, 1 [heads], 2 [batch, heads]
+  bool sinks = false;  // one attention sink per query head, some above every logit of its rows
   Order order = Order::BHSD;
   bool nanFill = true;      // NaN in every cache slot no sequence uses
   bool badBlockId = false;  // the last used page of sequence 0 gets an out-of-range id: its keys are masked
@@ -201,6 +204,12 @@ class DecodeFixture {
       for (auto &s : slopes) s = float(u(rng));
       rp.alibi.assign(slopes.begin(), slopes.end());
     }
+    std::vector<float> sinks;
+    if (c.sinks) {
+      std::uniform_real_distribution<double> u(-3.0, 3.0);
+      for (int64_t h = 0; h < c.heads; ++h) sinks.push_back(float(h % 4 == 3 ? 40.0 : u(rng)));
+      rp.sinks.assign(sinks.begin(), sinks.end());
+    }
 
     const int64_t numPages = c.paged ? c.batch * pagesPerSeq_ + 3 : 0;  // 3 pages no table row references
     if (c.paged) {
@@ -295,6 +304,10 @@ class DecodeFixture {
       slopes_ = DeviceBuffer(slopes.data(), slopes.size() * 4);
       expectOk(flashAttnSetAttentionAlibiSlopes(attn_, slopes_.get<float>(), c.alibi == 2 ? 1 : 0));
     }
+    if (c.sinks) {
+      sinks_ = DeviceBuffer(sinks.data(), sinks.size() * 4);
+      expectOk(flashAttnSetAttentionSinks(attn_, sinks_.get<float>()));
+    }
   }
 
   static void expectOk(flashAttnStatus_t s) {
@@ -306,7 +319,7 @@ class DecodeFixture {
   AttnDesc attn_;
   SeqDesc seq_;
   TensorDesc qDesc_, kDesc_, vDesc_, oDesc_, lseDesc_;
-  DeviceBuffer q_, k_, v_, o_, lse_, lens_, table_, slopes_;
+  DeviceBuffer q_, k_, v_, o_, lse_, lens_, table_, slopes_, sinks_;
   HostTensor oHost_;
   std::vector<double> oRef_, lseRef_, oLp_;
   std::vector<int32_t> lensHost_, tableHost_;
@@ -387,6 +400,11 @@ std::vector<DecodeCase> gridCases() {
   feature("softcap", [](DecodeCase &c) { c.softcap = 5.f, c.inputScale = 3; });
   feature("alibi_heads", [](DecodeCase &c) { c.alibi = 1, c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT; });
   feature("alibi_batch", [](DecodeCase &c) { c.alibi = 2; });
+  feature("sinks", [](DecodeCase &c) { c.sinks = true, c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT; });
+  feature("sinks_empty_rows", [](DecodeCase &c) {
+    c.sinks = true, c.sq = 16, c.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT, c.lens = {899, 0};
+  });
+  feature("sinks_fp32_chunks", [](DecodeCase &c) { c.sinks = true, c.dtype = FLASHATTN_DATA_FP32, c.headDim = 64; });
   feature("window_100_0", [](DecodeCase &c) { c.windowLeft = 100, c.windowRight = 0; });
   feature("window_37_3", [](DecodeCase &c) { c.windowLeft = 37, c.windowRight = 3; });
   feature("causal_top_left", [](DecodeCase &c) { c.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT, c.lens = {899, 2}; });

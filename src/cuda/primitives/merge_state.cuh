@@ -48,10 +48,29 @@ struct Exp2Fast {
   static constexpr double kToNatural = 0.6931471805599453;
 };
 
+// An attention sink is one more state: logit `sink` (in Base's units), sum 1, no value. Folds it into a row's max m
+// and sum l (measured against softmaxBase(m)) and returns the factor the row's O accumulator takes. A sink of -inf
+// changes nothing. Max: the type the caller keeps its max in (the FP32 forward keeps an FP64 one).
+template <typename Base, typename Max>
+__device__ __forceinline__ float foldSink(Max &m, float &l, Max sink) {
+  const Max top = m > sink ? m : sink;  // a NaN sink stays NaN
+  if (top == Max(negInf())) return 1.f;
+  const float keep = Base::exp(float(m - top));  // 0 while nothing was seen
+  l = l * keep + Base::exp(float(sink - top));
+  m = top;
+  return keep;
+}
+
 struct MergeState {
   float m = negInf();
   float l = 0.f;
   float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+
+  template <typename Base>
+  __device__ __forceinline__ void addSink(float sink) {
+    const float keep = foldSink<Base>(m, l, sink);
+    o.x *= keep, o.y *= keep, o.z *= keep, o.w *= keep;
+  }
 
   // O normalized and the LSE in natural-log units.
   template <typename Base>

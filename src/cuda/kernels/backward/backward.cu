@@ -159,6 +159,30 @@ __global__ void __launch_bounds__(kBackwardThreads) convertKernel(const __grid_c
   }
 }
 
+// dSinks[h] = -sum over head h's rows of exp(s_h - LSE_i) D_i (the sink's column has no value: dP = 0, dS = -P D).
+// One CTA per head sums its rows in a fixed order (each thread a fixed strided subset in FP64, then a fixed tree), so
+// the result is bitwise the same on every run; it reads the preprocess's D and base-2 LSE.
+__global__ void __launch_bounds__(kBackwardThreads) sinkGradientKernel(const __grid_constant__ BackwardParams p) {
+  const int32_t h = int32_t(blockIdx.x);
+  const double sinkLog2 = double(p.sinks[h]) * 1.4426950408889634;
+  double acc = 0.0;
+  for (int32_t b = 0; b < p.batch; ++b) {
+    const SequenceExtent seq = sequenceExtent(p, b);
+    for (int32_t i = int32_t(threadIdx.x); i < seq.seqQ; i += kBackwardThreads) {
+      const int64_t row = workspaceRow(p, b, h, seq, i);
+      acc += exp2(sinkLog2 - double(p.lseLog2[row])) * double(p.rowDot[row]);
+    }
+  }
+  __shared__ double partial[kBackwardThreads];
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int stride = kBackwardThreads / 2; stride > 0; stride /= 2) {
+    if (int(threadIdx.x) < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) p.dSinks[h] = float(-partial[0]);
+}
+
 template <typename Element>
 cudaError_t launchSmallKernels(const BackwardParams &params, int32_t rowBlocks, bool preprocess,
                                cudaStream_t stream) {
@@ -409,6 +433,8 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
   params.windowRight = effectiveWindow(p.windowRight, p);
   params.alibiSlopes = p.alibiSlopes;
   params.alibiBatchStride = p.alibiBatchStride;
+  params.sinks = p.sinks;
+  params.dSinks = p.dSinks;
   params.deterministic = p.deterministic;
   return params;
 }
@@ -432,6 +458,12 @@ cudaError_t launchBackwardPipeline(const DeviceInfo &dev, const AttnProblem &p, 
   }
   cudaError_t err = launchSmall(p.dtype, params, rowBlocks, true, stream);
   if (err != cudaSuccess) return err;
+  if (params.dSinks != nullptr && params.heads > 0) {
+    void *args[] = {const_cast<BackwardParams *>(&params)};
+    err = cudaLaunchKernel(reinterpret_cast<const void *>(&sinkGradientKernel), dim3(unsigned(params.heads)),
+                           dim3(kBackwardThreads), args, 0, stream);
+    if (err != cudaSuccess) return err;
+  }
   err = main(dev, plan, params, stream);
   if (err != cudaSuccess) return err;
   return launchSmall(p.dtype, params, rowBlocks, false, stream);

@@ -76,6 +76,9 @@ struct BackwardParams {
   int64_t windowRight = -1;
   const float *alibiSlopes = nullptr;
   int64_t alibiBatchStride = 0;
+  // The sinks reach the main kernels through the LSE (which includes them); their gradient is one more kernel.
+  const float *sinks = nullptr;
+  float *dSinks = nullptr;
 
   bool deterministic = false;
 };

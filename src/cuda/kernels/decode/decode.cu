@@ -633,6 +633,7 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.windowRight = p.windowRight;
   d.alibiSlopes = p.alibiSlopes;
   d.alibiBatchStride = p.alibiBatchStride;
+  d.sinks = p.sinks;
   if (isTensorLoader(kernel.variant.loader)) {
     if (!encodeCacheMaps(p, buf.k, buf.v, shape.kvHeads, kernel.variant.tileKeys, kernel.variant.loader,
                          kernel.headDim, &d))

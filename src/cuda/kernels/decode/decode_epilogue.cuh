@@ -29,6 +29,13 @@ __device__ __forceinline__ void storeOutput(const DecodeParams &p, int batch, in
   if (p.lse && d == 0) p.lse[int64_t(batch) * p.lseBatch + head * p.lseHead + int64_t(token) * p.lseRow] = lse;
 }
 
+// The attention sink of the head (core/problem.hpp AttnProblem::sinks) joins a row's state once, where the row's O
+// and LSE are finished; partial states never carry it.
+template <typename Base>
+__device__ __forceinline__ void addSink(const DecodeParams &p, int64_t head, prim::MergeState &state) {
+  if (p.sinks != nullptr) state.addSink<Base>(__ldg(p.sinks + head) * prim::kLog2e);
+}
+
 // O row (4 columns from d) and LSE of one query row from the chunks' partial states (normalized O, and the state's max
 // and sum apart), in chunk order, Batch chunks at a time: all of a batch's loads in flight, then one max and every
 // chunk's weight at once (an online merge per chunk chained a compare, a branch and two exponentials per chunk: ~1 us
@@ -65,6 +72,7 @@ __device__ __forceinline__ void mergeChunksOfRow(const DecodeParams &p, int batc
     }
     prim::mergeStates<prim::Exp2>(state, m, l, v);
   }
+  addSink<prim::Exp2>(p, head, state);
   float4 o;
   float lse;
   state.finish<prim::Exp2>(o, lse);
@@ -153,12 +161,15 @@ __device__ __forceinline__ void clusterMerge(const DecodeParams &p, const Decode
         part[c] = prim::clusterLoad4(prim::clusterAddress(oAt, rank));
       }
     }
-    float4 o;
-    float lse;
-    prim::combineStates<prim::Exp2>(m, l, part).finish<prim::Exp2>(o, lse);
     const int groupHead = row / p.seqQ;
     const int token = row - groupHead * p.seqQ;
-    storeOutput<Element>(p, w.batch, w.headOf(p, groupHead), token, d, o, lse);
+    const int64_t head = w.headOf(p, groupHead);
+    prim::MergeState state = prim::combineStates<prim::Exp2>(m, l, part);
+    addSink<prim::Exp2>(p, head, state);
+    float4 o;
+    float lse;
+    state.finish<prim::Exp2>(o, lse);
+    storeOutput<Element>(p, w.batch, head, token, d, o, lse);
   }
   prim::clusterSync();
 }
@@ -177,12 +188,13 @@ __device__ __forceinline__ void storeRows(const DecodeParams &p, const DecodeWor
     if (row >= p.rows || d >= p.headDim) continue;
     float4 o;
     float lse;
-    // Exp2Fast's reciprocal: the sum is >= 1, the largest key group's own.
-    const prim::MergeState state = scratch.combineKeyGroups(p, localRow, d);
-    state.template finish<prim::Exp2Fast>(o, lse);
     const int groupHead = row / p.seqQ;
     const int token = row - groupHead * p.seqQ;
     const int64_t head = w.headOf(p, groupHead);
+    // Exp2Fast's reciprocal: the sum is >= 1, the largest key group's own (or the sink's).
+    prim::MergeState state = scratch.combineKeyGroups(p, localRow, d);
+    if (direct) addSink<prim::Exp2Fast>(p, head, state);
+    state.template finish<prim::Exp2Fast>(o, lse);
     if (direct) {
       storeOutput<Element>(p, w.batch, head, token, d, o, lse);
     } else {

@@ -194,6 +194,7 @@ struct DecodeParams {
   int64_t vBatch = 0, vHead = 0, vRow = 0;
   const float *alibiSlopes = nullptr;
   int64_t alibiBatchStride = 0;
+  const float *sinks = nullptr;  // [heads]: joins each row's state once, where O and LSE are finished
   bool paged = false;
   int32_t pageSize = 0;
   const int32_t *blockTable = nullptr;

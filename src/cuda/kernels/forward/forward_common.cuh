@@ -10,6 +10,7 @@
 
 #include "core/problem.hpp"
 #include "cuda/kernels/forward/forward_params.hpp"
+#include "cuda/primitives/merge_state.cuh"
 
 namespace flashattn::cuda::forward {
 
@@ -76,6 +77,12 @@ __device__ __forceinline__ RowKeys rowKeys(const ForwardParams &p, int64_t i, in
 // The per-element form (visibleOnDiagonals), which needs no per-row registers.
 __device__ __forceinline__ Diagonals diagonalsOf(const ForwardParams &p, int32_t sq, int32_t sk) {
   return visibleDiagonals(static_cast<Mask>(p.mask), p.windowLeft, p.windowRight, sq, sk);
+}
+
+// The attention sink of a query head (natural-log units), -inf without sinks: folded into each row's state in the
+// epilogues (prim::foldSink), it is also the LSE of a row that sees no key.
+__device__ __forceinline__ float sinkOf(const ForwardParams &p, int32_t head) {
+  return p.sinks == nullptr ? prim::negInf() : __ldg(p.sinks + head);
 }
 
 __device__ __forceinline__ float alibiSlope(const ForwardParams &p, int32_t b, int32_t h) {

@@ -164,10 +164,11 @@ __global__ void __launch_bounds__(Warps * 32) forwardFp32Kernel(const ForwardPar
     }
   }
 
-  const float total = octetSum(rowSum);  // all lanes of the warp, before any of them leaves
+  float total = octetSum(rowSum);  // all lanes of the warp, before any of them leaves
   if (row >= rowsHere) return;
+  const float keep = p.sinks ? prim::foldSink<prim::ExpNatural>(rowMax, total, double(sinkOf(p, work.head))) : 1.f;
   const bool empty = !(total > 0.f);
-  const float inverse = empty ? 0.f : 1.f / total;
+  const float inverse = empty ? 0.f : keep / total;
   float *oRow = oRows + int64_t(row) * p.oRow;
 #pragma unroll
   for (int c = 0; c < kColumnsPerLane; ++c) {

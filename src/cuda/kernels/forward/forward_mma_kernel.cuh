@@ -106,8 +106,8 @@ struct SwizzledLane {
 
 template <typename Element>
 __device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *oRows, float *lseRows, int rows,
-                                               int threads) {
-  // No visible key for any row of the block: O = 0, LSE = -inf.
+                                               int threads, float emptyLse) {
+  // No visible key for any row of the block: O = 0, LSE = the sink or -inf.
   const int64_t elements = int64_t(rows) * p.headDim;
   for (int64_t idx = threadIdx.x; idx < elements; idx += threads) {
     const int64_t r = idx / p.headDim;
@@ -115,7 +115,7 @@ __device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *
     reinterpret_cast<uint16_t *>(oRows)[r * p.oRow + c] = 0;  // +0.0 in FP16 and BF16
   }
   if (lseRows != nullptr)
-    for (int r = threadIdx.x; r < rows; r += threads) lseRows[int64_t(r) * p.lseRow] = negativeInfinity();
+    for (int r = threadIdx.x; r < rows; r += threads) lseRows[int64_t(r) * p.lseRow] = emptyLse;
 }
 
 // TransformLogits: softcap or ALiBi is on. The plain kernel (false) never carries their code: keeping it in one kernel
@@ -158,7 +158,7 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
   const RowKeys lastRow = rowKeys(p, m0 + rowsHere - 1, seq.seqQ, seq.seqK);
   const RowKeys blockKeys = keysOfRows(firstRow, lastRow);
   if (blockKeys.lo > blockKeys.hi) {
-    writeEmptyRows(p, oRows, lseRows, rowsHere, kThreads);
+    writeEmptyRows(p, oRows, lseRows, rowsHere, kThreads, sinkOf(p, work.head));
     return;
   }
   const BlockRange keyBlocks = blocksOf(blockKeys, BlockN);
@@ -356,13 +356,16 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
 
   // Epilogue: normalize and store straight from the accumulators (a quad writes 16 contiguous bytes of a row); O is
   // written once per CTA, so staging it through shared memory for wider stores is not worth the registers.
+  const float sinkLog2 = sinkOf(p, work.head) * prim::kLog2e;
 #pragma unroll
   for (int mt = 0; mt < kMTiles; ++mt)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const float total = prim::quadSum(rowSum[mt][half]);
-      const bool empty = !(total > 0.f);  // no visible key: O = 0, LSE = -inf
-      const float inverse = empty ? 0.f : 1.f / total;
+      float total = prim::quadSum(rowSum[mt][half]);
+      float maxLog2 = rowMax[mt][half] * exp2Scale;
+      const float keep = p.sinks ? prim::foldSink<prim::Exp2>(maxLog2, total, sinkLog2) : 1.f;
+      const bool empty = !(total > 0.f);  // no visible key and no sink: O = 0, LSE = -inf
+      const float inverse = empty ? 0.f : keep / total;
       const int localRow = warpRow0 + mt * 16 + group + half * 8;
       if (localRow >= rowsHere) continue;
       Element *oRow = oRows + int64_t(localRow) * p.oRow + 2 * quad;
@@ -380,7 +383,7 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
       }
       if (lseRows != nullptr && quad == 0) {
         lseRows[int64_t(localRow) * p.lseRow] =
-            empty ? negativeInfinity() : (rowMax[mt][half] * exp2Scale + __log2f(total)) * prim::kLn2;
+            empty ? negativeInfinity() : (maxLog2 + __log2f(total)) * prim::kLn2;
       }
     }
 }

@@ -51,6 +51,7 @@ struct ForwardParams {
   int64_t windowRight = -1;
   const float *alibiSlopes = nullptr;
   int64_t alibiBatchStride = 0;
+  const float *sinks = nullptr;  // [heads]: joins each row's denominator in the epilogue (merge_state.cuh foldSink)
 
   // True when every base pointer is 16-byte aligned and every stride and the head dim are multiples of 16 bytes:
   // then tiles move by 16-byte cp.async; otherwise by element loads (same kernel, uniform branch).
@@ -138,6 +139,7 @@ inline ForwardParams makeForwardParams(const AttnProblem &p, const AttnBuffers &
   params.windowRight = p.windowRight;
   params.alibiSlopes = p.alibiSlopes;
   params.alibiBatchStride = p.alibiBatchStride;
+  params.sinks = p.sinks;
   return params;
 }
 

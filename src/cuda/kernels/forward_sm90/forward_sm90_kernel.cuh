@@ -180,10 +180,11 @@ __device__ __forceinline__ void releaseSlot(uint32_t emptyBarrier, int lane) {
   if (lane == 0) prim::mbarrierArrive(emptyBarrier);
 }
 
-// No visible key for any of these rows: O = 0, LSE = -inf (16-byte stores: the launcher checked alignment).
+// No visible key for any of these rows: O = 0, LSE = the sink or -inf (16-byte stores: the launcher checked
+// alignment).
 template <typename Element, int D>
 __device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *oRows, float *lseRows, int rows,
-                                               int thread, int threads) {
+                                               int thread, int threads, float emptyLse) {
   constexpr int kChunks = D / 8;
   for (int idx = thread; idx < rows * kChunks; idx += threads) {
     const int r = idx / kChunks;
@@ -191,7 +192,7 @@ __device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *
     *reinterpret_cast<uint4 *>(oRows + int64_t(r) * p.oRow + c * 8) = make_uint4(0u, 0u, 0u, 0u);
   }
   if (lseRows != nullptr)
-    for (int r = thread; r < rows; r += threads) lseRows[int64_t(r) * p.lseRow] = negativeInfinity();
+    for (int r = thread; r < rows; r += threads) lseRows[int64_t(r) * p.lseRow] = emptyLse;
 }
 
 // The register split of setmaxnreg: the producer only computes addresses; the consumers hold S, P and O.
@@ -410,7 +411,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
         if (first < t.rowsHere)
           writeEmptyRows<Element, D>(p, oRows + int64_t(first) * p.oRow,
                                      lseRows == nullptr ? nullptr : lseRows + int64_t(first) * p.lseRow,
-                                     min(64, t.rowsHere - first), thread, 128);
+                                     min(64, t.rowsHere - first), thread, 128, forward::sinkOf(p, t.work.head));
         return;
       }
       const int numBlocks = t.lastKeyBlock - t.firstKeyBlock + 1;
@@ -501,11 +502,14 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
 
       // Epilogue: normalize and store from the accumulators (a quad writes 16 contiguous bytes of a row) while the
       // producer already loads the next tile.
+      const float sinkLog2 = forward::sinkOf(p, t.work.head) * prim::kLog2e;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const float total = prim::quadSum(rowSum[h]);
-        const bool empty = !(total > 0.f);  // no visible key: O = 0, LSE = -inf
-        const float inverse = empty ? 0.f : 1.f / total;
+        float total = prim::quadSum(rowSum[h]);
+        float maxLog2 = rowMax[h] * scaleLog2;
+        const float keep = p.sinks ? prim::foldSink<prim::Exp2>(maxLog2, total, sinkLog2) : 1.f;
+        const bool empty = !(total > 0.f);  // no visible key and no sink: O = 0, LSE = -inf
+        const float inverse = empty ? 0.f : keep / total;
         const int localRow = rowInBlock + 8 * h;
         if (localRow >= t.rowsHere) continue;
         Element *oRow = oRows + int64_t(localRow) * p.oRow + 2 * quad;
@@ -515,7 +519,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
               prim::packFloat2<Element>(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);
         if (lseRows != nullptr && quad == 0)
           lseRows[int64_t(localRow) * p.lseRow] =
-              empty ? negativeInfinity() : (rowMax[h] * scaleLog2 + __log2f(total)) * prim::kLn2;
+              empty ? negativeInfinity() : (maxLog2 + __log2f(total)) * prim::kLn2;
       }
     });
     if constexpr (PingPong) {
