@@ -150,7 +150,7 @@ struct Fp32Backward {
           const RowKeys r = rowKeys(diagonals, i, seq.seqK);
           visible = j < seq.seqK && j >= r.lo && j <= r.hi;
           // A row that sees one key has P = 1 whatever its logit: its dS is exactly zero, not dP - D's rounding.
-          oneKey = r.lo == r.hi;
+          oneKey = r.lo == r.hi && p.sinks == nullptr;  // a sink shares the row's softmax: P < 1
         }
         // LSE of a row with no visible key is +inf: exp2(-inf) = 0, never NaN.
         const float prob = visible ? exp2f(logitLog2 - sLse[m]) : 0.f;

@@ -379,6 +379,7 @@ struct MmaBackward {
     float slopeLog2;                      // General path only (0 without ALiBi)
     int32_t diagonal;                     // alignedRow(i) - n0 of the thread's first column (General path only)
     bool softcap;
+    bool oneKeyRule;  // a row that sees one key has P = 1 (not with sinks, which share its softmax)
   };
 
   // P^T = exp2(logit * log2 e - LSE * log2 e) and dS^T = P^T * (dP^T - D) * dLogit/dDot for the thread's fragment
@@ -424,7 +425,7 @@ struct MmaBackward {
               logitLog2 = fmaf(-c.slopeLog2, fabsf(float(distance)), logitLog2);
               const bool visible = key >= lo[nt][e] && key <= hi[nt][e];
               pv[e] = visible ? prim::exp2Fast(logitLog2 - lse[nt][e]) : 0.f;
-              ds[e] = lo[nt][e] == hi[nt][e] ? 0.f : pv[e] * (dP - dot[nt][e]) * dLogit;
+              ds[e] = c.oneKeyRule && lo[nt][e] == hi[nt][e] ? 0.f : pv[e] * (dP - dot[nt][e]) * dLogit;
             } else {
               float prob = prim::exp2Fast(fmaf(qk, c.scaleLog2, -lse[nt][e]));
               if constexpr (Path == ScorePath::Masked) {
@@ -432,8 +433,8 @@ struct MmaBackward {
               }
               pv[e] = prob;
               // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero (the Plain path's
-              // fully visible blocks give every row a whole block of keys).
-              const bool oneKey = Path == ScorePath::Masked && lo[nt][e] == hi[nt][e];
+              // fully visible blocks give every row a whole block of keys); with a sink P < 1.
+              const bool oneKey = Path == ScorePath::Masked && c.oneKeyRule && lo[nt][e] == hi[nt][e];
               ds[e] = oneKey ? 0.f : prob * (dP - dot[nt][e]) * c.scale;
             }
           }
@@ -504,6 +505,7 @@ struct MmaBackward {
     ctx.softcapLog2 = p.softcap * prim::kLog2e;
     ctx.slopeLog2 = 0.f;
     ctx.diagonal = 0;
+    ctx.oneKeyRule = p.sinks == nullptr;
 
     // Iteration order: query heads of the group in turn, each walking its query blocks from the last to the first.
     int32_t h = firstHead, mBlock = qb.last;

@@ -227,7 +227,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
           // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero; dP - D would instead
           // leave the difference of two dot products accumulated apart (wgmma's and the preprocess's). Masked
           // entries already have P = 0.
-          const bool oneKey = r.lo == r.hi;
+          const bool oneKey = r.lo == r.hi && p.sinks == nullptr;  // a sink shares the row's softmax: P < 1
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int idx = 4 * j + 2 * hh + ee;

@@ -222,7 +222,8 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
             const int32_t i = m0 + 8 * j + 2 * quad + ee;
             const backward::RowKeys r = backward::rowKeys(diagonals, i, sk);
             const bool rowValid = i < sq;
-            if (r.lo == r.hi) oneKeyColumns |= 1u << (2 * j + ee);
+            // With a sink the row's softmax has two entries: P < 1.
+            if (r.lo == r.hi && p.sinks == nullptr) oneKeyColumns |= 1u << (2 * j + ee);
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
               const int32_t key = key0 + 8 * hh;
@@ -281,7 +282,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
             const int32_t i = m0 + 8 * j + 2 * quad + ee;
             const backward::RowKeys r = backward::rowKeys(diagonals, i, sk);
             const bool rowValid = i < sq;
-            const bool oneKey = r.lo == r.hi;
+            const bool oneKey = r.lo == r.hi && p.sinks == nullptr;  // a sink shares the row's softmax: P < 1
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
               const int32_t key = key0 + 8 * hh;
