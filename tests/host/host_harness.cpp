@@ -127,6 +127,7 @@ std::vector<double> kvValues(std::mt19937_64 &rng, flashAttnDataType_t t, int64_
 
 std::vector<uint8_t> bytesOf(const std::vector<double> &canon) {
   std::vector<uint8_t> out(canon.size() * sizeof(double));
+  if (out.empty()) return out;  // memcpy of NULL pointers is undefined even for 0 bytes
   std::memcpy(out.data(), canon.data(), out.size());
   return out;
 }
