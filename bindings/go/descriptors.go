@@ -135,6 +135,9 @@ type AttentionDescriptor struct {
 	slopeCount   int
 	slopesDevice bool
 	perBatch     bool
+	sinks        unsafe.Pointer // C copy of host sinks, freed after the descriptor is destroyed
+	dSinks       unsafe.Pointer // C memory the HOST backward writes dSinks into (EnableSinksGradient)
+	dSinkCount   int
 }
 
 func NewAttentionDescriptor() (*AttentionDescriptor, error) {
@@ -155,6 +158,9 @@ func (a *AttentionDescriptor) Close() error {
 	a.raw = nil
 	C.free(a.slopes)
 	a.slopes = nil
+	C.free(a.sinks)
+	C.free(a.dSinks)
+	a.sinks, a.dSinks = nil, nil
 	runtime.SetFinalizer(a, nil)
 	return err
 }
@@ -281,6 +287,95 @@ func (a *AttentionDescriptor) AlibiSlopes() (uintptr, bool, error) {
 	var perBatch C.int32_t
 	err := call(func() C.flashAttnStatus_t { return C.flashAttnGetAttentionAlibiSlopes(a.raw, &p, &perBatch) })
 	return uintptr(unsafe.Pointer(p)), perBatch != 0, err
+}
+
+// SetSinks sets attention sinks for HOST operations (one logit per query head, [heads]), copied into C memory that
+// the descriptor owns. docs/semantics.md, Attention sinks.
+func (a *AttentionDescriptor) SetSinks(sinks []float32) error {
+	defer runtime.KeepAlive(a)
+	if len(sinks) == 0 {
+		return refused("sinks: empty (use ClearSinks to turn sinks off)")
+	}
+	p := cCopy(sinks)
+	err := call(func() C.flashAttnStatus_t { return C.flashAttnSetAttentionSinks(a.raw, (*C.float)(p)) })
+	if err != nil {
+		C.free(p)
+		return err
+	}
+	C.free(a.sinks)
+	a.sinks = p
+	return nil
+}
+
+// SetSinksDevice sets sinks in device memory for CUDA operations; the caller keeps them valid ([heads] floats).
+func (a *AttentionDescriptor) SetSinksDevice(sinks uintptr) error {
+	defer runtime.KeepAlive(a)
+	err := call(func() C.flashAttnStatus_t { return C.flashAttnSetAttentionSinks(a.raw, (*C.float)(devPtr(sinks))) })
+	if err != nil {
+		return err
+	}
+	C.free(a.sinks)
+	a.sinks = nil
+	return nil
+}
+
+func (a *AttentionDescriptor) ClearSinks() error { return a.SetSinksDevice(0) }
+
+// Sinks returns the sinks pointer the library holds (0 when off).
+func (a *AttentionDescriptor) Sinks() (uintptr, error) {
+	defer runtime.KeepAlive(a)
+	var p *C.float
+	err := call(func() C.flashAttnStatus_t { return C.flashAttnGetAttentionSinks(a.raw, &p) })
+	return uintptr(unsafe.Pointer(p)), err
+}
+
+// EnableSinksGradient makes HOST backwards write dSinks ([heads] floats) into C memory the descriptor owns; read it
+// with SinksGradient after a Backward. heads <= 0 turns it off.
+func (a *AttentionDescriptor) EnableSinksGradient(heads int) error {
+	defer runtime.KeepAlive(a)
+	var p unsafe.Pointer
+	if heads > 0 {
+		p = cCopy(make([]float32, heads))
+	}
+	err := call(func() C.flashAttnStatus_t { return C.flashAttnSetAttentionSinksGradient(a.raw, (*C.float)(p)) })
+	if err != nil {
+		C.free(p)
+		return err
+	}
+	C.free(a.dSinks)
+	a.dSinks, a.dSinkCount = p, heads
+	return nil
+}
+
+// SetSinksGradientDevice makes CUDA backwards write dSinks into device memory; 0 turns it off.
+func (a *AttentionDescriptor) SetSinksGradientDevice(dSinks uintptr) error {
+	defer runtime.KeepAlive(a)
+	err := call(func() C.flashAttnStatus_t {
+		return C.flashAttnSetAttentionSinksGradient(a.raw, (*C.float)(devPtr(dSinks)))
+	})
+	if err != nil {
+		return err
+	}
+	C.free(a.dSinks)
+	a.dSinks, a.dSinkCount = nil, 0
+	return nil
+}
+
+// SinksGradientPointer returns where the library writes dSinks (0 when not computed).
+func (a *AttentionDescriptor) SinksGradientPointer() (uintptr, error) {
+	defer runtime.KeepAlive(a)
+	var p *C.float
+	err := call(func() C.flashAttnStatus_t { return C.flashAttnGetAttentionSinksGradient(a.raw, &p) })
+	return uintptr(unsafe.Pointer(p)), err
+}
+
+// SinksGradient copies out the dSinks the last HOST Backward wrote (nil when EnableSinksGradient is off).
+func (a *AttentionDescriptor) SinksGradient() []float32 {
+	defer runtime.KeepAlive(a)
+	if a.dSinks == nil {
+		return nil
+	}
+	return append([]float32(nil), unsafe.Slice((*float32)(a.dSinks), a.dSinkCount)...)
 }
 
 func rawAttn(a *AttentionDescriptor) C.flashAttnAttentionDescriptor_t {

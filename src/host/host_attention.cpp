@@ -101,6 +101,10 @@ class Sequences {
     return p_.alibiSlopes ? p_.alibiSlopes[b * p_.alibiBatchStride + h] : 0.0;
   }
 
+  // The sink logit of query head h (sinks given), in logit units: no scale, softcap, mask or ALiBi applies to it.
+  bool hasSinks() const { return p_.sinks != nullptr; }
+  Acc sink(int64_t h) const { return p_.sinks[h]; }
+
   // Visible keys of row i clipped to [begin, end); empty when lo > hi.
   KeyRange visible(int64_t i, int64_t sq, int64_t sk, int64_t begin, int64_t end) const {
     KeyRange r = visibleKeys(p_.mask, p_.windowLeft, p_.windowRight, i, sq, sk);
@@ -243,6 +247,24 @@ void normalizeRows(int64_t rows, int64_t dimV, const Acc *rowMax, const Acc *row
   }
 }
 
+// Folds the sink (logit `sink`, no value) into a row's unnormalized state, as a state of maximum `sink`, sum 1 and
+// O = 0: a row that saw no key leaves with sum 1 (O = 0, LSE = sink after normalizeRows). Called once per row, after
+// every key (every chunk, for decode) is folded.
+void foldSink(int64_t dimV, Acc sink, Acc *M, Acc *S, Acc *A) {
+  if (!(*S > 0.0)) {
+    *M = sink;
+    *S = 1.0;
+    std::fill(A, A + dimV, 0.0);
+    return;
+  }
+  const Acc top = std::max(*M, sink);
+  if (top == kNegInf) return;  // a sink of -inf adds nothing
+  const Acc keep = std::exp(*M - top);
+  *S = *S * keep + std::exp(sink - top);
+  for (int64_t e = 0; e < dimV; ++e) A[e] *= keep;
+  *M = top;
+}
+
 // Folds one unnormalized state (max m, sum s, O a) into another (M, S, A), as the online softmax folds a key tile:
 // both are rescaled to the larger maximum, so no logarithm of a sum is ever added to a maximum and rounded.
 void foldState(int64_t dimV, Acc m, Acc s, const Acc *a, Acc *M, Acc *S, Acc *A) {
@@ -302,6 +324,9 @@ void forwardTyped(const AttnProblem &p, const Extents &ext, const AttnBuffers &b
     rowMax.resize(size_t(rows));
     rowSum.resize(size_t(rows));
     attendRows<S>(p, seq, buf, b, h, i0, rows, 0, seq.keyRows(b), o.data(), rowMax.data(), rowSum.data());
+    if (seq.hasSinks())
+      for (int64_t r = 0; r < rows; ++r)
+        foldSink(dimV, seq.sink(h), &rowMax[size_t(r)], &rowSum[size_t(r)], &o[size_t(r * dimV)]);
     normalizeRows(rows, dimV, rowMax.data(), rowSum.data(), o.data(), lse.data());
     for (int64_t r = 0; r < rows; ++r) {
       storeRow<S>(buf.o, seq.queryOffset(p.o, b, h, i0 + r), dimV, &o[size_t(r * dimV)]);
@@ -393,6 +418,8 @@ void decodeTyped(const AttnProblem &p, int32_t chunks, const DecodeWorkspace &la
         const int64_t row = g * rowsPerGroup + firstRow + i;
         foldState(dimV, stateMax[row], stateSum[row], stateO + row * dimV, &max, &sum, o.data());
       }
+      // The sink joins once, after every chunk: not once per chunk or group.
+      if (seq.hasSinks()) foldSink(dimV, seq.sink(h), &max, &sum, o.data());
       normalizeRows(1, dimV, &max, &sum, o.data(), &lse);
       storeRow<S>(buf.o, seq.queryOffset(p.o, b, h, i), dimV, o.data());
       if (p.hasLse) buf.lse[seq.queryOffset(p.lse, b, h, i)] = float(lse);
@@ -501,6 +528,22 @@ void backwardTyped(const AttnProblem &p, const Extents &ext, const AttnBuffers &
     for (int64_t r = 0; r < rows; ++r)
       storeRow<S>(buf.dQ, seq.queryOffset(p.dQ, b, h, i0 + r), dim, &dQ[size_t(r * dim)]);
   });
+
+  // dSinks[h] = -sum over b, i of exp(s_h - LSE_i) D_i, from the D that pass 1 left in the workspace: one item per
+  // head sums its rows in the order (b, i), so the result does not depend on the thread count. Written, never added.
+  if (p.dSinks) {
+    parallelFor(p.heads, [&](int64_t h) {
+      const Acc sink = seq.sink(h);
+      Acc sum = 0.0;
+      for (int64_t b = 0; b < p.batch; ++b)
+        for (int64_t i = 0; i < seq.queryRows(b); ++i) {
+          const Acc lse = buf.lse[seq.queryOffset(p.lse, b, h, i)];
+          if (lse == kNegInf) continue;  // only with a sink of -inf: no weight on it
+          sum -= std::exp(sink - lse) * rowDot[rowDotIndex(b, h, i)];
+        }
+      p.dSinks[h] = float(sum);
+    });
+  }
 
   // Key tiles per sequence: enough for the longest sequence's owned rows actually present.
   const int64_t tiles = ceilDiv(ext.maxOwnedKeyRows, kKeyTile);

@@ -869,6 +869,7 @@ TEST_F(BadInput, DescriptorFunctionsWithNullDescriptor) {
   int64_t i64a = 0, i64b = 0;
   flashAttnMaskMode_t mask = FLASHATTN_MASK_NONE;
   const float *slopes = nullptr;
+  float *dSinks = nullptr;
   const int32_t *array = nullptr, *array2 = nullptr;
   const std::vector<std::pair<std::string, std::function<flashAttnStatus_t()>>> calls = {
       {"SetTensorDescriptor", [&] { return flashAttnSetTensorDescriptor(nullptr, kFp16, 4, dims.data(), strides.data()); }},
@@ -883,6 +884,10 @@ TEST_F(BadInput, DescriptorFunctionsWithNullDescriptor) {
       {"GetAttentionSoftcap", [&] { return flashAttnGetAttentionSoftcap(nullptr, &f); }},
       {"SetAttentionAlibiSlopes", [&] { return flashAttnSetAttentionAlibiSlopes(nullptr, nullptr, 0); }},
       {"GetAttentionAlibiSlopes", [&] { return flashAttnGetAttentionAlibiSlopes(nullptr, &slopes, &i32); }},
+      {"SetAttentionSinks", [&] { return flashAttnSetAttentionSinks(nullptr, nullptr); }},
+      {"GetAttentionSinks", [&] { return flashAttnGetAttentionSinks(nullptr, &slopes); }},
+      {"SetAttentionSinksGradient", [&] { return flashAttnSetAttentionSinksGradient(nullptr, nullptr); }},
+      {"GetAttentionSinksGradient", [&] { return flashAttnGetAttentionSinksGradient(nullptr, &dSinks); }},
       {"SetAttentionDeterministic", [&] { return flashAttnSetAttentionDeterministic(nullptr, 1); }},
       {"GetAttentionDeterministic", [&] { return flashAttnGetAttentionDeterministic(nullptr, &i32); }},
       {"SetSeqRagged", [&] { return flashAttnSetSeqRagged(nullptr, B, cuQ_->as<int32_t>(), cuK_->as<int32_t>(), 5, 9); }},
@@ -1619,6 +1624,51 @@ TEST_F(BadInput, AttentionAttributes) {
                    [&] { return flashAttnSetAttentionAlibiSlopes(desc, lse_->as<float>(), bad); });
     unchanged(name);
   }
+}
+
+// Attention sinks: the setters refuse misaligned pointers (leaving the descriptor as it was), the getters a NULL
+// output, and a backward refuses dSinks without sinks and dSinks overlapping another output.
+TEST_F(BadInput, AttentionSinks) {
+  expectRejected("GetAttentionSinks: sinks NULL", {kBadParam}, {"sinks"},
+                 [&] { return flashAttnGetAttentionSinks(attn_, nullptr); });
+  expectRejected("GetAttentionSinksGradient: dSinks NULL", {kBadParam}, {"dSinks"},
+                 [&] { return flashAttnGetAttentionSinksGradient(attn_, nullptr); });
+
+  fa_test::AttnDesc desc;
+  const float *sinksBefore = reinterpret_cast<const float *>(std::uintptr_t(0x1000));
+  float *dSinksBefore = reinterpret_cast<float *>(std::uintptr_t(0x2000));
+  ASSERT_EQ(flashAttnSetAttentionSinks(desc, sinksBefore), kSuccess);
+  ASSERT_EQ(flashAttnSetAttentionSinksGradient(desc, dSinksBefore), kSuccess);
+  expectRejected("SetAttentionSinks: sinks at an odd address", {kBadParam}, {"sinks"},
+                 [&] { return flashAttnSetAttentionSinks(desc, lseIn_->as<float>(1)); });
+  expectRejected("SetAttentionSinks: sinks 2-byte aligned", {kBadParam}, {"sinks"},
+                 [&] { return flashAttnSetAttentionSinks(desc, lseIn_->as<float>(2)); });
+  expectRejected("SetAttentionSinksGradient: dSinks at an odd address", {kBadParam}, {"dSinks"},
+                 [&] { return flashAttnSetAttentionSinksGradient(desc, lse_->as<float>(1)); });
+  const float *sinksAfter = nullptr;
+  float *dSinksAfter = nullptr;
+  ASSERT_EQ(flashAttnGetAttentionSinks(desc, &sinksAfter), kSuccess);
+  ASSERT_EQ(flashAttnGetAttentionSinksGradient(desc, &dSinksAfter), kSuccess);
+  EXPECT_EQ(sinksAfter, sinksBefore) << "a rejected setter changed the sinks";
+  EXPECT_EQ(dSinksAfter, dSinksBefore) << "a rejected setter changed dSinks";
+
+  // dSinks without sinks: refused by the operation and its size query, naming dSinks.
+  fa_test::AttnDesc noSinks;
+  ASSERT_EQ(flashAttnSetAttentionSinksGradient(noSinks, lse_->as<float>()), kSuccess);
+  BackwardCall bw = backward();
+  bw.attn = noSinks;
+  rejectEverywhere("backward: dSinks set without sinks", {kBadParam}, {"dSinks"}, bw, kOpAndSize);
+
+  // dSinks overlapping dQ (and an input): an output may alias nothing.
+  const Keywords overlap{"overlap", "alias"};
+  fa_test::AttnDesc withSinks;
+  ASSERT_EQ(flashAttnSetAttentionSinks(withSinks, lseIn_->as<float>()), kSuccess);
+  bw = backward();
+  bw.attn = withSinks;
+  ASSERT_EQ(flashAttnSetAttentionSinksGradient(withSinks, static_cast<float *>(bw.dQ)), kSuccess);
+  expectRejected("backward: dSinks inside dQ", {kBadParam}, overlap, [&] { return bw.run(); });
+  ASSERT_EQ(flashAttnSetAttentionSinksGradient(withSinks, lseIn_->as<float>()), kSuccess);
+  expectRejected("backward: dSinks over the sinks and the LSE input", {kBadParam}, overlap, [&] { return bw.run(); });
 }
 
 TEST_F(BadInput, DecodeArguments) {

@@ -552,6 +552,34 @@ static void testAttentionDescriptor(void) {
   CHECK_OK(flashAttnGetAttentionAlibiSlopes(desc, &gotSlopes, &perBatch));
   CHECK(gotSlopes == NULL && perBatch == 0, "ALiBi still on: %p %d", (const void *)gotSlopes, (int)perBatch);
 
+  /* Attention sinks and their gradient: off by default, round trip, refused when misaligned, NULL turns them off. */
+  {
+    const float sinks[2] = {1.5f, -0.5f};
+    float dSinks[2] = {0.f, 0.f};
+    const float *gotSinks = sinks;
+    float *gotDSinks = dSinks;
+    CHECK_OK(flashAttnGetAttentionSinks(desc, &gotSinks));
+    CHECK_OK(flashAttnGetAttentionSinksGradient(desc, &gotDSinks));
+    CHECK(gotSinks == NULL && gotDSinks == NULL, "sinks default: %p %p", (const void *)gotSinks, (void *)gotDSinks);
+    CHECK_OK(flashAttnSetAttentionSinks(desc, sinks));
+    CHECK_OK(flashAttnSetAttentionSinksGradient(desc, dSinks));
+    CHECK_OK(flashAttnGetAttentionSinks(desc, &gotSinks));
+    CHECK_OK(flashAttnGetAttentionSinksGradient(desc, &gotDSinks));
+    CHECK(gotSinks == sinks && gotDSinks == dSinks, "sinks round trip: %p %p", (const void *)gotSinks,
+          (void *)gotDSinks);
+    CHECK_STATUS(flashAttnSetAttentionSinks(desc, (const float *)((const char *)sinks + 2)), FLASHATTN_STATUS_BAD_PARAM);
+    CHECK_STATUS(flashAttnSetAttentionSinksGradient(desc, (float *)((char *)dSinks + 1)), FLASHATTN_STATUS_BAD_PARAM);
+    CHECK_STATUS(flashAttnGetAttentionSinks(desc, NULL), FLASHATTN_STATUS_BAD_PARAM);
+    CHECK_STATUS(flashAttnGetAttentionSinksGradient(desc, NULL), FLASHATTN_STATUS_BAD_PARAM);
+    CHECK_OK(flashAttnGetAttentionSinks(desc, &gotSinks));
+    CHECK(gotSinks == sinks, "sinks after a refused set %p", (const void *)gotSinks);
+    CHECK_OK(flashAttnSetAttentionSinks(desc, NULL));
+    CHECK_OK(flashAttnSetAttentionSinksGradient(desc, NULL));
+    CHECK_OK(flashAttnGetAttentionSinks(desc, &gotSinks));
+    CHECK_OK(flashAttnGetAttentionSinksGradient(desc, &gotDSinks));
+    CHECK(gotSinks == NULL && gotDSinks == NULL, "sinks still on: %p %p", (const void *)gotSinks, (void *)gotDSinks);
+  }
+
   CHECK_OK(flashAttnDestroyAttentionDescriptor(desc));
   CHECK_OK(flashAttnDestroyAttentionDescriptor(NULL));
 }

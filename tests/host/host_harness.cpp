@@ -127,6 +127,7 @@ std::vector<double> kvValues(std::mt19937_64 &rng, flashAttnDataType_t t, int64_
 
 std::vector<uint8_t> bytesOf(const std::vector<double> &canon) {
   std::vector<uint8_t> out(canon.size() * sizeof(double));
+  if (out.empty()) return out;  // memcpy of NULL pointers is undefined even for 0 bytes
   std::memcpy(out.data(), canon.data(), out.size());
   return out;
 }
@@ -222,6 +223,14 @@ std::string lengthsText(const std::vector<int64_t> &v) {
   return s.str();
 }
 
+std::string floatsText(const std::vector<float> &v) {
+  std::ostringstream s;
+  s << "{";
+  for (size_t i = 0; i < v.size(); ++i) s << (i ? "," : "") << v[i];
+  s << "}";
+  return s.str();
+}
+
 void apiFailure(GateReport &r, const char *what, flashAttnStatus_t s) {
   r.pass = false;
   r.text += std::string(what) + " returned " + flashAttnGetErrorString(s) + ": " + fa_test::lastError() + "\n";
@@ -247,6 +256,7 @@ std::string AttnCase::describe() const {
   if (ragged()) s << " ragged q" << lengthsText(raggedQ) << " k" << lengthsText(raggedK);
   if (!kvLengths.empty()) s << " kvLengths" << lengthsText(kvLengths);
   if (pageSize > 0) s << " paged ps" << pageSize;
+  if (!sinks.empty()) s << " sinks" << floatsText(sinks);
   s << " seed " << seed;
   return s.str();
 }
@@ -273,6 +283,7 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
   rp.windowLeft = c.windowLeft;
   rp.windowRight = c.windowRight;
   rp.alibi = toDouble(slopes);
+  rp.sinks = toDouble(c.sinks);
 
   const std::vector<double> q = fa_test::randomValues(rng, rp.qSize(), c.dtype, c.valueScale);
   const std::vector<double> k =
@@ -308,6 +319,7 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
   fa_test::Handle handle(FLASHATTN_BACKEND_HOST);
   fa_test::AttnDesc attn;
   setAttention(attn, c.scale, c.mask, c.windowLeft, c.windowRight, c.softcap, c.alibi, slopes);
+  if (!c.sinks.empty()) flashAttnSetAttentionSinks(attn, c.sinks.data());
   fa_test::SeqDesc seqDesc;
   const std::vector<int32_t> cuQ = toInt32(prefixSums(c.raggedQ)), cuK = toInt32(prefixSums(c.raggedK));
   const std::vector<int32_t> kvLengths = toInt32(c.pageSize > 0 ? pagedLengths : c.kvLengths);
@@ -376,6 +388,9 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
     return report;
   }
   Workspace bws(bytes);
+  // Poisoned: every head's dSinks must be written.
+  std::vector<float> dSinks(c.sinks.size(), std::nanf(""));
+  if (!c.sinks.empty()) flashAttnSetAttentionSinksGradient(attn, dSinks.data());
   s = flashAttnBackward(handle, attn, seq, qd, Q.t.bytes.data(), kd, K.t.bytes.data(), vd, V.t.bytes.data(), od,
                         O.t.bytes.data(), dOd, dOut.t.bytes.data(), ld, lsePtr, dQd, dQ.t.bytes.data(), dKd,
                         dK.t.bytes.data(), dVd, dV.t.bytes.data(), bws.data(), bws.size());
@@ -391,15 +406,18 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
     outputs->dQ = bytesOf(gotQ);
     outputs->dK = bytesOf(gotK);
     outputs->dV = bytesOf(gotV);
+    outputs->dSinks = bytesOf(toDouble(dSinks));
   }
   if (check) {
-    std::vector<double> rq, rk, rv, lq, lk, lv;
-    fa_ref::backward(rp, q, k, v, dO, rq, rk, rv);
-    fa_ref::backward(rp, q, k, v, dO, lq, lk, lv, roundingOf(c.dtype));
+    std::vector<double> rq, rk, rv, lq, lk, lv, rs, ls;
+    const bool sinks = !c.sinks.empty();
+    fa_ref::backward(rp, q, k, v, dO, rq, rk, rv, fa_ref::Rounding::None, sinks ? &rs : nullptr);
+    fa_ref::backward(rp, q, k, v, dO, lq, lk, lv, roundingOf(c.dtype), sinks ? &ls : nullptr);
     const double tol = fa_ref::normTolerance(roundingOf(c.dtype));
     report.add("dQ", fa_ref::checkGates(gotQ, rq, lq, 3.0, tol));
     report.add("dK", fa_ref::checkGates(gotK, rk, lk, 3.0, tol));
     report.add("dV", fa_ref::checkGates(gotV, rv, lv, 3.0, tol));
+    if (sinks) report.add("dSinks", fa_ref::checkGates(toDouble(dSinks), rs, ls, 3.0, tol));
   }
   return report;
 }
@@ -413,7 +431,7 @@ std::string DecodeCase::describe() const {
   s << typeName(dtype) << " b" << batch << " h" << heads << "/" << kvHeads << " d" << headDim << "/" << headDimV
     << " sq" << seqQ << " sk" << seqK << " lengths" << lengthsText(kvLengths) << (paddedPages ? " padded pages" : "")
     << " mask " << maskName(mask) << " win(" << windowLeft << "," << windowRight << ") softcap " << softcap << " alibi "
-    << alibi << (withLse ? " lse" : "") << " seed " << seed;
+    << alibi << (sinks.empty() ? "" : " sinks" + floatsText(sinks)) << (withLse ? " lse" : "") << " seed " << seed;
   return s.str();
 }
 
@@ -437,6 +455,7 @@ std::vector<DecodeRun> runDecodeCase(const DecodeCase &c) {
   rp.windowLeft = c.windowLeft;
   rp.windowRight = c.windowRight;
   rp.alibi = toDouble(slopes);
+  rp.sinks = toDouble(c.sinks);
 
   const std::vector<double> q = fa_test::randomValues(rng, rp.qSize(), c.dtype);
   const std::vector<double> k = fa_test::randomValues(rng, rp.kSize(), c.dtype);
@@ -452,6 +471,7 @@ std::vector<DecodeRun> runDecodeCase(const DecodeCase &c) {
   fa_test::Handle handle(FLASHATTN_BACKEND_HOST);
   fa_test::AttnDesc attn;
   setAttention(attn, 0.f, c.mask, c.windowLeft, c.windowRight, c.softcap, c.alibi, slopes);
+  if (!c.sinks.empty()) flashAttnSetAttentionSinks(attn, c.sinks.data());
   const std::vector<int32_t> lengths32 = toInt32(lengths);
   fa_test::TensorDesc qd(Q.t);
 

@@ -40,6 +40,7 @@ struct AttnCase {
   std::vector<int64_t> raggedQ, raggedK;  // per-sequence lengths: a ragged (packed) batch when non-empty
   std::vector<int64_t> kvLengths;         // dense batch with per-sequence used KV lengths (seqlensK)
   int64_t pageSize = 0;                   // > 0: K/V in a paged cache (forward only; kvLengths or seqK each)
+  std::vector<float> sinks;               // [heads] attention sinks (empty = off); backward then checks dSinks too
   uint64_t seed = 1;
 
   bool ragged() const { return !raggedQ.empty(); }
@@ -56,9 +57,10 @@ struct GateReport {
 
 // Everything a case produced, kept for determinism comparisons.
 struct AttnOutputs {
-  std::vector<uint8_t> o, lse, dQ, dK, dV;
+  std::vector<uint8_t> o, lse, dQ, dK, dV, dSinks;
   bool operator==(const AttnOutputs &other) const {
-    return o == other.o && lse == other.lse && dQ == other.dQ && dK == other.dK && dV == other.dV;
+    return o == other.o && lse == other.lse && dQ == other.dQ && dK == other.dK && dV == other.dV &&
+           dSinks == other.dSinks;
   }
 };
 
@@ -80,6 +82,7 @@ struct DecodeCase {
   int64_t windowLeft = -1, windowRight = -1;
   float softcap = 0.f;
   int alibi = 0;
+  std::vector<float> sinks;  // [heads] attention sinks (empty = off)
   bool withLse = true;
   std::vector<int32_t> chunks;  // 0 = automatic
   // 0: every cache kind runs every chunk count; n: cache kind p runs n of them, starting at (p + chunkRotation) * n

@@ -190,12 +190,14 @@ mutable struct AttentionDescriptor
     slopes::Union{Nothing,Vector{Float32}}
     slopes_device::Bool
     per_batch::Bool
+    sinks::Union{Nothing,Vector{Float32}}
+    dsinks::Union{Nothing,Vector{Float32}}
 
     function AttentionDescriptor(; scale=nothing, mask=nothing, window=nothing, softcap=nothing,
                                  deterministic=nothing)
         ref = Ref{Ptr{Cvoid}}(C_NULL)
         check(ccall((:flashAttnCreateAttentionDescriptor, libflashattn), Cint, (Ptr{Ptr{Cvoid}},), ref))
-        a = finalizer(destroy!, new(ref[], nothing, false, false))
+        a = finalizer(destroy!, new(ref[], nothing, false, false, nothing, nothing))
         scale === nothing || set_scale!(a, scale)
         mask === nothing || set_mask!(a, mask)
         window === nothing || set_window!(a, window[1], window[2])
@@ -293,6 +295,47 @@ function alibi_slopes(a::AttentionDescriptor)
     check(ccall((:flashAttnGetAttentionAlibiSlopes, libflashattn), Cint, (Ptr{Cvoid}, Ptr{Ptr{Cfloat}}, Ptr{Int32}),
                 a.ptr, p, per_batch))
     return p[], per_batch[] != 0
+end
+
+"""Attention sinks for HOST operations (`[heads]`, one logit per query head), copied into the descriptor."""
+function set_sinks!(a::AttentionDescriptor, sinks::AbstractVector{<:Real})
+    isempty(sinks) && refuse("sinks: empty (use clear_sinks! to turn sinks off)")
+    owned = Vector{Float32}(sinks)
+    check(ccall((:flashAttnSetAttentionSinks, libflashattn), Cint, (Ptr{Cvoid}, Ptr{Cfloat}), a.ptr, owned))
+    a.sinks = owned
+    return a
+end
+
+"""Attention sinks in device memory (or `C_NULL` to turn them off); the caller keeps them valid."""
+function set_sinks_device!(a::AttentionDescriptor, sinks::Ptr{Cfloat})
+    check(ccall((:flashAttnSetAttentionSinks, libflashattn), Cint, (Ptr{Cvoid}, Ptr{Cfloat}), a.ptr, sinks))
+    a.sinks = nothing
+    return a
+end
+
+clear_sinks!(a::AttentionDescriptor) = set_sinks_device!(a, Ptr{Cfloat}(C_NULL))
+
+"""The sinks pointer the library holds (`C_NULL` when off)."""
+function sinks(a::AttentionDescriptor)
+    p = Ref{Ptr{Cfloat}}(C_NULL)
+    check(ccall((:flashAttnGetAttentionSinks, libflashattn), Cint, (Ptr{Cvoid}, Ptr{Ptr{Cfloat}}), a.ptr, p))
+    return p[]
+end
+
+"""Where a Backward writes dSinks: a host `Vector{Float32}` of `heads` entries kept by the descriptor (HOST), or
+`nothing` to turn it off. The vector is overwritten by each Backward."""
+function set_sinks_gradient!(a::AttentionDescriptor, dsinks::Union{Nothing,Vector{Float32}})
+    p = dsinks === nothing ? Ptr{Cfloat}(C_NULL) : pointer(dsinks)
+    check(ccall((:flashAttnSetAttentionSinksGradient, libflashattn), Cint, (Ptr{Cvoid}, Ptr{Cfloat}), a.ptr, p))
+    a.dsinks = dsinks
+    return a
+end
+
+"""The dSinks pointer the library holds (`C_NULL` when not computed)."""
+function sinks_gradient(a::AttentionDescriptor)
+    p = Ref{Ptr{Cfloat}}(C_NULL)
+    check(ccall((:flashAttnGetAttentionSinksGradient, libflashattn), Cint, (Ptr{Cvoid}, Ptr{Ptr{Cfloat}}), a.ptr, p))
+    return p[]
 end
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -268,6 +268,31 @@ class AttentionDescriptor(_Object):
         call("flashAttnGetAttentionAlibiSlopes", self, byref(pointer), byref(per_batch))
         return ctypes.cast(pointer, ctypes.c_void_p).value or 0, bool(per_batch.value)
 
+    def set_sinks(self, pointer, owner=None):
+        """FP32 attention sinks at `pointer` (the backend's memory), [heads]; 0/None turns sinks off. `owner` is
+        kept alive with the descriptor (docs/semantics.md, Attention sinks)."""
+        call("flashAttnSetAttentionSinks", self, ctypes.cast(pointer or 0, _capi._F32P))
+        self._sinks = owner if pointer else None
+
+    @property
+    def sinks(self):
+        """The sinks pointer, or 0."""
+        pointer = _capi._F32P()
+        call("flashAttnGetAttentionSinks", self, byref(pointer))
+        return ctypes.cast(pointer, ctypes.c_void_p).value or 0
+
+    def set_sinks_gradient(self, pointer, owner=None):
+        """Where Backward writes dSinks (FP32 [heads], the backend's memory); 0/None: not computed."""
+        call("flashAttnSetAttentionSinksGradient", self, ctypes.cast(pointer or 0, _capi._F32P))
+        self._dsinks = owner if pointer else None
+
+    @property
+    def sinks_gradient(self):
+        """The dSinks pointer, or 0."""
+        pointer = _capi._F32P()
+        call("flashAttnGetAttentionSinksGradient", self, byref(pointer))
+        return ctypes.cast(pointer, ctypes.c_void_p).value or 0
+
 
 def _i32(pointer):
     return ctypes.cast(pointer or 0, _capi._I32P)

@@ -236,7 +236,7 @@ def _mask_of(causal, mask):
     return _MASKS[causal]
 
 
-def _attention(c, scale, causal, mask, window, softcap, alibi_slopes, deterministic):
+def _attention(c, scale, causal, mask, window, softcap, alibi_slopes, deterministic, sinks=None):
     attn = c.stack.enter_context(AttentionDescriptor())
     if scale is not None:
         attn.scale = scale
@@ -252,6 +252,11 @@ def _attention(c, scale, causal, mask, window, softcap, alibi_slopes, determinis
             refuse("alibi_slopes must be a contiguous [heads] or [batch, heads] array, got shape %s strides %s"
                    % (slopes.shape, slopes.strides))
         attn.set_alibi_slopes(slopes.ptr, len(slopes.shape) == 2, owner=slopes)
+    if sinks is not None:
+        s = c.float32("sinks", sinks)
+        if len(s.shape) != 1 or s.strides != _tensors._contiguous_strides(s.shape):
+            refuse("sinks must be a contiguous [heads] array, got shape %s strides %s" % (s.shape, s.strides))
+        attn.set_sinks(s.ptr, owner=s)
     if deterministic:
         attn.deterministic = True
     return attn
@@ -302,7 +307,7 @@ def _outputs(c, qi, vi, out, lse, return_lse):
 def forward(q, k, v, *, out=None, lse=None, return_lse=False, scale=None, causal=False, mask=None, window=None,
             softcap=None, alibi_slopes=None, deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None,
             max_seqlen_q=None, max_seqlen_k=None, kv_lengths=None, block_table=None, workspace=None, stream=None,
-            handle=None):
+            handle=None, sinks=None):
     """O = softmax(mask(softcap(scale Q K^T) + alibi)) V (flashAttnForward).
 
     q [batch, heads, seqQ, headDim] (ragged: [tokens, heads, headDim] with cu_seqlens_q/k), k and v
@@ -310,6 +315,7 @@ def forward(q, k, v, *, out=None, lse=None, return_lse=False, scale=None, causal
     bottom-right aligned mask (as FlashAttention's causal), 'top_left' the top-left one; window=(left, right) with
     None or -1 unbounded. Returns o, or (o, lse) with return_lse=True or an lse= output. Outputs not passed are
     allocated like q (same framework, device and memory order); lse is float32 [batch, heads, seqQ].
+    sinks: float32 [heads] attention sinks (docs/semantics.md, Attention sinks).
     """
     with _Call(stream, handle) as c:
         qi = c.tensor("q", q)
@@ -321,7 +327,7 @@ def forward(q, k, v, *, out=None, lse=None, return_lse=False, scale=None, causal
             o_obj, oi = c.allocate("out", qi.shape[:-1] + vi.shape[-1:], qi.dtype, qi.strides)
         if want_lse and li is None:
             l_obj, li = c.allocate("lse", qi.shape[:-1], "float32")
-        attn = _attention(c, scale, causal, mask, window, softcap, alibi_slopes, deterministic)
+        attn = _attention(c, scale, causal, mask, window, softcap, alibi_slopes, deterministic, sinks)
         seq = _sequence(c, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lengths, block_table)
         qd, kd, vd, od, ld = (c.descriptor(i) for i in (qi, ki, vi, oi, li))
         size = ctypes.c_size_t()
@@ -334,9 +340,12 @@ def forward(q, k, v, *, out=None, lse=None, return_lse=False, scale=None, causal
 
 def backward(do, q, k, v, o, lse, *, dq=None, dk=None, dv=None, scale=None, causal=False, mask=None, window=None,
              softcap=None, alibi_slopes=None, deterministic=False, cu_seqlens_q=None, cu_seqlens_k=None,
-             max_seqlen_q=None, max_seqlen_k=None, kv_lengths=None, workspace=None, stream=None, handle=None):
+             max_seqlen_q=None, max_seqlen_k=None, kv_lengths=None, workspace=None, stream=None, handle=None,
+             sinks=None, dsinks=None, return_dsinks=False):
     """dQ, dK, dV of forward() given dO (flashAttnBackward), with the forward's attention and sequence arguments
-    and its o and lse. Returns (dq, dk, dv); those not passed are allocated like q, k and v."""
+    and its o and lse. Returns (dq, dk, dv); those not passed are allocated like q, k and v. With the forward's
+    sinks, return_dsinks=True or a float32 [heads] dsinks= output also gives the sinks' gradient:
+    (dq, dk, dv, dsinks)."""
     with _Call(stream, handle) as c:
         qi = c.tensor("q", q)
         ki, vi, oi = c.tensor("k", k, qi), c.tensor("v", v, qi), c.tensor("o", o, qi)
@@ -346,11 +355,19 @@ def backward(do, q, k, v, o, lse, *, dq=None, dk=None, dv=None, scale=None, caus
         for name, obj in (("dq", dq), ("dk", dk), ("dv", dv)):
             if obj is not None:
                 given[name] = (obj, c.output(c.tensor(name, obj, qi)))
+        want_dsinks = return_dsinks or dsinks is not None
+        if want_dsinks and sinks is None:
+            refuse("dsinks needs the forward's sinks (sinks=)")
+        dsi = c.output(c.float32("dsinks", dsinks)) if dsinks is not None else None
         h = c.begin()
         grads = []
         for name, like in (("dq", qi), ("dk", ki), ("dv", vi)):
             grads.append(given[name] if name in given else c.allocate(name, like.shape, qi.dtype, like.strides))
-        attn = _attention(c, scale, causal, mask, window, softcap, alibi_slopes, deterministic)
+        attn = _attention(c, scale, causal, mask, window, softcap, alibi_slopes, deterministic, sinks)
+        if want_dsinks:
+            if dsi is None:
+                dsinks, dsi = c.allocate("dsinks", (qi.shape[1],), "float32")
+            attn.set_sinks_gradient(dsi.ptr, owner=dsi)
         seq = _sequence(c, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, kv_lengths, None)
         qd, kd, vd, od, dod, ld = (c.descriptor(i) for i in (qi, ki, vi, oi, doi, li))
         dqd, dkd, dvd = (c.descriptor(g[1]) for g in grads)
@@ -361,12 +378,12 @@ def backward(do, q, k, v, o, lse, *, dq=None, dk=None, dv=None, scale=None, caus
         ws, ws_bytes = c.workspace(size.value, workspace)
         call("flashAttnBackward", h, attn, seq, qd, qi.ptr, kd, ki.ptr, vd, vi.ptr, od, oi.ptr, dod, doi.ptr, ld,
              _f32(li.ptr), dqd, grads[0][1].ptr, dkd, grads[1][1].ptr, dvd, grads[2][1].ptr, ws, ws_bytes)
-    return tuple(g[0] for g in grads)
+    return tuple(g[0] for g in grads) + ((dsinks,) if want_dsinks else ())
 
 
 def decode(q, k_cache, v_cache, *, kv_lengths=None, block_table=None, num_chunks=0, out=None, lse=None,
            return_lse=False, scale=None, causal=False, mask=None, window=None, softcap=None, alibi_slopes=None,
-           workspace=None, stream=None, handle=None):
+           workspace=None, stream=None, handle=None, sinks=None):
     """Split-KV decode (flashAttnDecodeChunk): q [batch, heads, seqQ (1..16), headDim] against a dense cache
     [batch, kvHeads, seqK, headDim] or, with block_table [batch, maxPagesPerSeq], a paged one [pages, pageSize,
     kvHeads, headDim]; kv_lengths [batch] are the used lengths. num_chunks 0 lets the library choose.
@@ -380,7 +397,7 @@ def decode(q, k_cache, v_cache, *, kv_lengths=None, block_table=None, num_chunks
             o_obj, oi = c.allocate("out", qi.shape[:-1] + vi.shape[-1:], qi.dtype, qi.strides)
         if want_lse and li is None:
             l_obj, li = c.allocate("lse", qi.shape[:-1], "float32")
-        attn = _attention(c, scale, causal, mask, window, softcap, alibi_slopes, False)
+        attn = _attention(c, scale, causal, mask, window, softcap, alibi_slopes, False, sinks)
         seq = _sequence(c, None, None, None, None, kv_lengths, block_table)
         qd, kd, vd, od, ld = (c.descriptor(i) for i in (qi, ki, vi, oi, li))
         size = ctypes.c_size_t()

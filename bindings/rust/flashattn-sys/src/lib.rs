@@ -134,6 +134,13 @@ extern "C" {
         slopes: *mut *const f32,
         perBatch: *mut i32,
     ) -> flashAttnStatus_t;
+    pub fn flashAttnSetAttentionSinks(desc: flashAttnAttentionDescriptor_t, sinks: *const f32) -> flashAttnStatus_t;
+    pub fn flashAttnGetAttentionSinks(desc: flashAttnAttentionDescriptor_t, sinks: *mut *const f32)
+        -> flashAttnStatus_t;
+    pub fn flashAttnSetAttentionSinksGradient(desc: flashAttnAttentionDescriptor_t, dSinks: *mut f32)
+        -> flashAttnStatus_t;
+    pub fn flashAttnGetAttentionSinksGradient(desc: flashAttnAttentionDescriptor_t, dSinks: *mut *mut f32)
+        -> flashAttnStatus_t;
     pub fn flashAttnSetAttentionDeterministic(desc: flashAttnAttentionDescriptor_t, deterministic: i32)
         -> flashAttnStatus_t;
     pub fn flashAttnGetAttentionDeterministic(desc: flashAttnAttentionDescriptor_t, deterministic: *mut i32)
