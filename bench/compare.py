@@ -21,7 +21,7 @@ def rows(path):
 
 def key(r):
     return (r["kind"], r["op"], r["dtype"], r["D"], r.get("S"), r.get("Sk", r.get("L")), r["B"], r["H"], r.get("HK"),
-            r.get("causal"), r.get("Sq", 0), r.get("page_size", 0))
+            r.get("causal"), r.get("Sq", 0), r.get("page_size", 0), r.get("sinks", False))
 
 
 def figure(r):
@@ -39,10 +39,10 @@ def best(paths):
 
 
 def name(k):
-    kind, op, dtype, d, s, sk, b, h, hk, causal, sq, page = k
+    kind, op, dtype, d, s, sk, b, h, hk, causal, sq, page, sinks = k
     if kind == "decode":
-        return f"decode {dtype} B{b} L{sk} H{h}/{hk} D{d}" + (f" page {page}" if page else "")
-    return f"{op} {dtype} D{d} S{s} B{b} H{h}/{hk}" + (" causal" if causal else "")
+        return f"decode {dtype} B{b} L{sk} H{h}/{hk} D{d}" + (f" page {page}" if page else "") + (" sinks" if sinks else "")
+    return f"{op} {dtype} D{d} S{s} B{b} H{h}/{hk}" + (" causal" if causal else "") + (" sinks" if sinks else "")
 
 
 def main():

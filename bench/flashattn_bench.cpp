@@ -442,7 +442,8 @@ class TensorDesc {
 
 class AttnDesc {
  public:
-  explicit AttnDesc(bool causal, bool deterministic = false) {
+  // `sinks` and `dSinks` live in the memory of the handle the descriptor is used with.
+  explicit AttnDesc(bool causal, bool deterministic = false, const float *sinks = nullptr, float *dSinks = nullptr) {
     apiCheck(flashAttnCreateAttentionDescriptor(&d_), "flashAttnCreateAttentionDescriptor");
     flashAttnStatus_t s = FLASHATTN_STATUS_SUCCESS;
     const char *what = "";
@@ -453,6 +454,14 @@ class AttnDesc {
     if (s == FLASHATTN_STATUS_SUCCESS && deterministic) {
       s = flashAttnSetAttentionDeterministic(d_, 1);
       what = "flashAttnSetAttentionDeterministic";
+    }
+    if (s == FLASHATTN_STATUS_SUCCESS && sinks) {
+      s = flashAttnSetAttentionSinks(d_, sinks);
+      what = "flashAttnSetAttentionSinks";
+    }
+    if (s == FLASHATTN_STATUS_SUCCESS && dSinks) {
+      s = flashAttnSetAttentionSinksGradient(d_, dSinks);
+      what = "flashAttnSetAttentionSinksGradient";
     }
     if (s != FLASHATTN_STATUS_SUCCESS) {
       flashAttnDestroyAttentionDescriptor(d_);
@@ -532,6 +541,26 @@ HostBlock randomTensor(flashAttnDataType_t t, int64_t elements, uint64_t seed) {
   HostBlock h(size_t(elements) * elementBytes(t));
   fillRandom(h.data(), t, elements, seed);
   return h;
+}
+
+// --sinks: one logit per query head in [-1, 1] from a 32-bit LCG (Numerical Recipes' constants), the same for every
+// run and shape, so runs with and without sinks (and of two builds) see the same problem. Logits of this size keep
+// the sink's weight comparable to a key's, so neither term vanishes from the check.
+std::vector<float> sinkLogits(int64_t heads) {
+  std::vector<float> out(static_cast<size_t>(heads));
+  uint32_t state = 12345u;
+  for (float &x : out) {
+    state = state * 1664525u + 1013904223u;
+    x = float(double(state >> 8) * 0x1.0p-24 * 2.0 - 1.0);
+  }
+  return out;
+}
+// The sinks of the query heads a check slice picks, in the slice's head order; none without --sinks.
+std::vector<float> pickSinks(const std::vector<float> &all, const Pick &heads) {
+  if (all.empty()) return {};
+  std::vector<float> out(size_t(heads.count));
+  for (int64_t i = 0; i < heads.count; ++i) out[size_t(i)] = all[size_t(heads.start + i * heads.step)];
+  return out;
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -624,6 +653,7 @@ struct Row {
   flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
   int64_t B = 0, H = 0, HK = 0, Sq = 0, Sk = 0, D = 0;
   bool causal = false;
+  bool sinks = false;  // --sinks: the call had attention sinks (and the backward computed dSinks)
   int32_t chunks = 0;
   int64_t pageSize = 0;
   int64_t copies = 1;
@@ -681,7 +711,7 @@ std::string rowJson(const Row &r) {
     j += ", \"S\": " + std::to_string(r.Sq) + ", \"Sk\": " + std::to_string(r.Sk);
   }
   j += ", \"B\": " + std::to_string(r.B) + ", \"H\": " + std::to_string(r.H) + ", \"HK\": " + std::to_string(r.HK) +
-       ", \"causal\": " + (r.causal ? "true" : "false");
+       ", \"causal\": " + (r.causal ? "true" : "false") + ", \"sinks\": " + (r.sinks ? "true" : "false");
   if (r.kind == "decode") {
     j += ", \"chunks\": " + std::to_string(r.chunks) + ", \"page_size\": " + std::to_string(r.pageSize) +
          ", \"copies\": " + std::to_string(r.copies);
@@ -712,14 +742,14 @@ std::string rowJson(const Row &r) {
 std::string shapeText(const Row &r) {
   char buf[256];
   if (r.kind == "decode") {
-    std::snprintf(buf, sizeof buf, "decode %s B=%lld H=%lld/%lld Sq=%lld L=%lld D=%lld%s%s%s", dtypeName(r.dtype),
+    std::snprintf(buf, sizeof buf, "decode %s B=%lld H=%lld/%lld Sq=%lld L=%lld D=%lld%s%s%s%s", dtypeName(r.dtype),
                   (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk, (long long)r.D,
-                  r.causal ? " causal" : "", r.pageSize ? (" page=" + std::to_string(r.pageSize)).c_str() : "",
+                  r.causal ? " causal" : "", r.sinks ? " sinks" : "", r.pageSize ? (" page=" + std::to_string(r.pageSize)).c_str() : "",
                   r.chunks ? (" chunks=" + std::to_string(r.chunks)).c_str() : "");
   } else {
-    std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%lld%s", r.op.c_str(), dtypeName(r.dtype),
-                  (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk, (long long)r.D,
-                  r.causal ? " causal" : "");
+    std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%lld%s%s", r.op.c_str(),
+                  dtypeName(r.dtype), (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk,
+                  (long long)r.D, r.causal ? " causal" : "", r.sinks ? " sinks" : "");
   }
   return buf;
 }
@@ -762,6 +792,7 @@ struct Options {
   double checkGflop = 2.0;
   bool check = true;
   bool deterministic = false;  // prefill: also time the deterministic backward (rows "bwd-det")
+  bool sinks = false;          // every call with attention sinks, every backward with dSinks
   std::string backend = "auto";
   int device = -1;
   bool demo = true;  // until an option names a shape, an operation or a sweep
@@ -788,6 +819,9 @@ void usage(FILE *f) {
                "  --no-check                  skip the correctness check (rows say \"not checked\")\n"
                "  --deterministic             prefill: also time the deterministic backward (rows bwd-det, same\n"
                "                              FLOPs; checked like bwd, and bitwise equal after the timed calls)\n"
+               "  --sinks                     attention sinks (a fixed logit in [-1, 1] per query head) on every\n"
+               "                              fwd, bwd, bwd-det and decode call, dSinks from every backward (checked\n"
+               "                              against the oracle); rows say \"sinks\": time a run with and one without\n"
                "  --backend auto|cuda|host    handle to benchmark (default auto)\n"
                "  --device N                  CUDA device to use\n"
                "Without shape, operation or sweep options a short demo runs (small shapes when no GPU is usable).\n"
@@ -895,6 +929,8 @@ Options parseOptions(int argc, char **argv) {
         throw std::invalid_argument(std::string("--check-gflop ") + v + ": expected a number > 0");
     } else if (a == "--deterministic")
       o.deterministic = true;
+    else if (a == "--sinks")
+      o.sinks = true;
     else if (a == "--no-check")
       o.check = false;
     else if (a == "--backend") {
@@ -1193,6 +1229,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
   base.Sk = s.Sk;
   base.D = s.D;
   base.causal = s.causal;
+  base.sinks = opt_.sinks;
   Row fwd = base, bwd = base;
   fwd.op = "fwd";
   bwd.op = "bwd";
@@ -1204,11 +1241,17 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
   const View lv = View::dense({s.B, s.H, s.Sq});
   auto bytesOf = [&](const View &v) { return size_t(v.extent()) * es; };
 
-  // Filled by the forward stage, read by the backward stage.
-  std::unique_ptr<AttnDesc> attn;
+  // Filled by the forward stage, read by the backward stage. The backward's descriptor also says where dSinks go.
+  std::unique_ptr<AttnDesc> attn, bwdAttn;
   std::unique_ptr<TensorDesc> qD, kD, vD, oD, lD;
   HostBlock hq, hk, hv, ho, hl;
   std::unique_ptr<Buffer> dq, dk, dv, dout, dlse;
+  // --sinks: the logits on the host (the oracle and the HOST reference read them) and in the handle's memory, and
+  // where the backwards write dSinks. Null pointers without --sinks.
+  const std::vector<float> sinks = opt_.sinks ? sinkLogits(s.H) : std::vector<float>();
+  std::unique_ptr<Buffer> dsinks, ddsinks;
+  const float *sinksPtr = nullptr;
+  float *dSinksPtr = nullptr;
 
   auto fail = [&](Row &row, const std::exception &e) {
     row.error = e.what();
@@ -1218,7 +1261,17 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
 
   bool forwardOk = false;
   try {
-    attn = std::make_unique<AttnDesc>(s.causal);
+    if (opt_.sinks) {
+      HostBlock hs(sinks.size() * 4);
+      std::memcpy(hs.data(), sinks.data(), hs.bytes());
+      dsinks = std::make_unique<Buffer>(mem_, hs.bytes());
+      ddsinks = std::make_unique<Buffer>(mem_, hs.bytes());
+      dsinks->upload(hs);
+      sinksPtr = static_cast<const float *>(dsinks->get());
+      dSinksPtr = static_cast<float *>(ddsinks->get());
+    }
+    attn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr);
+    bwdAttn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr, dSinksPtr);
     qD = std::make_unique<TensorDesc>(s.dtype, qv);
     kD = std::make_unique<TensorDesc>(s.dtype, kv);
     vD = std::make_unique<TensorDesc>(s.dtype, kv);
@@ -1276,6 +1329,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           bench_oracle::Shape os;
           os.B = batch.count, os.H = heads.q.count, os.HK = heads.kv.count, os.Sq = rows.count, os.Sk = s.Sk;
           os.D = s.D, os.causal = s.causal;
+          for (float x : pickSinks(sinks, heads.q)) os.sinks.push_back(x);
           std::vector<double> o, l;
           bench_oracle::forward(os, gather(hq.data(), q1, s.dtype), gather(hk.data(), k1, s.dtype),
                                 gather(hv.data(), k1, s.dtype), o, l);
@@ -1283,11 +1337,14 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           storeFloats(l, refL.data());
         } else {
           TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), o1D(s.dtype, oRef), l1D(FLASHATTN_DATA_FP32, lRef);
+          // The HOST handle reads host memory, and only the sliced heads' sinks.
+          const std::vector<float> sinks1 = pickSinks(sinks, heads.q);
+          const AttnDesc hostAttn(s.causal, false, opt_.sinks ? sinks1.data() : nullptr);
           size_t hostWs = 0;
-          apiCheck(flashAttnForwardGetWorkspaceSize(host_, *attn, nullptr, q1D, k1D, k1D, o1D, l1D, &hostWs),
+          apiCheck(flashAttnForwardGetWorkspaceSize(host_, hostAttn, nullptr, q1D, k1D, k1D, o1D, l1D, &hostWs),
                    "HOST flashAttnForwardGetWorkspaceSize");
           HostBlock hws(hostWs);
-          apiCheck(flashAttnForward(host_, *attn, nullptr, q1D, hq.data() + q1.offset * es, k1D,
+          apiCheck(flashAttnForward(host_, hostAttn, nullptr, q1D, hq.data() + q1.offset * es, k1D,
                                     hk.data() + k1.offset * es, k1D, hv.data() + k1.offset * es, o1D, refO.data(), l1D,
                                     reinterpret_cast<float *>(refL.data()), hostWs ? hws.data() : nullptr, hostWs),
                    "HOST flashAttnForward");
@@ -1347,6 +1404,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
       ddq.poison();
       ddk.poison();
       ddv.poison();
+      if (ddsinks) ddsinks->poison();
       apiCheck(run(0), "flashAttnBackward");
       mem_.synchronize();
 
@@ -1385,12 +1443,17 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           } else {
             TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), l1D(FLASHATTN_DATA_FP32, lRef), qRD(s.dtype, qRef),
                 kRD(s.dtype, kRef);
+            // With sinks the HOST handle needs their host copy, the sliced heads' only (dSinks is checked below).
+            const std::vector<float> sinks1 = pickSinks(sinks, heads.q);
+            std::unique_ptr<AttnDesc> sinkAd;
+            if (opt_.sinks) sinkAd = std::make_unique<AttnDesc>(s.causal, false, sinks1.data());
+            const AttnDesc &hostAd = sinkAd ? *sinkAd : ad;
             size_t hostWs = 0;
-            apiCheck(flashAttnBackwardGetWorkspaceSize(host_, ad, nullptr, q1D, k1D, k1D, q1D, l1D, &hostWs),
+            apiCheck(flashAttnBackwardGetWorkspaceSize(host_, hostAd, nullptr, q1D, k1D, k1D, q1D, l1D, &hostWs),
                      "HOST flashAttnBackwardGetWorkspaceSize");
             HostBlock hws(hostWs);
             const size_t qo = size_t(q1.offset) * es, ko = size_t(k1.offset) * es;
-            apiCheck(flashAttnBackward(host_, ad, nullptr, q1D, hq.data() + qo, k1D, hk.data() + ko, k1D,
+            apiCheck(flashAttnBackward(host_, hostAd, nullptr, q1D, hq.data() + qo, k1D, hk.data() + ko, k1D,
                                        hv.data() + ko, q1D, ho.data() + qo, q1D, hdo.data() + qo, l1D,
                                        reinterpret_cast<const float *>(lse1.data()), qRD, rq.data(), kRD, rk.data(),
                                        kRD, rv.data(), hostWs ? hws.data() : nullptr, hostWs),
@@ -1422,35 +1485,69 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           hostBackward(batch, k.heads, allOf(s.Sq), s.causal ? tail(s.Sk, k.count) : spread(s.Sk, k.count), false,
                        true);
         }
+        // dSinks sums over every batch and row, so a slice cannot check it; the full sum costs only a pass over O
+        // and dO, done one (batch, head) at a time so no full-size double copy is made. The reference is the
+        // oracle's formula on the O and LSE the backward read (on CUDA too: it needs no attention of its own).
+        ErrorStats es2;
+        if (opt_.sinks) {
+          const HostBlock gs = ddsinks->download();
+          std::vector<double> ref(size_t(s.H), 0.0);
+          for (int64_t b = 0; b < s.B; ++b)
+            for (int64_t h = 0; h < s.H; ++h) {
+              const Pick one{h, 1, 1};
+              const View q1 = qv.pick(0, Pick{b, 1, 1}).pick(1, one);
+              const View l1 = lv.pick(0, Pick{b, 1, 1}).pick(1, one);
+              bench_oracle::Shape os;
+              os.B = 1, os.H = 1, os.HK = 1, os.Sq = s.Sq, os.Sk = s.Sk, os.D = s.D, os.causal = s.causal;
+              os.sinks = {double(sinks[size_t(h)])};
+              std::vector<double> lse(size_t(s.Sq)), part;
+              l1.forEach([&](int64_t off, int64_t lin) {
+                lse[size_t(lin)] = reinterpret_cast<const float *>(hl.data())[off];
+              });
+              bench_oracle::sinksGradient(os, gather(ho.data(), q1, s.dtype), gather(hdo.data(), q1, s.dtype), lse,
+                                          part);
+              ref[size_t(h)] += part[0];
+            }
+          HostBlock refS(ref.size() * 4);
+          storeFloats(ref, refS.data());
+          const View sv = View::dense({s.H});
+          es2 = compare(gs.data(), sv, refS.data(), sv, FLASHATTN_DATA_FP32);
+          scope.push_back("dSinks on all batches, heads and rows, against the float64 oracle");
+        }
         row.checked = true;
         row.reference = referenceName();
-        row.maxErr = std::max({eq.maxAbs, ek.maxAbs, ev.maxAbs});
-        row.normwise = std::max({eq.normwise(), ek.normwise(), ev.normwise()});
-        const int64_t nonFinite = eq.nonFinite + ek.nonFinite + ev.nonFinite;
+        row.maxErr = std::max({eq.maxAbs, ek.maxAbs, ev.maxAbs, es2.maxAbs});
+        row.normwise = std::max({eq.normwise(), ek.normwise(), ev.normwise(), es2.normwise()});
+        const int64_t nonFinite = eq.nonFinite + ek.nonFinite + ev.nonFinite + es2.nonFinite;
         if (nonFinite) row.maxErr = INFINITY;
         row.pass = row.normwise <= normwiseGate(s.dtype);
-        char worst[160];
+        char worst[192];
         std::snprintf(worst, sizeof worst, "normwise dQ %.2e dK %.2e dV %.2e", eq.normwise(), ek.normwise(),
                       ev.normwise());
         row.checkScope = worst;
+        if (opt_.sinks) {
+          std::snprintf(worst, sizeof worst, " dSinks %.2e", es2.normwise());
+          row.checkScope += worst;
+        }
         for (const auto &part : scope) row.checkScope += "; " + part;
         if (nonFinite) row.checkScope += "; " + std::to_string(nonFinite) + " non-finite gradients";
         row.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       // Deterministic mode promises bitwise equal gradients run to run: the first call's bytes are kept to compare with
       // what the last call of timeCalls (its back-to-back calls included) leaves.
-      HostBlock firstQ, firstK, firstV;
+      HostBlock firstQ, firstK, firstV, firstS;
       if (row.op == "bwd-det") {
         firstQ = ddq.download();
         firstK = ddk.download();
         firstV = ddv.download();
+        if (ddsinks) firstS = ddsinks->download();
       }
       row.ms = median(timeCalls(run, 1, "flashAttnBackward"));
       row.backToBackMs = backToBackMs_;
       row.tflops = 2.5 * fwdFlops / (row.ms * 1e-3) / 1e12;
       if (row.op == "bwd-det") {
-        row.deterministic =
-            sameBytes(firstQ, ddq.download()) && sameBytes(firstK, ddk.download()) && sameBytes(firstV, ddv.download());
+        row.deterministic = sameBytes(firstQ, ddq.download()) && sameBytes(firstK, ddk.download()) &&
+                            sameBytes(firstV, ddv.download()) && (!ddsinks || sameBytes(firstS, ddsinks->download()));
         if (!row.deterministic) {
           row.pass = false;
           row.checkScope += "; the gradients of the last call differ bitwise from the first call's";
@@ -1461,13 +1558,13 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
     }
     record(row);
   };
-  backward(bwd, *attn);
+  backward(bwd, *bwdAttn);
   if (!opt_.deterministic) return;
   Row det = base;
   det.op = "bwd-det";
   std::unique_ptr<AttnDesc> detAttn;
   try {
-    detAttn = std::make_unique<AttnDesc>(s.causal, true);
+    detAttn = std::make_unique<AttnDesc>(s.causal, true, sinksPtr, dSinksPtr);
   } catch (const std::exception &e) {
     fail(det, e);
     record(det);
@@ -1495,6 +1592,7 @@ void Bench::decode(const DecodeShape &s) {
   row.Sk = s.L;
   row.D = s.D;
   row.causal = s.causal;
+  row.sinks = opt_.sinks;
   row.chunks = s.chunks;
   row.pageSize = s.pageSize;
   const size_t es = elementBytes(s.dtype);
@@ -1508,7 +1606,13 @@ void Bench::decode(const DecodeShape &s) {
     const int64_t numPages = s.B * pagesPerSeq;
     const View cv = paged ? View::dense({numPages, s.pageSize, s.HK, s.D}) : tensor4(opt_.layout, s.B, s.HK, s.L, s.D);
 
-    AttnDesc attn(s.causal);
+    // --sinks: host logits for the checks, a copy in the handle's memory for the timed calls.
+    const std::vector<float> sinks = opt_.sinks ? sinkLogits(s.H) : std::vector<float>();
+    HostBlock hSinks(std::max<size_t>(1, sinks.size()) * 4);
+    if (opt_.sinks) std::memcpy(hSinks.data(), sinks.data(), sinks.size() * 4);
+    Buffer dSinks(mem_, sinks.size() * 4);
+    if (opt_.sinks) dSinks.upload(hSinks);
+    AttnDesc attn(s.causal, false, static_cast<const float *>(dSinks.get()));
     TensorDesc qD(s.dtype, qv), cD(s.dtype, cv), oD(s.dtype, qv), lD(FLASHATTN_DATA_FP32, lv);
 
     // Per-sequence lengths and the block table, in host memory (for the HOST check) and in the handle's memory.
@@ -1601,6 +1705,7 @@ void Bench::decode(const DecodeShape &s) {
         bench_oracle::Shape os;
         os.B = batch.count, os.H = heads.q.count, os.HK = heads.kv.count, os.Sq = s.T, os.Sk = s.L, os.D = s.D;
         os.causal = s.causal;
+        for (float x : pickSinks(sinks, heads.q)) os.sinks.push_back(x);
         std::vector<double> ck(size_t(os.B * os.HK * os.Sk * os.D)), cv2(ck.size());
         for (int64_t b = 0; b < os.B; ++b) {
           os.keyLengths.push_back(lens[b]);
@@ -1626,12 +1731,15 @@ void Bench::decode(const DecodeShape &s) {
         apiCheck(flashAttnSetSeqKvLengths(hostSeq, batch.count, lens), "HOST flashAttnSetSeqKvLengths");
         if (paged)
           apiCheck(flashAttnSetSeqPaged(hostSeq, batch.count, pageIds, pagesPerSeq), "HOST flashAttnSetSeqPaged");
+        // The HOST handle reads host memory, and only the sliced heads' sinks.
+        const std::vector<float> sinks1 = pickSinks(sinks, heads.q);
+        const AttnDesc hostAttn(s.causal, false, opt_.sinks ? sinks1.data() : nullptr);
         size_t hostWs = 0;
         apiCheck(
-            flashAttnDecodeChunkGetWorkspaceSize(host_, attn, hostSeq, q1D, c1D, c1D, o1D, l1D, s.chunks, &hostWs),
+            flashAttnDecodeChunkGetWorkspaceSize(host_, hostAttn, hostSeq, q1D, c1D, c1D, o1D, l1D, s.chunks, &hostWs),
             "HOST flashAttnDecodeChunkGetWorkspaceSize");
         HostBlock hws(hostWs);
-        apiCheck(flashAttnDecodeChunk(host_, attn, hostSeq, q1D, hq.data() + q1.offset * es, c1D,
+        apiCheck(flashAttnDecodeChunk(host_, hostAttn, hostSeq, q1D, hq.data() + q1.offset * es, c1D,
                                       hk.data() + c1.offset * es, c1D, hv.data() + c1.offset * es, o1D, refO.data(),
                                       l1D, reinterpret_cast<float *>(refL.data()), s.chunks,
                                       hostWs ? hws.data() : nullptr, hostWs),

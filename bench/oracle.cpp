@@ -42,7 +42,13 @@ void forward(const Shape &s, const std::vector<double> &q, const std::vector<dou
     for (int64_t h = 0; h < s.H; ++h)
       for (int64_t i = 0; i < s.Sq; ++i) {
         const int64_t end = visibleEnd(s, b, i);
-        if (end == 0) continue;
+        const bool sink = !s.sinks.empty();
+        const double sinkLogit = sink ? s.sinks[size_t(h)] : 0.0;
+        if (end == 0) {
+          // O stays 0; the sink alone makes the denominator.
+          if (sink) lse[size_t((b * s.H + h) * s.Sq + i)] = sinkLogit;
+          continue;
+        }
         const double *qi = &q[size_t(rowAt(s, s.H, s.Sq, b, h, i))];
         logits.resize(size_t(end));
         double top = -std::numeric_limits<double>::infinity();
@@ -50,7 +56,8 @@ void forward(const Shape &s, const std::vector<double> &q, const std::vector<dou
           logits[size_t(j)] = scale * dot(qi, &k[size_t(rowAt(s, s.HK, s.Sk, b, h / group, j))], s.D);
           top = std::max(top, logits[size_t(j)]);
         }
-        double sum = 0;
+        if (sink) top = std::max(top, sinkLogit);
+        double sum = sink ? std::exp(sinkLogit - top) : 0.0;
         for (int64_t j = 0; j < end; ++j) sum += std::exp(logits[size_t(j)] - top);
         const double rowLse = top + std::log(sum);
         lse[size_t((b * s.H + h) * s.Sq + i)] = rowLse;
@@ -89,6 +96,19 @@ void backward(const Shape &s, const std::vector<double> &q, const std::vector<do
             dk[ko + size_t(d)] += scale * dS * q[qo + size_t(d)];
           }
         }
+      }
+}
+
+void sinksGradient(const Shape &s, const std::vector<double> &o, const std::vector<double> &dO,
+                   const std::vector<double> &lse, std::vector<double> &dsinks) {
+  if (dsinks.size() < size_t(s.H)) dsinks.resize(size_t(s.H), 0.0);
+  if (s.sinks.empty()) return;
+  for (int64_t b = 0; b < s.B; ++b)
+    for (int64_t h = 0; h < s.H; ++h)
+      for (int64_t i = 0; i < s.Sq; ++i) {
+        const double rowLse = lse[size_t((b * s.H + h) * s.Sq + i)];
+        const size_t at = size_t(rowAt(s, s.H, s.Sq, b, h, i));
+        dsinks[size_t(h)] -= std::exp(s.sinks[size_t(h)] - rowLse) * dot(&dO[at], &o[at], s.D);
       }
 }
 

@@ -4,7 +4,9 @@
 
 Prefill rows join on (dtype, D, S, B, H, causal) and the operation (peers carry fwd_* and bwd_* in one row); decode
 rows on (B, L, heads, KV heads, D). Deterministic backward rows (op "bwd-det", flashattn-bench --deterministic) have
-no peers: they show the ratio to our own bwd row of the same shape instead (column "det/bwd"). Either file may be
+no peers: they show the ratio to our own bwd row of the same shape instead (column "det/bwd"). Rows with attention
+sinks (flashattn-bench --sinks, "sinks": true) have no peers either: they are listed as "fwd sinks" and so on, with
+the ratio to our row of the same operation and shape without sinks (column "sinks/plain"). Either file may be
 missing or lack a shape: the table keeps the rows it has and shows '-' for the other side. Decode rows also show the
 fraction of the measured copy bandwidth (peers.py's device-to-device copy, read + write counted) that the KV read
 reaches.
@@ -107,7 +109,8 @@ def build(ours, peers):
     our_prefill, our_decode = {}, {}
     for r in ours:
         if r.get("kind") == "prefill":
-            our_prefill[(prefill_key(r), r.get("op"))] = r
+            # Sinks rows (--sinks) are their own operation, so a run with them and one without join side by side.
+            our_prefill[(prefill_key(r), r.get("op") + (" sinks" if r.get("sinks") else ""))] = r
         elif r.get("kind") == "decode":
             # Several of our decode variants (paged, chunk counts) may share one peer shape.
             our_decode.setdefault(decode_key(r, "H", "HK"), []).append(r)
@@ -115,9 +118,9 @@ def build(ours, peers):
     prefill_rows = []
     keys = set(k for k, _ in our_prefill) | set(peer_prefill)
     for key in sorted(keys, key=lambda k: (k[0], k[1], k[5], k[2])):
-        for op in ("fwd", "bwd", "bwd-det"):
+        for op in ("fwd", "bwd", "bwd-det", "fwd sinks", "bwd sinks", "bwd-det sinks"):
             mine = our_prefill.get((key, op))
-            theirs = peer_prefill.get(key, {}) if op != "bwd-det" else {}
+            theirs = peer_prefill.get(key, {}) if op in ("fwd", "bwd") else {}
             peer_vals = {}
             for p in PEERS:
                 pr = theirs.get(p)
@@ -125,15 +128,19 @@ def build(ours, peers):
             if mine is None and all(v is None for v in peer_vals.values()):
                 continue
             value, text = ours_cell(mine, "tflops")
-            vs_bwd = None
-            if op == "bwd-det":
-                plain, _ = ours_cell(our_prefill.get((key, "bwd")), "tflops")
+            vs_bwd = vs_plain = None
+            if op.startswith("bwd-det"):
+                plain, _ = ours_cell(our_prefill.get((key, op.replace("bwd-det", "bwd"))), "tflops")
                 vs_bwd = ratio(value, plain)
+            if op.endswith(" sinks"):
+                plain, _ = ours_cell(our_prefill.get((key, op[:-len(" sinks")])), "tflops")
+                vs_plain = ratio(value, plain)
             dtype, D, S, B, H, causal = key
             prefill_rows.append(dict(
-                shape=f"{op} {dtype} D{D} S{S} B{B} H{H}{' causal' if causal else ''}", ours=value, ours_text=text,
+                shape=f"{op.split()[0]} {dtype} D{D} S{S} B{B} H{H}{' causal' if causal else ''}"
+                      f"{' sinks' if op.endswith(' sinks') else ''}", ours=value, ours_text=text,
                 flash=peer_vals["flash"], cudnn=peer_vals["cudnn"], vs_flash=ratio(value, peer_vals["flash"]),
-                vs_cudnn=ratio(value, peer_vals["cudnn"]), vs_bwd=vs_bwd, check=check_cell(mine)))
+                vs_cudnn=ratio(value, peer_vals["cudnn"]), vs_bwd=vs_bwd, vs_plain=vs_plain, check=check_cell(mine)))
 
     decode_rows = []
     for key in sorted(set(our_decode) | set(peer_decode)):
@@ -142,16 +149,20 @@ def build(ours, peers):
         B, L, H, HK, D = key
         for mine in our_decode.get(key, [None]):
             value, text = ours_cell(mine, "kv_GBps")
+            # The peers run without sinks: a sinks row of ours is no like-for-like match for them.
+            vs = {p: None if mine and mine.get("sinks") else ratio(value, peer_vals[p]) for p in PEERS}
             extra = ""
             if mine is not None:
                 if mine.get("page_size"):
                     extra += f" page{mine['page_size']}"
                 if mine.get("chunks"):
                     extra += f" chunks{mine['chunks']}"
+                if mine.get("sinks"):
+                    extra += " sinks"
             decode_rows.append(dict(
                 shape=f"decode B{B} L{L} H{H}/{HK} D{D}{extra}", ours=value, ours_text=text, flash=peer_vals["flash"],
-                cudnn=peer_vals["cudnn"], vs_flash=ratio(value, peer_vals["flash"]),
-                vs_cudnn=ratio(value, peer_vals["cudnn"]), of_copy=ratio(value, copy_gbps), check=check_cell(mine)))
+                cudnn=peer_vals["cudnn"], vs_flash=vs["flash"], vs_cudnn=vs["cudnn"], of_copy=ratio(value, copy_gbps),
+                check=check_cell(mine)))
     return meta, ceiling, prefill_rows, decode_rows
 
 
@@ -185,6 +196,10 @@ def summary_lines(rows, unit):
     if dets:
         lines.append(f"deterministic backward / backward: geometric mean {geomean(dets):.2f} over {len(dets)} shapes, "
                      f"range {min(dets):.2f}..{max(dets):.2f}")
+    plains = [r.get("vs_plain") for r in rows if r.get("vs_plain") is not None]
+    if plains:
+        lines.append(f"with sinks / without: geometric mean {geomean(plains):.2f} over {len(plains)} rows, "
+                     f"range {min(plains):.2f}..{max(plains):.2f}")
     failed = sum(1 for r in rows if r["check"].startswith("FAIL"))
     if failed:
         lines.append(f"{failed} {unit} rows FAILED the correctness check")
@@ -222,6 +237,10 @@ def main():
         p_header.insert(6, "det/bwd")
         for r, cells in zip(prefill_rows, p_cells):
             cells.insert(6, fmt(r["vs_bwd"], 2))
+    if any(r["vs_plain"] is not None for r in prefill_rows):
+        p_header.insert(len(p_header) - 1, "sinks/plain")
+        for r, cells in zip(prefill_rows, p_cells):
+            cells.insert(len(cells) - 1, fmt(r["vs_plain"], 2))
     d_header = ["shape", "ours GB/s", "FLASH", "CUDNN", "ours/FLASH", "ours/CUDNN", "of copy BW", "check"]
     d_cells = [[r["shape"], r["ours_text"], fmt(r["flash"]), fmt(r["cudnn"]), fmt(r["vs_flash"], 2),
                 fmt(r["vs_cudnn"], 2), fmt(None if r["of_copy"] is None else 100 * r["of_copy"]) +
