@@ -142,7 +142,7 @@ TEST(Choosers, BackwardPicks) {
     ASSERT_TRUE(r.served) << dev->name << ": " << r.why;
     EXPECT_EQ(r.plan.kernel, KernelId::BackwardMma) << dev->name;
     EXPECT_GT(r.plan.workspaceBytes, 0u);
-    EXPECT_STREQ(r.plan.regions[2].name, "FP32 dQ");
+    EXPECT_STREQ(r.plan.regions[3].name, "FP32 dQ");
   }
   // The L4's 99 KB per block takes a smaller tile than the A100's 163 KB.
   EXPECT_LE(pick(kL4, p).plan.as<flashattn::BackwardConfig>().blockM *
@@ -201,7 +201,11 @@ TEST(Choosers, WorkspaceRegionsAreDisjointAndCovered) {
   d.numChunks = 16;
   AttnProblem b = dense(Op::Backward, DType::BF16, 8, 8, 300, 300, 64);
   b.deterministic = true;
-  for (const AttnProblem &p : {d, b}) {
+  AttnProblem sinks = b;  // with dSinks: the partial sums' region too
+  float fakeSinks[8], fakeDSinks[8];
+  sinks.sinks = fakeSinks;
+  sinks.dSinks = fakeDSinks;
+  for (const AttnProblem &p : {d, b, sinks}) {
     const Pick r = pick(kA100, p);
     ASSERT_TRUE(r.served) << r.why;
     std::size_t end = 0;

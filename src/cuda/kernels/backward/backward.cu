@@ -94,6 +94,37 @@ __device__ __forceinline__ RowBlockItem decodeRowBlock(int32_t rowBlocks, int32_
   return r;
 }
 
+// The sinks' gradient, dSinks[h] = -sum over head h's rows of exp(s_h - LSE_i) D_i (the sink's column has no value:
+// dP = 0, dS = -P D), in two fixed-order passes so that it is bitwise deterministic: each preprocess CTA sums its rows
+// (warp by warp, row by row) into one partial, and one convert CTA per head sums the head's partials.
+__device__ __forceinline__ void storeSinkPartial(const BackwardParams &p, const RowBlockItem &item, int32_t rowBlocks,
+                                                 float warpSum) {
+  __shared__ float perWarp[kBackwardWarps];
+  const int warp = int(threadIdx.x) / 32, lane = int(threadIdx.x) % 32;
+  if (lane == 0) perWarp[warp] = warpSum;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float sum = 0.f;
+    for (int w = 0; w < kBackwardWarps; ++w) sum += perWarp[w];
+    p.sinkPartials[(int64_t(item.head) * p.batch + item.batch) * rowBlocks + item.rowBlock] = sum;
+  }
+}
+
+__device__ __forceinline__ void storeSinkGradient(const BackwardParams &p, int32_t head, int32_t rowBlocks) {
+  __shared__ double partial[kBackwardThreads];
+  const int64_t count = int64_t(p.batch) * rowBlocks;
+  const float *partials = p.sinkPartials + int64_t(head) * count;
+  double acc = 0.0;
+  for (int64_t x = threadIdx.x; x < count; x += kBackwardThreads) acc += double(partials[x]);
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int stride = kBackwardThreads / 2; stride > 0; stride /= 2) {
+    if (int(threadIdx.x) < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) p.dSinks[head] = float(-partial[0]);
+}
+
 // One warp per row: D = sum over the head dim of dO * O (FP32), and the LSE in base 2.
 template <typename Element>
 __global__ void __launch_bounds__(kBackwardThreads) preprocessKernel(const __grid_constant__ BackwardParams p,
@@ -107,6 +138,8 @@ __global__ void __launch_bounds__(kBackwardThreads) preprocessKernel(const __gri
                          int64_t(item.head) * p.oHead + seq.qStart * p.oRow;
   const Element *dOHead = static_cast<const Element *>(p.dO) + int64_t(item.batch) * p.dOBatch +
                           int64_t(item.head) * p.dOHead + seq.qStart * p.dORow;
+  const float sinkLog2 = p.dSinks ? p.sinks[item.head] * prim::kLog2e : 0.f;
+  float sinkSum = 0.f;  // lane 0: this warp's rows' exp(s - LSE) D, in row order
   for (int r = 0; r < kRowsPerWarp; ++r) {
     const int32_t i = item.rowBlock * kRowsPerSmallBlock + warp * kRowsPerWarp + r;
     if (i >= seq.seqQ) break;
@@ -128,8 +161,10 @@ __global__ void __launch_bounds__(kBackwardThreads) preprocessKernel(const __gri
           p.lse[int64_t(item.batch) * p.lseBatch + int64_t(item.head) * p.lseHead + (seq.qStart + i) * p.lseRow];
       p.rowDot[row] = acc;
       p.lseLog2[row] = lse == -INFINITY ? INFINITY : lse * prim::kLog2e;
+      if (p.dSinks) sinkSum += exp2f(sinkLog2 - p.lseLog2[row]) * acc;
     }
   }
+  if (p.dSinks) storeSinkPartial(p, item, rowBlocks, sinkSum);
 }
 
 template <typename Element>
@@ -137,6 +172,7 @@ __global__ void __launch_bounds__(kBackwardThreads) convertKernel(const __grid_c
                                                                   int32_t rowBlocks) {
   constexpr int kVec = Vec16<Element>::kCount;
   const RowBlockItem item = decodeRowBlock(rowBlocks, p.heads);
+  if (p.dSinks && item.batch == 0 && item.rowBlock == 0) storeSinkGradient(p, item.head, rowBlocks);
   const SequenceExtent seq = sequenceExtent(p, item.batch);
   const int vectorsPerRow = p.headDim / kVec;
   Element *dQHead = static_cast<Element *>(p.dQ) + int64_t(item.batch) * p.dQBatch + int64_t(item.head) * p.dQHead +
@@ -157,30 +193,6 @@ __global__ void __launch_bounds__(kBackwardThreads) convertKernel(const __grid_c
     }
     storeFloats<Element>(dQHead + int64_t(i) * p.dQRow + c, values);
   }
-}
-
-// dSinks[h] = -sum over head h's rows of exp(s_h - LSE_i) D_i (the sink's column has no value: dP = 0, dS = -P D).
-// One CTA per head sums its rows in a fixed order (each thread a fixed strided subset in FP64, then a fixed tree), so
-// the result is bitwise the same on every run; it reads the preprocess's D and base-2 LSE.
-__global__ void __launch_bounds__(kBackwardThreads) sinkGradientKernel(const __grid_constant__ BackwardParams p) {
-  const int32_t h = int32_t(blockIdx.x);
-  const double sinkLog2 = double(p.sinks[h]) * 1.4426950408889634;
-  double acc = 0.0;
-  for (int32_t b = 0; b < p.batch; ++b) {
-    const SequenceExtent seq = sequenceExtent(p, b);
-    for (int32_t i = int32_t(threadIdx.x); i < seq.seqQ; i += kBackwardThreads) {
-      const int64_t row = workspaceRow(p, b, h, seq, i);
-      acc += exp2(sinkLog2 - double(p.lseLog2[row])) * double(p.rowDot[row]);
-    }
-  }
-  __shared__ double partial[kBackwardThreads];
-  partial[threadIdx.x] = acc;
-  __syncthreads();
-  for (int stride = kBackwardThreads / 2; stride > 0; stride /= 2) {
-    if (int(threadIdx.x) < stride) partial[threadIdx.x] += partial[threadIdx.x + stride];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) p.dSinks[h] = float(-partial[0]);
 }
 
 template <typename Element>
@@ -262,6 +274,8 @@ Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const Ba
   const std::size_t queryBlocks = std::size_t((p.seqQ + config.blockM - 1) / config.blockM);
   plan->addRegion(kRowDot, "row dot products D", rows * sizeof(float));
   plan->addRegion(kLseLog2, "LSE in base 2", rows * sizeof(float));
+  plan->addRegion(kSinkPartials, "dSinks partial sums",
+                  p.dSinks ? std::size_t(p.heads * p.batch * rowBlocks) * sizeof(float) : 0);
   plan->addRegion(kDqAccum, "FP32 dQ", rows * std::size_t(p.headDim) * sizeof(float));
   plan->addRegion(kTurns, "dQ turn counters",
                   p.deterministic ? std::size_t(p.batch * p.heads) * queryBlocks * sizeof(int32_t) : 0);
@@ -382,6 +396,7 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
   params.dV = buf.dV;
   params.rowDot = static_cast<float *>(plan.regionPointer(kRowDot, workspace));
   params.lseLog2 = static_cast<float *>(plan.regionPointer(kLseLog2, workspace));
+  params.sinkPartials = p.dSinks ? static_cast<float *>(plan.regionPointer(kSinkPartials, workspace)) : nullptr;
   params.dqAccum = static_cast<float *>(plan.regionPointer(kDqAccum, workspace));
   params.dqTurn = p.deterministic ? static_cast<int32_t *>(plan.regionPointer(kTurns, workspace)) : nullptr;
   params.qBatch = p.q.batch;
@@ -458,10 +473,8 @@ cudaError_t launchBackwardPipeline(const DeviceInfo &dev, const AttnProblem &p, 
   }
   cudaError_t err = launchSmall(p.dtype, params, rowBlocks, true, stream);
   if (err != cudaSuccess) return err;
-  if (params.dSinks != nullptr && params.heads > 0) {
-    void *args[] = {const_cast<BackwardParams *>(&params)};
-    err = cudaLaunchKernel(reinterpret_cast<const void *>(&sinkGradientKernel), dim3(unsigned(params.heads)),
-                           dim3(kBackwardThreads), args, 0, stream);
+  if (params.dSinks != nullptr && rowBlocks == 0) {  // no query rows: no convert CTA sums the partials
+    err = cudaMemsetAsync(params.dSinks, 0, std::size_t(p.heads) * sizeof(float), stream);
     if (err != cudaSuccess) return err;
   }
   err = main(dev, plan, params, stream);

@@ -79,6 +79,7 @@ struct BackwardParams {
   // The sinks reach the main kernels through the LSE (which includes them); their gradient is one more kernel.
   const float *sinks = nullptr;
   float *dSinks = nullptr;
+  float *sinkPartials = nullptr;  // dSinks: one partial sum per preprocess CTA, [heads][batch][rowBlocks]
 
   bool deterministic = false;
 };
@@ -161,7 +162,7 @@ constexpr std::size_t fp32SharedBytes(int headDim) {
 }
 
 // The workspace regions of every backward family (Plan::regions).
-enum BackwardRegion : int { kRowDot = 0, kLseLog2 = 1, kDqAccum = 2, kTurns = 3 };
+enum BackwardRegion : int { kRowDot = 0, kLseLog2 = 1, kSinkPartials = 2, kDqAccum = 3, kTurns = 4 };
 
 // What every backward family shares once it has chosen its main kernel's block shape (config): the 16-byte row rule,
 // the 32-bit and grid limits, the workspace regions and the description ("<kernelWords> sm90 bf16 d128 tile ...").
