@@ -133,17 +133,6 @@ FLASHATTN_HOST_DEVICE BlockRange blocksOf(Range r, int32_t size) {
   return BlockRange{empty ? 0 : int32_t(r.lo) / size, empty ? -1 : int32_t(r.hi) / size};
 }
 
-// True when every (row, key) of the tile [m0, m1] x [n0, n1] (m0, n0 >= 0) lies inside the sequence and is visible:
-// such a tile needs no per-element mask.
-FLASHATTN_HOST_DEVICE bool tileFullyVisible(Mask mask, int64_t windowLeft, int64_t windowRight, int32_t m0, int32_t m1,
-                                            int32_t n0, int32_t n1, int32_t sq, int32_t sk) {
-  if (m1 >= sq || n1 >= sk) return false;
-  // Compared as 32-bit values, as the kernels keep them (exact: visibleKeys clamps into the sequence).
-  const KeyRange first = visibleKeys(mask, windowLeft, windowRight, m0, sq, sk);
-  const KeyRange last = visibleKeys(mask, windowLeft, windowRight, m1, sq, sk);
-  return int32_t(last.lo) <= n0 && int32_t(first.hi) >= n1;
-}
-
 // The rule on the diagonal d = j - i, for per-element masking without per-row state: for 0 <= i < sq and 0 <= j < sk,
 // key j is visible to row i iff lower <= d <= upper. The top-left bound j <= i is d <= 0, the bottom-right one
 // d <= sk - sq, the window sk - sq - l <= d <= sk - sq + r. Both ends are clamped into [-sq - 1, sk], outside which d
@@ -181,7 +170,8 @@ FLASHATTN_HOST_DEVICE Range keysOnDiagonals(Diagonals d, int32_t i, int32_t sk) 
   return Range{int32_t(clamp(int64_t(i) + d.lower, 0, sk)), int32_t(clamp(int64_t(i) + d.upper, -1, int64_t(sk) - 1))};
 }
 
-// tileFullyVisible from the diagonals: the tile's extreme diagonals n0 - m1 and n1 - m0 lie inside [lower, upper].
+// True when every (row, key) of the tile [m0, m1] x [n0, n1] (m0, n0 >= 0) lies inside the sequence and is visible,
+// so that it needs no per-element mask: the tile's extreme diagonals n0 - m1 and n1 - m0 lie inside [lower, upper].
 FLASHATTN_HOST_DEVICE bool tileFullyVisible(Diagonals d, int32_t m0, int32_t m1, int32_t n0, int32_t n1, int32_t sq,
                                             int32_t sk) {
   return m1 < sq && n1 < sk && n0 - m1 >= d.lower && n1 - m0 <= d.upper;

@@ -265,10 +265,8 @@ TEST(MaskRule, TileNeedsNoMaskExactlyWhenEveryPairIsVisible) {
             bool want = true;
             for (int i = m0; i <= m1 && want; ++i)
               for (int j = n0; j <= n1 && want; ++j) want = s.see(i, j);
-            const bool got = flashattn::tileFullyVisible(s.mask, s.left, s.right, m0, m1, n0, n1, s.sq, s.sk);
-            ASSERT_EQ(got, want) << describe(s) << " tile " << m0 << ".." << m1 << " x " << n0 << ".." << n1;
             ASSERT_EQ(flashattn::tileFullyVisible(d, m0, m1, n0, n1, s.sq, s.sk), want)
-                << describe(s) << " tile " << m0 << ".." << m1 << " x " << n0 << ".." << n1 << " (diagonal form)";
+                << describe(s) << " tile " << m0 << ".." << m1 << " x " << n0 << ".." << n1;
             ++tiles;
             (want ? fullTiles : maskedTiles) += 1;
             if (m1 >= s.sq || n1 >= s.sk) ++overhangingTiles;

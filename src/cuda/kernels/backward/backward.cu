@@ -160,8 +160,9 @@ __global__ void __launch_bounds__(kBackwardThreads) preprocessKernel(const __gri
       const float lse =
           p.lse[int64_t(item.batch) * p.lseBatch + int64_t(item.head) * p.lseHead + (seq.qStart + i) * p.lseRow];
       p.rowDot[row] = acc;
-      p.lseLog2[row] = lse == -INFINITY ? INFINITY : lse * prim::kLog2e;
-      if (p.dSinks) sinkSum += exp2f(sinkLog2 - p.lseLog2[row]) * acc;
+      const float lseLog2 = lse == -INFINITY ? INFINITY : lse * prim::kLog2e;
+      p.lseLog2[row] = lseLog2;
+      if (p.dSinks) sinkSum += exp2f(sinkLog2 - lseLog2) * acc;
     }
   }
   if (p.dSinks) storeSinkPartial(p, item, rowBlocks, sinkSum);
