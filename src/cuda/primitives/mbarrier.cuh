@@ -72,6 +72,24 @@ __device__ __forceinline__ void mbarrierWait(uint32_t barrier, uint32_t parity) 
   }
 }
 
+// The same wait with its retry loop inside one asm block: the compiler sees no loop, so it keeps no registers free for
+// one, which matters in kernels at the register limit (the sm90 d64 backward spilled with mbarrierWait's loop).
+__device__ __forceinline__ void mbarrierWaitInline(uint32_t barrier, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+  __trap();
+#else
+  asm volatile(
+      "{\n"
+      ".reg .pred complete;\n"
+      "waitLoop:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 complete, [%0], %1;\n"
+      "@!complete bra waitLoop;\n"
+      "}\n" ::"r"(barrier),
+      "r"(parity)
+      : "memory");
+#endif
+}
+
 // Arrives on the barrier once every cp.async this thread issued before has completed, without waiting for them.
 // .noinc: the arrival counts against the barrier's expected arrivals (initialise with one per producing thread).
 // cp.async writes are generic-proxy writes: a reader through the async proxy (wgmma) fences after its wait.

@@ -111,8 +111,8 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
 
   // Issues the copies of step t (query head, query block) into stage t % 2.
   auto loadStep = [&](int32_t t) {
-    loadQueryStep<Element, L::kD, kBlockM, Deterministic>(p, w, e, order, blocksPerHead, headBase, t, base, L::kQ,
-                                                          L::kDO, L::kTileBytes, L::kLse, L::kRowDot, thread);
+    loadQueryStep<Element, L::kD, kBlockM, Deterministic>(p, w, e, order, blocksPerHead, headBase, t, t & 1, base,
+                                                          L::kQ, L::kDO, L::kTileBytes, L::kLse, L::kRowDot, thread);
   };
 
   if (steps > 0) {

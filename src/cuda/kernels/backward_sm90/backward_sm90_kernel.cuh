@@ -14,14 +14,20 @@
 //   dS^T -> dS          stmatrix.trans into shared memory (K-major A operand of the next product)
 //   dQ   = dS K         wgmma m64n64k16, K read MN-major; d128: warpgroup g computes columns 64g.. over all 128 keys;
 //                       d64: warpgroup g computes query rows 64g.. over all 128 keys
-//   dQ accumulator     += dQ by red.global.add.v2.f32 into the FP32 workspace (convert kernel writes dQ)
+//   dQ accumulator     += dQ: unordered, each warp stages its 16 rows in shared memory and adds them to the FP32
+//                       workspace by bulk reduce-add (cp.reduce.async.bulk, one per row); deterministic mode adds by
+//                       red.global.add.v2.f32 in key-block order. The convert kernel writes dQ.
 // d64 splits the products into batches (S^T | dP^T | dV | dK) so P is computed under dP^T and dS under dV.
-// All 256 threads copy the next query block (Q, dO, and the workspace's D and LSE*log2 e rows) with cp.async into the
-// other half of a double buffer while the current one computes. Rows past the sequence arrive as zeros; per-element
-// masking only runs on blocks that are not fully visible (backward_common.cuh's rules), so rows with no visible key
-// (LSE*log2 e = +inf from the preprocess) and keys past seqK contribute nothing.
-// Deterministic mode (template flag; the unordered kernel is unchanged): the dQ additions of a query block are ordered
-// by key block through the workspace's turn counters, and the walk order changes (sm90_bwd_order.cuh).
+// Pipeline: three stages of (Q, dO, the workspace's D and LSE*log2 e rows), copied with cp.async by all 256 threads,
+// each thread's copies arriving on the stage's mbarrier as they land (noinc), so a warpgroup starts a step as soon as
+// its data is there, with no CTA-wide barrier. The copies for step t + 2 go out once both warpgroups have passed the
+// dS barrier of step t (then step t - 1, whose stage they reuse, is finished everywhere). The one dS tile is guarded by
+// a pair of named barriers: a warpgroup writes dS of step t only after the other has finished its dQ product of step
+// t - 1. Rows past the sequence arrive as zeros; per-element masking only runs on blocks that are not fully visible
+// (backward_common.cuh's rules), so rows with no visible key (LSE*log2 e = +inf from the preprocess) and keys past
+// seqK contribute nothing.
+// Deterministic mode (template flag): the dQ additions of a query block are ordered by key block through the
+// workspace's turn counters, and the walk order changes (sm90_bwd_order.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -37,6 +43,7 @@
 #include "cuda/kernels/backward_sm90/sm90_bwd_order.cuh"
 #include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
 #include "cuda/kernels/backward_sm90/sm90_bwd_tiles.cuh"
+#include "cuda/primitives/bulk_reduce.cuh"
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
@@ -62,18 +69,31 @@ struct SharedLayout {
   static_assert(kBlockN == 128 && kThreads == 256, "two consumer warpgroups of 64 keys each");
   static_assert((D == 128 && kBlockM == 64) || (D == 64 && kBlockM == 128),
                 "d128: 64-row query blocks (registers); d64: 128-row blocks (fixed costs per step)");
+  static constexpr int kStages = 3;
+  // A warp's dQ rows: 16 rows of 64 floats, each padded by 8 floats so the accumulator's float2 stores of a half-warp
+  // (4 rows x 4 column pairs) fall in distinct banks; a row is one bulk reduce-add.
+  static constexpr uint32_t kDqRowFloats = 64 + 8;
+  static constexpr uint32_t kDqWarpBytes = 16 * kDqRowFloats * 4;
   static constexpr uint32_t kKBytes = uint32_t(kBlockN) * D * 2;
   static constexpr uint32_t kQBytes = uint32_t(kBlockM) * D * 2;
   static constexpr uint32_t kK = 0;
   static constexpr uint32_t kV = kK + kKBytes;
-  static constexpr uint32_t kQ = kV + kKBytes;       // 2 stages
-  static constexpr uint32_t kDO = kQ + 2 * kQBytes;  // 2 stages
-  static constexpr uint32_t kDS = kDO + 2 * kQBytes; // [BlockN / 64][BlockM][64]
-  static constexpr uint32_t kLse = kDS + uint32_t(kBlockM) * kBlockN * 2;  // 2 stages x BlockM floats
-  static constexpr uint32_t kRowDot = kLse + 2 * kBlockM * 4;
-  static constexpr uint32_t kEnd = kRowDot + 2 * kBlockM * 4;
+  static constexpr uint32_t kQ = kV + kKBytes;             // kStages stages
+  static constexpr uint32_t kDO = kQ + kStages * kQBytes;  // kStages stages
+  static constexpr uint32_t kDS = kDO + kStages * kQBytes; // [BlockN / 64][BlockM][64]
+  static constexpr uint32_t kDq = kDS + uint32_t(kBlockM) * kBlockN * 2;  // 8 warps x kDqWarpBytes
+  static constexpr uint32_t kLse = kDq + 8 * kDqWarpBytes;                 // kStages x BlockM floats
+  static constexpr uint32_t kRowDot = kLse + kStages * kBlockM * 4;
+  static constexpr uint32_t kFull = kRowDot + kStages * kBlockM * 4;  // kStages mbarriers
+  static constexpr uint32_t kEnd = kFull + kStages * 8;
   static constexpr std::size_t kDynamicBytes = std::size_t(kEnd) + 1024;  // room to align the base
+  static_assert(kDq % 16 == 0 && kFull % 8 == 0, "bulk copies need 16-byte, mbarriers 8-byte alignment");
 };
+
+// Named barriers (0 is __syncthreads): the dS hand-over of both warpgroups, and the per-warpgroup "my dQ product of
+// the previous step is done" signals that guard the dS tile (kDsFree + g: warpgroup g waits there, the other arrives).
+constexpr uint32_t kDsReadyBarrier = 1;
+constexpr uint32_t kDsFreeBarrier = 2;
 
 // The two 8-column accumulator blocks 2kk, 2kk + 1 of a 64 x N accumulator are the A fragment of k-step kk.
 template <typename Element, int Count>
@@ -123,17 +143,23 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dv[i] = dk[i] = 0.f;
 
-  // Issues the copies of step t (query head, query block) into stage t % 2.
+  const uint32_t full = base + L::kFull;  // stage s's mbarrier at full + 8 s
+  if (thread == 0) {
+    for (int st = 0; st < L::kStages; ++st) prim::mbarrierInit(full + 8 * st, L::kThreads);
+  }
+  __syncthreads();
+
+  // Issues the copies of step t (query head, query block) into stage t % kStages; each thread's copies arrive on the
+  // stage's barrier as they land.
   auto loadStep = [&](int32_t t) {
-    loadQueryStep<Element, D, kBlockM, Deterministic>(p, w, e, order, blocksPerHead, headBase, t, base, L::kQ, L::kDO,
-                                                      L::kQBytes, L::kLse, L::kRowDot, thread);
+    const int stage = t % L::kStages;
+    loadQueryStep<Element, D, kBlockM, Deterministic>(p, w, e, order, blocksPerHead, headBase, t, stage, base, L::kQ,
+                                                      L::kDO, L::kQBytes, L::kLse, L::kRowDot, thread);
+    prim::cpAsyncMbarrierArrive(full + 8 * stage);
   };
 
-  if (steps > 0) {
-    loadKeyBlock<Element, D, kBlockN>(p, w, e, n0, base + L::kK, base + L::kV, thread);
-    loadStep(0);
-  }
-  prim::cpAsyncCommit();
+  if (steps > 0) loadKeyBlock<Element, D, kBlockN>(p, w, e, n0, base + L::kK, base + L::kV, thread);
+  for (int32_t t = 0; t < L::kStages - 1 && t < steps; ++t) loadStep(t);  // step 0's arrival covers K and V too
 
   const float scaleLog2 = p.scale * prim::kLog2e;
   // Descriptors: this warpgroup's 64 K / V rows as A (K-major); Q / dO as B (K-major) for S^T, dP^T and as MN-major B
@@ -149,13 +175,14 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   constexpr int kCols = kBlockM / 2;     // accumulator floats per thread of S^T, dP^T (64 keys x kBlockM queries)
   constexpr int kQuerySteps = kBlockM / 16;
 
+  // This warp's dQ staging rows (unordered mode).
+  const uint32_t dqStage = base + L::kDq + uint32_t(thread / 32) * L::kDqWarpBytes;
+
+  int stage = 0;
+  uint32_t phase = 0;  // parity of the stage barrier's current use
   for (int32_t t = 0; t < steps; ++t) {
-    const int stage = t & 1;
-    prim::cpAsyncWait<0>();
-    prim::fenceProxyAsyncShared();
-    __syncthreads();
-    if (t + 1 < steps) loadStep(t + 1);
-    prim::cpAsyncCommit();
+    prim::mbarrierWaitInline(full + 8 * stage, phase);
+    prim::fenceProxyAsyncShared();  // the copies were generic-proxy writes; wgmma reads through the async proxy
 
     const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
     const int32_t m0 = sb.mBlock * kBlockM;
@@ -311,6 +338,8 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       prim::WgmmaOp<Element, D>::rsTransB(dk, dsA[kk], prim::wgmmaDescriptorAdvance(qDesc, uint32_t(kk) * 2048));
     prim::wgmmaCommitGroup();
 
+    // The other warpgroup's dQ product of step t - 1 still reads the dS tile until it arrives here.
+    if (t > 0) prim::namedBarrierSync(kDsFreeBarrier + group, 256);
     // dS^T fragments -> dS [query][key] (K-major A of dQ = dS K): matrix mIdx of k-step kk holds keys
     // 16 * warp + 8 * (mIdx % 2) .. + 7 and queries 16 * kk + 8 * (mIdx / 2) .. + 7.
     {
@@ -325,7 +354,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       }
     }
     prim::fenceProxyAsyncShared();
-    __syncthreads();
+    prim::namedBarrierSync(kDsReadyBarrier, 256);
 
     // d128: warpgroup g computes dQ columns 64g.. over all 128 keys; d64: query rows 64g.. of the 128-row block over
     // all 128 keys. Either way every dQ element of the block is added once per CTA.
@@ -363,25 +392,54 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       prim::wgmmaFenceOperands(pA);
       prim::wgmmaFenceOperands(dsA);
     }
+    // This warpgroup's reads of the dS tile are over: the other may write step t + 1's.
+    if (t + 1 < steps) prim::namedBarrierArrive(kDsFreeBarrier + (group ^ 1), 256);
+    // Both warpgroups are past their step t - 1 (the dS barrier): its stage is free for step t + 2.
+    if (t + L::kStages - 1 < steps) loadStep(t + L::kStages - 1);
 
-    turns.acquire(w.keyBlock);
-    {
-      // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
-      const int colBase = D == 128 ? 64 * group : 0;
-      const int rowBase = D == 128 ? 0 : 64 * group;
+    // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
+    const int colBase = D == 128 ? 64 * group : 0;
+    const int rowBase = D == 128 ? 0 : 64 * group;
+    if constexpr (Deterministic) {
+      turns.acquire(w.keyBlock);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
         const int32_t i = m0 + rowBase + 16 * warp + lane / 4 + 8 * hh;
         if (i >= sq) continue;
-        float *row = p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.headDim) + colBase + 2 * quad;
+        float *row = p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(D) + colBase + 2 * quad;
 #pragma unroll
         for (int j = 0; j < 8; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
       }
+      turns.release(w.keyBlock);
+    } else {
+      // The warp's 16 rows go through its staging rows: the previous step's reduce-adds must have read them.
+      if (lane < 16) prim::bulkWaitRead<0>();
+      __syncwarp();
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        float *row = reinterpret_cast<float *>(baseGeneric + L::kDq + uint32_t(thread / 32) * L::kDqWarpBytes) +
+                     (lane / 4 + 8 * hh) * L::kDqRowFloats + 2 * quad;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+          *reinterpret_cast<float2 *>(row + 8 * j) = make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+      }
+      prim::fenceProxyAsyncShared();  // the bulk copies read through the async proxy
+      __syncwarp();
+      if (lane < 16) {
+        const int32_t i = m0 + rowBase + 16 * warp + lane;
+        if (i < sq)
+          prim::bulkReduceAddFloats(p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(D) + colBase,
+                                    dqStage + uint32_t(lane) * L::kDqRowFloats * 4, 64 * 4);
+        prim::bulkCommitGroup();
+      }
     }
-    turns.release(w.keyBlock);
+    if (++stage == L::kStages) {
+      stage = 0;
+      phase ^= 1u;
+    }
   }
   turns.flush(w.keyBlock);
-  prim::cpAsyncWait<0>();
+  if (!Deterministic && lane < 16) prim::bulkWait<0>();  // the staging rows must outlive the reads
 
   // dK, dV rows this CTA owns (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).
   const int32_t rowsLeft = e.rowsK - n0 - 64 * group;

@@ -63,12 +63,13 @@ __device__ __forceinline__ void loadKeyBlock(const backward::BackwardParams &p, 
                                p.vRow, validKeys, thread, vBase);
 }
 
-// Step t's query block (its head and rows from stepBlock): the Q and dO tiles into stage t % 2 of the tiles at
+// Step t's query block (its head and rows from stepBlock): the Q and dO tiles into stage `stage` of the tiles at
 // base + qOffset and base + dOOffset (stageBytes apart), and its row statistics (loadRowStatistics).
 template <typename Element, int D, int BlockM, bool Deterministic>
 __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p, const backward::WorkItem &w,
                                               const backward::SequenceExtent &e, const StepOrder &order,
-                                              int32_t blocksPerHead, int32_t headBase, int32_t t, uint32_t base,
+                                              int32_t blocksPerHead, int32_t headBase, int32_t t, int stage,
+                                              uint32_t base,
                                               uint32_t qOffset, uint32_t dOOffset, uint32_t stageBytes,
                                               uint32_t lseOffset, uint32_t rowDotOffset, int thread) {
   const Element *const qBase = static_cast<const Element *>(p.q);
@@ -76,7 +77,6 @@ __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p,
   const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
   const int32_t m0 = sb.mBlock * BlockM;
   const int32_t h = headBase + sb.head;
-  const int stage = t & 1;
   const int64_t row0 = e.qStart + m0;
   const int valid = e.seqQ - m0;
   loadTile<Element, D, BlockM>(base + qOffset + stage * stageBytes,
