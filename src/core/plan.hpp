@@ -48,6 +48,7 @@ struct BackwardConfig {
   InstanceKey instance;
   int32_t blockM = 0, blockN = 0, warps = 0, ctasPerSM = 1;
   int32_t tileIndex = 0;  // mma_sync: the entry of the instance's tile list
+  bool dqPaneled = false;  // the FP32 dQ accumulator in 64-column panels (backward_params.hpp: dqAccumIndex)
 };
 
 struct DecodeConfig {

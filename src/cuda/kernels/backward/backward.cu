@@ -182,7 +182,7 @@ __global__ void __launch_bounds__(kBackwardThreads) convertKernel(const __grid_c
     const int32_t i = item.rowBlock * kRowsPerSmallBlock + idx / vectorsPerRow;
     const int c = (idx % vectorsPerRow) * kVec;
     if (i >= seq.seqQ) break;  // idx grows with i: every later index is past the sequence too
-    const float *src = p.dqAccum + workspaceRow(p, item.batch, item.head, seq, i) * p.headDim + c;
+    const float *src = p.dqAccum + dqAccumIndex(p, workspaceRow(p, item.batch, item.head, seq, i), c);
     float values[kVec];
 #pragma unroll
     for (int e = 0; e < kVec; e += 4) {
@@ -400,6 +400,8 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
   params.sinkPartials = p.dSinks ? static_cast<float *>(plan.regionPointer(kSinkPartials, workspace)) : nullptr;
   params.dqAccum = static_cast<float *>(plan.regionPointer(kDqAccum, workspace));
   params.dqTurn = p.deterministic ? static_cast<int32_t *>(plan.regionPointer(kTurns, workspace)) : nullptr;
+  params.dqPaneled = config.dqPaneled;
+  params.dqRows = p.ragged ? int64_t(p.heads) * p.totalQ : p.batch * p.heads * p.seqQ;
   params.qBatch = p.q.batch;
   params.qHead = p.q.head;
   params.qRow = p.q.row;

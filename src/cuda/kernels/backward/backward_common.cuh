@@ -69,6 +69,16 @@ __device__ __forceinline__ int64_t workspaceRow(const BackwardParams &p, int32_t
   return p.ragged ? int64_t(h) * p.totalQ + e.qStart + i : (int64_t(b) * p.heads + h) * p.seqQ + i;
 }
 
+// The swizzle of a paneled dQ accumulator row: column c of the 64-wide panel is stored at c ^ dqSwizzle(row). Four
+// consecutive rows map the accumulator fragment's column pairs to 16 distinct bank pairs; runs of 8 stay contiguous.
+__host__ __device__ __forceinline__ int dqSwizzle(int64_t row) { return 8 * int(row & 3); }
+
+// Index of (workspace row, column) in the FP32 dQ accumulator (p.dqPaneled: see BackwardParams).
+__device__ __forceinline__ int64_t dqAccumIndex(const BackwardParams &p, int64_t row, int c) {
+  if (!p.dqPaneled) return row * p.headDim + c;
+  return (int64_t(c >> 6) * p.dqRows + row) * 64 + ((c & 63) ^ dqSwizzle(row));
+}
+
 // The mask rule of core/mask.hpp on this family's parameters. The main loops ask per tile and per row, so they take
 // the rule's diagonal form, computed once per CTA: a few 32-bit compares instead of visibleKeys' mask-kind branches
 // and 64-bit window arithmetic on every step (measured: 2.8% of the sm90 d128 backward's time on an H100).

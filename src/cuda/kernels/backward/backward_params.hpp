@@ -40,6 +40,11 @@ struct BackwardParams {
   float *lseLog2 = nullptr;
   float *dqAccum = nullptr;
   int32_t *dqTurn = nullptr;
+  // dQ accumulator layout (backward_common.cuh's dqAccumIndex): row-major [row][headDim], or paneled: headDim / 64
+  // panels of [dqRows][64] whose rows have their columns XOR-swizzled by 8 * (row % 4), so that the sm90 kernel's
+  // 16-row warp tiles are contiguous (one bulk reduce-add each) and staged without shared-memory bank conflicts.
+  bool dqPaneled = false;
+  int64_t dqRows = 0;
 
   // Element strides (batch, head, row); ragged tensors have batch stride 0 and rows counted from cuSeqlens.
   int64_t qBatch = 0, qHead = 0, qRow = 0;

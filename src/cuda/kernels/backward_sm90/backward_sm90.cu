@@ -56,6 +56,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.blockM = tile.blockM;
   config.blockN = tile.blockN;
   config.warps = tile.warps;
+  config.dqPaneled = p.headDim != 256;  // the d64/d128 kernel adds whole 16-row warp tiles (backward_sm90_kernel.cuh)
   return backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
 }
 

@@ -14,9 +14,10 @@
 //   dS^T -> dS          stmatrix.trans into shared memory (K-major A operand of the next product)
 //   dQ   = dS K         wgmma m64n64k16, K read MN-major; d128: warpgroup g computes columns 64g.. over all 128 keys;
 //                       d64: warpgroup g computes query rows 64g.. over all 128 keys
-//   dQ accumulator     += dQ: unordered, each warp stages its 16 rows in shared memory and adds them to the FP32
-//                       workspace by bulk reduce-add (cp.reduce.async.bulk, one per row); deterministic mode adds by
-//                       red.global.add.v2.f32 in key-block order. The convert kernel writes dQ.
+//   dQ accumulator     += dQ: unordered, each warp stages its 16 x 64 tile in shared memory and adds it to the
+//                       FP32 workspace with one bulk reduce-add (cp.reduce.async.bulk): the workspace is paneled
+//                       (backward_common.cuh's dqAccumIndex), so the tile is contiguous there; deterministic mode adds
+//                       by red.global.add.v2.f32 in key-block order. The convert kernel writes dQ.
 // d64 splits the products into batches (S^T | dP^T | dV | dK) so P is computed under dP^T and dS under dV.
 // Pipeline: three stages of (Q, dO, the workspace's D and LSE*log2 e rows), copied with cp.async by all 256 threads,
 // each thread's copies arriving on the stage's mbarrier as they land (noinc), so a warpgroup starts a step as soon as
@@ -70,10 +71,9 @@ struct SharedLayout {
   static_assert((D == 128 && kBlockM == 64) || (D == 64 && kBlockM == 128),
                 "d128: 64-row query blocks (registers); d64: 128-row blocks (fixed costs per step)");
   static constexpr int kStages = 3;
-  // A warp's dQ rows: 16 rows of 64 floats, each padded by 8 floats so the accumulator's float2 stores of a half-warp
-  // (4 rows x 4 column pairs) fall in distinct banks; a row is one bulk reduce-add.
-  static constexpr uint32_t kDqRowFloats = 64 + 8;
-  static constexpr uint32_t kDqWarpBytes = 16 * kDqRowFloats * 4;
+  // A warp's dQ tile: 16 rows of 64 floats in the workspace's paneled order (swizzled columns, no padding), so one
+  // bulk reduce-add moves it.
+  static constexpr uint32_t kDqWarpBytes = 16 * 64 * 4;
   static constexpr uint32_t kKBytes = uint32_t(kBlockN) * D * 2;
   static constexpr uint32_t kQBytes = uint32_t(kBlockM) * D * 2;
   static constexpr uint32_t kK = 0;
@@ -175,7 +175,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   constexpr int kCols = kBlockM / 2;     // accumulator floats per thread of S^T, dP^T (64 keys x kBlockM queries)
   constexpr int kQuerySteps = kBlockM / 16;
 
-  // This warp's dQ staging rows (unordered mode).
+  // This warp's dQ staging tile (unordered mode).
   const uint32_t dqStage = base + L::kDq + uint32_t(thread / 32) * L::kDqWarpBytes;
 
   int stage = 0;
@@ -406,30 +406,37 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       for (int hh = 0; hh < 2; ++hh) {
         const int32_t i = m0 + rowBase + 16 * warp + lane / 4 + 8 * hh;
         if (i >= sq) continue;
-        float *row = p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(D) + colBase + 2 * quad;
+        const int64_t wsRow = backward::workspaceRow(p, w.batch, h, e, i);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+        for (int j = 0; j < 8; ++j)
+          prim::redAddFloat2(p.dqAccum + backward::dqAccumIndex(p, wsRow, colBase + 8 * j + 2 * quad),
+                             dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
       }
       turns.release(w.keyBlock);
     } else {
-      // The warp's 16 rows go through its staging rows: the previous step's reduce-adds must have read them.
-      if (lane < 16) prim::bulkWaitRead<0>();
+      // The warp's tile goes through its staging tile: the previous step's reduce-add must have read it.
+      const int32_t iFirst = m0 + rowBase + 16 * warp;
+      const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
+      if (lane == 0) prim::bulkWaitRead<0>();
       __syncwarp();
+      float *const tile = reinterpret_cast<float *>(baseGeneric + L::kDq + uint32_t(thread / 32) * L::kDqWarpBytes);
 #pragma unroll
       for (int hh = 0; hh < 2; ++hh) {
-        float *row = reinterpret_cast<float *>(baseGeneric + L::kDq + uint32_t(thread / 32) * L::kDqWarpBytes) +
-                     (lane / 4 + 8 * hh) * L::kDqRowFloats + 2 * quad;
+        const int r = lane / 4 + 8 * hh;
+        float *row = tile + r * 64;
+        const int swizzle = backward::dqSwizzle(wsRow0 + r);
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-          *reinterpret_cast<float2 *>(row + 8 * j) = make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+          *reinterpret_cast<float2 *>(row + ((8 * j + 2 * quad) ^ swizzle)) =
+              make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
       }
-      prim::fenceProxyAsyncShared();  // the bulk copies read through the async proxy
+      prim::fenceProxyAsyncShared();  // the bulk copy reads through the async proxy
       __syncwarp();
-      if (lane < 16) {
-        const int32_t i = m0 + rowBase + 16 * warp + lane;
-        if (i < sq)
-          prim::bulkReduceAddFloats(p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(D) + colBase,
-                                    dqStage + uint32_t(lane) * L::kDqRowFloats * 4, 64 * 4);
+      if (lane == 0) {
+        const int32_t rows = sq - iFirst < 16 ? sq - iFirst : 16;  // rows past the sequence belong to others
+        if (rows > 0)
+          prim::bulkReduceAddFloats(p.dqAccum + (int64_t(colBase / 64) * p.dqRows + wsRow0) * 64, dqStage,
+                                    uint32_t(rows) * 64 * 4);
         prim::bulkCommitGroup();
       }
     }
@@ -439,7 +446,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     }
   }
   turns.flush(w.keyBlock);
-  if (!Deterministic && lane < 16) prim::bulkWait<0>();  // the staging rows must outlive the reads
+  if (!Deterministic && lane == 0) prim::bulkWait<0>();  // the staging tile must outlive the reads
 
   // dK, dV rows this CTA owns (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).
   const int32_t rowsLeft = e.rowsK - n0 - 64 * group;
