@@ -127,8 +127,11 @@ func cCopy[T int32 | float32](values []T) unsafe.Pointer {
 	return p
 }
 
-// AttentionDescriptor holds scale, mask, window, softcap, ALiBi and determinism. Defaults: scale 1/sqrt(headDim),
-// no mask, no window, no softcap, no ALiBi, non-deterministic backward.
+// AttentionDescriptor holds scale, mask, window, softcap, ALiBi, attention sinks and determinism. Defaults: scale
+// 1/sqrt(headDim), no mask, no window, no softcap, no ALiBi, no sinks, non-deterministic backward.
+//
+// Operations only read a descriptor, so several may share one, except that a descriptor with EnableSinksGradient
+// serves one Backward at a time: each writes its dSinks into the same memory.
 type AttentionDescriptor struct {
 	raw          C.flashAttnAttentionDescriptor_t
 	slopes       unsafe.Pointer // C copy of host slopes, freed after the descriptor is destroyed
@@ -136,8 +139,11 @@ type AttentionDescriptor struct {
 	slopesDevice bool
 	perBatch     bool
 	sinks        unsafe.Pointer // C copy of host sinks, freed after the descriptor is destroyed
+	sinkCount    int
+	sinksDevice  bool
 	dSinks       unsafe.Pointer // C memory the HOST backward writes dSinks into (EnableSinksGradient)
 	dSinkCount   int
+	dSinksDevice bool
 }
 
 func NewAttentionDescriptor() (*AttentionDescriptor, error) {
@@ -290,7 +296,8 @@ func (a *AttentionDescriptor) AlibiSlopes() (uintptr, bool, error) {
 }
 
 // SetSinks sets attention sinks for HOST operations (one logit per query head, [heads]), copied into C memory that
-// the descriptor owns. docs/semantics.md, Attention sinks.
+// the descriptor owns: each joins every row's softmax denominator of its head, without a value (docs/semantics.md,
+// Attention sinks). Forward, DecodeChunk and Backward read them; they check the count against the heads first.
 func (a *AttentionDescriptor) SetSinks(sinks []float32) error {
 	defer runtime.KeepAlive(a)
 	if len(sinks) == 0 {
@@ -303,7 +310,7 @@ func (a *AttentionDescriptor) SetSinks(sinks []float32) error {
 		return err
 	}
 	C.free(a.sinks)
-	a.sinks = p
+	a.sinks, a.sinkCount, a.sinksDevice = p, len(sinks), false
 	return nil
 }
 
@@ -315,7 +322,7 @@ func (a *AttentionDescriptor) SetSinksDevice(sinks uintptr) error {
 		return err
 	}
 	C.free(a.sinks)
-	a.sinks = nil
+	a.sinks, a.sinkCount, a.sinksDevice = nil, 0, sinks != 0
 	return nil
 }
 
@@ -329,10 +336,14 @@ func (a *AttentionDescriptor) Sinks() (uintptr, error) {
 	return uintptr(unsafe.Pointer(p)), err
 }
 
-// EnableSinksGradient makes HOST backwards write dSinks ([heads] floats) into C memory the descriptor owns; read it
-// with SinksGradient after a Backward. heads <= 0 turns it off.
+// EnableSinksGradient makes HOST backwards write dSinks ([heads] floats, overwritten by each Backward) into C memory
+// the descriptor owns; read it with SinksGradient after a Backward. The Backward needs the forward's sinks set too.
+// heads <= 0 turns it off.
 func (a *AttentionDescriptor) EnableSinksGradient(heads int) error {
 	defer runtime.KeepAlive(a)
+	if heads < 0 {
+		heads = 0
+	}
 	var p unsafe.Pointer
 	if heads > 0 {
 		p = cCopy(make([]float32, heads))
@@ -343,7 +354,7 @@ func (a *AttentionDescriptor) EnableSinksGradient(heads int) error {
 		return err
 	}
 	C.free(a.dSinks)
-	a.dSinks, a.dSinkCount = p, heads
+	a.dSinks, a.dSinkCount, a.dSinksDevice = p, heads, false
 	return nil
 }
 
@@ -357,7 +368,7 @@ func (a *AttentionDescriptor) SetSinksGradientDevice(dSinks uintptr) error {
 		return err
 	}
 	C.free(a.dSinks)
-	a.dSinks, a.dSinkCount = nil, 0
+	a.dSinks, a.dSinkCount, a.dSinksDevice = nil, 0, dSinks != 0
 	return nil
 }
 

@@ -156,13 +156,20 @@ func (h *Handle) requireHost(what string) error {
 	return nil
 }
 
-// checkHostDescriptors refuses device arrays and too few ALiBi slopes for a HOST operation.
+// checkHostDescriptors refuses device arrays and too few ALiBi slopes or sinks for a HOST operation.
 func checkHostDescriptors(attn *AttentionDescriptor, seq *SeqDescriptor, q *TensorDescriptor) error {
 	if seq != nil && seq.device {
 		return refused("seq: the sequence descriptor holds device arrays; a HOST operation needs host arrays")
 	}
 	if attn == nil {
 		return nil
+	}
+	if attn.sinksDevice {
+		return refused("attn: the sinks are in device memory; a HOST operation needs host sinks")
+	}
+	// Q is [batch, heads, seq, dim] or [tokens, heads, dim]: the heads are dims[1] either way.
+	if heads := headsOf(q); attn.sinks != nil && attn.sinkCount < heads {
+		return refused("sinks: %d sinks, the operation reads %d (heads)", attn.sinkCount, heads)
 	}
 	if attn.slopesDevice {
 		return refused("attn: the ALiBi slopes are in device memory; a HOST operation needs host slopes")
@@ -181,6 +188,28 @@ func checkHostDescriptors(attn *AttentionDescriptor, seq *SeqDescriptor, q *Tens
 	}
 	if attn.slopeCount < need {
 		return refused("alibi slopes: %d slopes, the operation reads %d (%s)", attn.slopeCount, need, what)
+	}
+	return nil
+}
+
+func headsOf(q *TensorDescriptor) int {
+	if len(q.dims) < 2 {
+		return 0
+	}
+	return int(q.dims[1])
+}
+
+// checkHostSinksGradient refuses a dSinks that a HOST backward cannot write: device memory, or fewer floats than
+// heads.
+func checkHostSinksGradient(attn *AttentionDescriptor, q *TensorDescriptor) error {
+	if attn == nil {
+		return nil
+	}
+	if attn.dSinksDevice {
+		return refused("attn: the sinks gradient is in device memory; a HOST backward needs EnableSinksGradient")
+	}
+	if heads := headsOf(q); attn.dSinks != nil && attn.dSinkCount < heads {
+		return refused("dSinks: EnableSinksGradient(%d), the backward writes %d (heads)", attn.dSinkCount, heads)
 	}
 	return nil
 }
@@ -298,7 +327,7 @@ func optPtr(t *HostTensor) unsafe.Pointer {
 }
 
 // Forward computes O = softmax(mask(softcap(scale Q K^T) + alibi)) V, and LSE when lse is not nil, on the HOST
-// backend.
+// backend; with sinks in attn, each row's softmax denominator also holds exp(sink of its head).
 func (h *Handle) Forward(attn *AttentionDescriptor, seq *SeqDescriptor, q, k, v, o HostTensor, lse *HostTensor) error {
 	if err := h.requireHost("Forward"); err != nil {
 		return err
@@ -331,7 +360,8 @@ func (h *Handle) Forward(attn *AttentionDescriptor, seq *SeqDescriptor, q, k, v,
 	})
 }
 
-// Backward computes dQ, dK, dV of Forward given dO and the forward's O and LSE, on the HOST backend.
+// Backward computes dQ, dK, dV of Forward given dO and the forward's O and LSE, on the HOST backend; attn must hold
+// the forward's sinks, and with EnableSinksGradient it also writes their gradient (read it with SinksGradient).
 func (h *Handle) Backward(attn *AttentionDescriptor, seq *SeqDescriptor,
 	q, k, v, o, dO, lse, dQ, dK, dV HostTensor) error {
 	if err := h.requireHost("Backward"); err != nil {
@@ -351,6 +381,9 @@ func (h *Handle) Backward(attn *AttentionDescriptor, seq *SeqDescriptor,
 	if err := checkHostDescriptors(attn, seq, q.Desc); err != nil {
 		return err
 	}
+	if err := checkHostSinksGradient(attn, q.Desc); err != nil {
+		return err
+	}
 	n, err := h.BackwardWorkspaceSizeWithGradients(attn, seq, q.Desc, k.Desc, v.Desc, o.Desc, dO.Desc, lse.Desc,
 		dQ.Desc, dK.Desc, dV.Desc)
 	if err != nil {
@@ -365,7 +398,8 @@ func (h *Handle) Backward(attn *AttentionDescriptor, seq *SeqDescriptor,
 	})
 }
 
-// DecodeChunk runs split-KV decode against a dense or paged KV cache on the HOST backend; numChunks 0 chooses.
+// DecodeChunk runs split-KV decode against a dense or paged KV cache on the HOST backend; numChunks 0 chooses. Sinks
+// in attn join each row once, whatever the chunk count, so the result is Forward's.
 func (h *Handle) DecodeChunk(attn *AttentionDescriptor, seq *SeqDescriptor, q, k, v, o HostTensor, lse *HostTensor,
 	numChunks int32) error {
 	if err := h.requireHost("DecodeChunk"); err != nil {

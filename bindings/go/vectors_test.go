@@ -164,6 +164,7 @@ func runVector(t *testing.T, h *Handle, v *vector, viaPointers bool) []string {
 		t.Fatalf("%s: only FP32 vectors are defined, got %s", v.Name, v.DType)
 	}
 	in := map[string]HostTensor{}
+	inData := map[string][]float32{}
 	for name, vt := range v.Inputs {
 		data := make([]float32, len(vt.RawData))
 		for i, raw := range vt.RawData {
@@ -173,6 +174,7 @@ func runVector(t *testing.T, h *Handle, v *vector, viaPointers bool) []string {
 			t.Fatalf("%s: input %s has %d values for dims %v", v.Name, name, len(data), vt.Dims)
 		}
 		in[name] = F32(descriptorOf(t, vt), data)
+		inData[name] = data
 	}
 	outData := map[string][]float32{}
 	out := map[string]HostTensor{}
@@ -196,6 +198,31 @@ func runVector(t *testing.T, h *Handle, v *vector, viaPointers bool) []string {
 		for _, err := range []error{attn.SetScale(float32(value(a.Scale, 32))), attn.SetMask(mask),
 			attn.SetWindow(a.Window[0], a.Window[1]), attn.SetSoftcap(float32(value(a.Softcap, 32))),
 			attn.SetDeterministic(a.Deterministic != 0)} {
+			if err != nil {
+				t.Fatalf("%s: %v", v.Name, err)
+			}
+		}
+	}
+	// Sinks and dSinks belong to the attention descriptor. The slice pass gives it a C copy of the sinks and C
+	// memory for dSinks; the pointer pass the Go slices' own addresses, which in and out keep alive (and the Go heap
+	// keeps in place) until the descriptor is closed.
+	_, wantDSinks := v.Expected["dsinks"]
+	if _, ok := v.Inputs["sinks"]; ok || wantDSinks {
+		if attn == nil {
+			t.Fatalf("%s: sinks without an attention descriptor", v.Name)
+		}
+		var errs []error
+		if ok && viaPointers {
+			errs = append(errs, attn.SetSinksDevice(uintptr(in["sinks"].ptr)))
+		} else if ok {
+			errs = append(errs, attn.SetSinks(inData["sinks"]))
+		}
+		if wantDSinks && viaPointers {
+			errs = append(errs, attn.SetSinksGradientDevice(uintptr(out["dsinks"].ptr)))
+		} else if wantDSinks {
+			errs = append(errs, attn.EnableSinksGradient(len(outData["dsinks"])))
+		}
+		for _, err := range errs {
 			if err != nil {
 				t.Fatalf("%s: %v", v.Name, err)
 			}
@@ -245,6 +272,9 @@ func runVector(t *testing.T, h *Handle, v *vector, viaPointers bool) []string {
 	}
 	if err != nil {
 		return []string{fmt.Sprintf("%s: %v", v.Name, err)}
+	}
+	if wantDSinks && !viaPointers {
+		copy(outData["dsinks"], attn.SinksGradient())
 	}
 	var problems []string
 	for name, vt := range v.Expected {
@@ -338,6 +368,12 @@ func TestVectorsPassTheirGatesOnHost(t *testing.T) {
 	for _, f := range files {
 		v := loadVector(t, f)
 		ops[v.Op] = true
+		if _, ok := v.Inputs["sinks"]; ok {
+			ops[v.Op+" with sinks"] = true
+		}
+		if _, ok := v.Expected["dsinks"]; ok {
+			ops["dsinks"] = true
+		}
 		problems = append(problems, runVector(t, h, v, false)...)
 		for _, p := range runVector(t, h, v, true) {
 			problems = append(problems, "(pointers) "+p)
@@ -346,8 +382,10 @@ func TestVectorsPassTheirGatesOnHost(t *testing.T) {
 	if len(problems) > 0 {
 		t.Fatalf("%d problem(s):\n  %v", len(problems), problems)
 	}
-	// Every operation of the format is exercised, so that no branch of the runner rots unnoticed.
-	for _, op := range []string{"forward", "backward", "decode", "merge"} {
+	// Every operation of the format is exercised, and every one that takes sinks with them, so that no branch of the
+	// runner rots unnoticed.
+	for _, op := range []string{"forward", "backward", "decode", "merge", "forward with sinks", "backward with sinks",
+		"decode with sinks", "dsinks"} {
 		if !ops[op] {
 			t.Errorf("no %s vector in %s", op, testdataDir())
 		}

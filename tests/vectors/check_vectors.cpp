@@ -197,6 +197,18 @@ void runVector(const Value &vec) {
   auto descOf = [](Tensor *t) { return t ? t->desc : nullptr; };
   auto ptrOf = [](Tensor *t) { return t ? t->ptr() : nullptr; };
 
+  // Sinks live in the attention descriptor, so they are set there rather than passed to the call; dSinks too.
+  std::unique_ptr<Tensor> sinks;
+  if (in.find("sinks")) {
+    if (!obj.attn) throw std::runtime_error("sinks need an attention descriptor");
+    sinks = input("sinks");
+    check(flashAttnSetAttentionSinks(obj.attn, sinks->ptr()), "flashAttnSetAttentionSinks");
+  }
+  if (Tensor *dSinks = output("dsinks")) {
+    if (!obj.attn) throw std::runtime_error("dsinks need an attention descriptor");
+    check(flashAttnSetAttentionSinksGradient(obj.attn, dSinks->ptr()), "flashAttnSetAttentionSinksGradient");
+  }
+
   const std::string op = vec.at("op").asString();
   size_t bytes = 0;
   std::vector<uint8_t> storage;
@@ -279,14 +291,18 @@ int run(const fs::path &dir) {
       if (vec.at("name").asString() != f.stem().string()) throw std::runtime_error("name differs from the file name");
       runVector(vec);
       ops.insert(vec.at("op").asString());
+      if (vec.at("inputs").find("sinks")) ops.insert(vec.at("op").asString() + " with sinks");
+      if (vec.at("expected").find("dsinks")) ops.insert("dsinks");
       std::printf("PASS %s\n", f.filename().c_str());
     } catch (const std::exception &e) {
       std::printf("FAIL %s: %s\n", f.filename().c_str(), e.what());
       ++failed;
     }
   }
-  // The vectors exist to cover every operation; losing one kind must not pass unnoticed.
-  for (const char *op : {"forward", "backward", "decode", "merge"})
+  // The vectors exist to cover every operation, and every one that takes sinks with them; losing one kind must not
+  // pass unnoticed.
+  for (const char *op : {"forward", "backward", "decode", "merge", "forward with sinks", "backward with sinks",
+                         "decode with sinks", "dsinks"})
     if (!ops.count(op)) {
       std::printf("FAIL: no passing %s vector\n", op);
       ++failed;

@@ -204,8 +204,15 @@ struct ForwardSpec {
   double scale = 0, softcap = 0;
   std::vector<int> qOrder = kBHSD, kOrder = kBHSD, vOrder = kBHSD, oOrder = kBHSD;
   std::vector<int64_t> raggedQ, raggedK;  // per-sequence lengths of a ragged batch
+  bool sinks = false;
   uint64_t seed = 1;
 };
+
+// Sinks of the order of the logits (unit-variance inputs, scale 1/sqrt(d)), so that they take a visible share of
+// each row. Drawn after the tensors, so that a vector without sinks keeps its values.
+const double kSinkSpread = 2.0;
+
+Tensor sinksTensor(const std::vector<double> &sinks) { return place(sinks, {int64_t(sinks.size())}, {0}); }
 
 Vector forwardVector(const ForwardSpec &c) {
   fa_ref::Problem p;
@@ -224,6 +231,7 @@ Vector forwardVector(const ForwardSpec &c) {
 
   Normal rng(c.seed);
   const std::vector<double> q = rng.values(p.qSize()), k = rng.values(p.kSize()), v = rng.values(p.vSize());
+  if (c.sinks) p.sinks = rng.values(size_t(c.heads), kSinkSpread);
   std::vector<double> o, lse, oLp, lseLp;
   fa_ref::forward(p, q, k, v, o, lse);
   fa_ref::forward(p, q, k, v, oLp, lseLp, fa_ref::Rounding::FP32);
@@ -256,46 +264,64 @@ Vector forwardVector(const ForwardSpec &c) {
     o = out.expected[0].second.data;
     oLp = place(packRagged(oLp, cuQ, H, c.seqQ, D), {tq, H, D}, kRowMajor3).data;
   }
+  if (c.sinks) out.inputs.push_back({"sinks", sinksTensor(p.sinks)});
   out.gates = {{"o", relativeGate(o, oLp, 2.0, false)}, {"lse", {1e-4, -1}}};
   return out;
 }
 
-Vector backwardVector() {
-  fa_ref::Problem p;
-  p.batch = 2;
-  p.heads = 2;
-  p.kvHeads = 1;
-  p.headDim = p.headDimV = 16;
-  p.maxSq = p.maxSk = 6;
-  p.mask = fa_ref::Mask::CausalTopLeft;
-  floatAttributes(p, 0.25, 0);
-  const int64_t B = p.batch, H = p.heads, KH = p.kvHeads, S = p.maxSq, D = p.headDim;
+struct BackwardSpec {
+  std::string name;
+  int64_t batch, heads, kvHeads, seqQ, seqK, headDim;
+  fa_ref::Mask mask = fa_ref::Mask::None;
+  double scale = 0;
+  int deterministic = 0;
+  bool sinks = false;  // and dSinks
+  uint64_t seed = 1;
+};
 
-  Normal rng(4);
+Vector backwardVector(const BackwardSpec &c) {
+  fa_ref::Problem p;
+  p.batch = c.batch;
+  p.heads = c.heads;
+  p.kvHeads = c.kvHeads;
+  p.headDim = p.headDimV = c.headDim;
+  p.maxSq = c.seqQ;
+  p.maxSk = c.seqK;
+  p.mask = c.mask;
+  floatAttributes(p, c.scale > 0 ? c.scale : 1.0 / std::sqrt(double(c.headDim)), 0);
+  const int64_t B = p.batch, H = p.heads, KH = p.kvHeads, SQ = p.maxSq, SK = p.maxSk, D = p.headDim;
+
+  Normal rng(c.seed);
   const std::vector<double> q = rng.values(p.qSize()), k = rng.values(p.kSize()), v = rng.values(p.vSize());
   const std::vector<double> dO = rng.values(p.oSize());
+  if (c.sinks) p.sinks = rng.values(size_t(H), kSinkSpread);
   std::vector<double> o, lse;
   fa_ref::forward(p, q, k, v, o, lse);
   // The backward is given O and LSE as an FP32 forward stored them.
   o = roundedToFp32(o);
   lse = roundedToFp32(lse);
-  std::vector<double> dQ, dK, dV, dQLp, dKLp, dVLp;
-  fa_ref::backward(p, q, k, v, dO, dQ, dK, dV);
-  fa_ref::backward(p, q, k, v, dO, dQLp, dKLp, dVLp, fa_ref::Rounding::FP32);
+  std::vector<double> dQ, dK, dV, dQLp, dKLp, dVLp, dS, dSLp;
+  fa_ref::backward(p, q, k, v, dO, dQ, dK, dV, fa_ref::Rounding::None, c.sinks ? &dS : nullptr);
+  fa_ref::backward(p, q, k, v, dO, dQLp, dKLp, dVLp, fa_ref::Rounding::FP32, c.sinks ? &dSLp : nullptr);
 
   Vector out;
-  out.name = "backward_causal_gqa";
+  out.name = c.name;
   out.op = "backward";
-  out.setAttention(p, 1);
-  out.inputs = {{"q", place(q, {B, H, S, D}, kBSHD)},     {"k", place(k, {B, KH, S, D}, kBSHD)},
-                {"v", place(v, {B, KH, S, D}, kBSHD)},     {"o", place(o, {B, H, S, D}, kBSHD)},
-                {"lse", place(lse, {B, H, S}, {0, 1, 2})}, {"do", place(dO, {B, H, S, D}, kBHSD)}};
-  out.expected = {{"dq", place(dQ, {B, H, S, D}, kBSHD)},
-                  {"dk", place(dK, {B, KH, S, D}, kBSHD)},
-                  {"dv", place(dV, {B, KH, S, D}, kBSHD)}};
+  out.setAttention(p, c.deterministic);
+  out.inputs = {{"q", place(q, {B, H, SQ, D}, kBSHD)},      {"k", place(k, {B, KH, SK, D}, kBSHD)},
+                {"v", place(v, {B, KH, SK, D}, kBSHD)},      {"o", place(o, {B, H, SQ, D}, kBSHD)},
+                {"lse", place(lse, {B, H, SQ}, {0, 1, 2})}, {"do", place(dO, {B, H, SQ, D}, kBHSD)}};
+  out.expected = {{"dq", place(dQ, {B, H, SQ, D}, kBSHD)},
+                  {"dk", place(dK, {B, KH, SK, D}, kBSHD)},
+                  {"dv", place(dV, {B, KH, SK, D}, kBSHD)}};
   out.gates = {{"dq", relativeGate(dQ, dQLp, 3.0, true)},
                {"dk", relativeGate(dK, dKLp, 3.0, true)},
                {"dv", relativeGate(dV, dVLp, 3.0, true)}};
+  if (c.sinks) {
+    out.inputs.push_back({"sinks", sinksTensor(p.sinks)});
+    out.expected.push_back({"dsinks", sinksTensor(dS)});
+    out.gates.push_back({"dsinks", relativeGate(dS, dSLp, 3.0, true)});
+  }
   return out;
 }
 
@@ -363,6 +389,43 @@ Vector decodeVector() {
   return out;
 }
 
+// Split-KV decode with sinks against a dense cache: the sink joins each row once after its chunks are folded, and
+// the second sequence has no key at all, so its rows are the sink alone (O = 0, LSE = the sink).
+Vector decodeSinksVector() {
+  const int64_t B = 2, H = 4, KH = 2, D = 16, SK = 9;
+  const std::vector<int64_t> lengths{SK, 0};
+  fa_ref::Problem p;
+  p.batch = B;
+  p.heads = H;
+  p.kvHeads = KH;
+  p.headDim = p.headDimV = D;
+  p.maxSq = 1;
+  p.maxSk = SK;
+  p.sk = lengths;
+  floatAttributes(p, 0.25, 0);
+
+  Normal rng(8);
+  const std::vector<double> q = rng.values(p.qSize()), k = rng.values(p.kSize()), v = rng.values(p.vSize());
+  p.sinks = rng.values(size_t(H), kSinkSpread);
+  std::vector<double> o, lse, oLp, lseLp;
+  fa_ref::forward(p, q, k, v, o, lse);
+  fa_ref::forward(p, q, k, v, oLp, lseLp, fa_ref::Rounding::FP32);
+
+  Vector out;
+  out.name = "decode_sinks";
+  out.op = "decode";
+  out.chunks = 3;
+  out.setAttention(p, 0);
+  out.seq = "{\"kv_lengths\": " + ints(lengths) + "}";
+  out.inputs = {{"q", place(q, {B, H, 1, D}, kBHSD)},
+                {"k", place(k, {B, KH, SK, D}, kBHSD)},
+                {"v", place(v, {B, KH, SK, D}, kBHSD)},
+                {"sinks", sinksTensor(p.sinks)}};
+  out.expected = {{"o", place(o, {B, H, 1, D}, kBHSD)}, {"lse", place(lse, {B, H, 1}, {0, 1, 2})}};
+  out.gates = {{"o", relativeGate(o, oLp, 2.0, false)}, {"lse", {1e-4, -1}}};
+  return out;
+}
+
 // Three partial states per row; row 4 has one empty state (LSE -inf) and row 1 has no state at all, which must give
 // O = 0 and LSE = -inf. Empty states' partial O is NaN: the merge must not read it.
 Vector mergeVector() {
@@ -420,8 +483,31 @@ std::vector<Vector> allVectors() {
   ragged.seed = 7;
   v.push_back(forwardVector(ragged));
 
-  v.push_back(backwardVector());
+  // Sinks with a bottom-right causal mask and more queries than keys: the first rows see no key, so the sink takes
+  // all their weight (O = 0, LSE = the sink, not -inf).
+  ForwardSpec sinks{"forward_sinks", 2, 4, 2, 5, 3, 16};
+  sinks.mask = fa_ref::Mask::CausalBottomRight;
+  sinks.qOrder = sinks.oOrder = kBSHD;
+  sinks.sinks = true;
+  sinks.seed = 9;
+  v.push_back(forwardVector(sinks));
+
+  BackwardSpec causal{"backward_causal_gqa", 2, 2, 1, 6, 6, 16};
+  causal.mask = fa_ref::Mask::CausalTopLeft;
+  causal.scale = 0.25;
+  causal.deterministic = 1;
+  causal.seed = 4;
+  v.push_back(backwardVector(causal));
+
+  // dSinks summed over the batch and the rows of each head; rows with no key (LSE = the sink, O = 0) add nothing.
+  BackwardSpec withSinks{"backward_sinks", 2, 2, 1, 6, 4, 16};
+  withSinks.mask = fa_ref::Mask::CausalBottomRight;
+  withSinks.sinks = true;
+  withSinks.seed = 10;
+  v.push_back(backwardVector(withSinks));
+
   v.push_back(decodeVector());
+  v.push_back(decodeSinksVector());
   v.push_back(mergeVector());
   return v;
 }

@@ -3,13 +3,16 @@ FlashAttn on CuArrays: loaded with CUDA.jl (`using FlashAttn, CUDA`). The operat
 (dims and strides reversed from Julia's column-major order, as for Arrays), check each array's length against its
 descriptor's span, bind the task's current CUDA stream to the handle, take the workspace from a CuArray the handle
 keeps, and queue the operation through FlashAttn's `*_device!` functions. They return without waiting for the GPU.
+Attention sinks and their gradient are CuVectors set on the attention descriptor (`set_sinks!`,
+`set_sinks_gradient!`, or the `sinks=` and `sinks_gradient=` keywords of `AttentionDescriptor`).
 """
 module FlashAttnCUDAExt
 
 using FlashAttn
 using CUDA
 
-import FlashAttn: TensorDescriptor, DeviceTensor, forward!, backward!, decode_chunk!, merge_states!
+import FlashAttn: TensorDescriptor, DeviceTensor, forward!, backward!, decode_chunk!, merge_states!, set_sinks!,
+                  set_sinks_gradient!
 
 TensorDescriptor(A::CuArray{T}) where {T} = TensorDescriptor(FlashAttn.dtype_of(T), A)
 TensorDescriptor(dtype::Integer, A::CuArray) =
@@ -30,6 +33,42 @@ function device_tensor(name, A::CuArray{T}) where {T}
 end
 device_tensor(name, ::Nothing) = nothing
 
+# The library reads the sinks when an operation runs, which may be after this call returns (the stream is not
+# waited for): the descriptor keeps the CuVector referenced until it is replaced or the descriptor destroyed.
+function set_sinks!(a::FlashAttn.AttentionDescriptor, sinks::CuVector{Float32})
+    isempty(sinks) && FlashAttn.refuse("sinks: empty (use clear_sinks! to turn sinks off)")
+    FlashAttn.set_sinks_device!(a, Ptr{Cfloat}(device_address(sinks)))
+    a.sinks = sinks
+    return a
+end
+
+function set_sinks_gradient!(a::FlashAttn.AttentionDescriptor, dsinks::CuVector{Float32})
+    isempty(dsinks) && FlashAttn.refuse("dsinks: empty (use clear_sinks_gradient! to turn it off)")
+    FlashAttn.set_sinks_gradient_device!(a, Ptr{Cfloat}(device_address(dsinks)))
+    a.dsinks = dsinks
+    return a
+end
+
+# Host sinks or dSinks would be read or written by the GPU: refused. Device ones that this package holds as
+# CuVectors are checked against the heads; raw pointers (set_sinks_device!) are the caller's to vouch for.
+function check_sinks(attn, q::DeviceTensor, what; backward::Bool=false)
+    attn === nothing && return nothing
+    heads = FlashAttn.heads_of(q.desc)
+    if attn.sinks !== nothing
+        attn.sinks_device ||
+            FlashAttn.refuse("attn: the sinks are a host Vector; $what on CuArrays needs a CuVector{Float32}")
+        length(attn.sinks) >= heads ||
+            FlashAttn.refuse("sinks: $(length(attn.sinks)) sinks, the operation reads $heads (heads)")
+    end
+    if backward && attn.dsinks !== nothing
+        attn.dsinks_device ||
+            FlashAttn.refuse("attn: the sinks gradient is a host Vector; $what on CuArrays needs a CuVector{Float32}")
+        length(attn.dsinks) >= heads ||
+            FlashAttn.refuse("dsinks: the array has $(length(attn.dsinks)) entries, the backward writes $heads (heads)")
+    end
+    return nothing
+end
+
 function prepare!(h::FlashAttn.Handle, what, bytes::Integer)
     h.ptr == C_NULL && FlashAttn.refuse("$what: the handle is closed")
     h.backend == FlashAttn.FLASHATTN_BACKEND_CUDA ||
@@ -49,6 +88,7 @@ function forward!(h::FlashAttn.Handle, q::CuArray{T}, k::CuArray{T}, v::CuArray{
                   seq=nothing, lse::Union{Nothing,CuArray{Float32}}=nothing) where {T}
     tq, tk, tv, to, tl = device_tensor("q", q), device_tensor("k", k), device_tensor("v", v), device_tensor("o", o),
                          device_tensor("lse", lse)
+    check_sinks(attn, tq, "forward!")
     n = FlashAttn.forward_workspace_size(h, tq.desc, tk.desc, tv.desc, to.desc; attn=attn, seq=seq,
                                          lse=FlashAttn.desc_of(tl))
     ws = prepare!(h, "forward!", n)
@@ -60,6 +100,7 @@ function backward!(h::FlashAttn.Handle, q::CuArray{T}, k::CuArray{T}, v::CuArray
                    dO::CuArray{T}, lse::CuArray{Float32}, dQ::CuArray{T}, dK::CuArray{T}, dV::CuArray{T};
                    attn=nothing, seq=nothing) where {T}
     t = map(device_tensor, ("q", "k", "v", "o", "dO", "lse", "dQ", "dK", "dV"), (q, k, v, o, dO, lse, dQ, dK, dV))
+    check_sinks(attn, t[1], "backward!"; backward=true)
     n = FlashAttn.backward_workspace_size(h, t[1].desc, t[2].desc, t[3].desc, t[4].desc, t[6].desc; attn=attn,
                                           seq=seq)
     ws = prepare!(h, "backward!", n)
@@ -72,6 +113,7 @@ function decode_chunk!(h::FlashAttn.Handle, q::CuArray{T}, k::CuArray{T}, v::CuA
                        num_chunks::Integer=0) where {T}
     tq, tk, tv, to, tl = device_tensor("q", q), device_tensor("k", k), device_tensor("v", v), device_tensor("o", o),
                          device_tensor("lse", lse)
+    check_sinks(attn, tq, "decode_chunk!")
     n = FlashAttn.decode_chunk_workspace_size(h, tq.desc, tk.desc, tv.desc, to.desc; attn=attn, seq=seq,
                                               lse=FlashAttn.desc_of(tl), num_chunks=num_chunks)
     ws = prepare!(h, "decode_chunk!", n)

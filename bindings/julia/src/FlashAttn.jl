@@ -179,41 +179,49 @@ span(d::TensorDescriptor) = 1 + sum(Int128(n - 1) * Int128(s) for (n, s) in zip(
 # Attention descriptor
 
 """
-    AttentionDescriptor(; scale=nothing, mask=nothing, window=nothing, softcap=nothing, deterministic=nothing)
+    AttentionDescriptor(; scale=nothing, mask=nothing, window=nothing, softcap=nothing, deterministic=nothing,
+                        sinks=nothing, sinks_gradient=nothing)
 
-Scale, mask, window, softcap, ALiBi and determinism. Defaults: scale 1/sqrt(headDim), no mask, no window, no
-softcap, no ALiBi, non-deterministic backward. Host ALiBi slopes are copied into the descriptor, which keeps them
-alive as long as the library may read them.
+Scale, mask, window, softcap, ALiBi, attention sinks and determinism. Defaults: scale 1/sqrt(headDim), no mask, no
+window, no softcap, no ALiBi, no sinks, non-deterministic backward. Host ALiBi slopes and sinks are copied into the
+descriptor, which keeps them alive as long as the library may read them. `sinks` and `sinks_gradient` go to
+[`set_sinks!`](@ref) and [`set_sinks_gradient!`](@ref) (with CUDA.jl loaded, CuVectors too).
 """
 mutable struct AttentionDescriptor
     ptr::Ptr{Cvoid}
     slopes::Union{Nothing,Vector{Float32}}
     slopes_device::Bool
     per_batch::Bool
-    sinks::Union{Nothing,Vector{Float32}}
-    dsinks::Union{Nothing,Vector{Float32}}
+    # The host copy, or the device array the CUDA extension keeps alive; `sinks_device` says which.
+    sinks::Union{Nothing,AbstractVector{Float32}}
+    sinks_device::Bool
+    # The caller's host vector a HOST backward writes, or the device array of a CUDA one.
+    dsinks::Union{Nothing,AbstractVector{Float32}}
+    dsinks_device::Bool
 
     function AttentionDescriptor(; scale=nothing, mask=nothing, window=nothing, softcap=nothing,
-                                 deterministic=nothing)
+                                 deterministic=nothing, sinks=nothing, sinks_gradient=nothing)
         ref = Ref{Ptr{Cvoid}}(C_NULL)
         check(ccall((:flashAttnCreateAttentionDescriptor, libflashattn), Cint, (Ptr{Ptr{Cvoid}},), ref))
-        a = finalizer(destroy!, new(ref[], nothing, false, false, nothing, nothing))
+        a = finalizer(destroy!, new(ref[], nothing, false, false, nothing, false, nothing, false))
         scale === nothing || set_scale!(a, scale)
         mask === nothing || set_mask!(a, mask)
         window === nothing || set_window!(a, window[1], window[2])
         softcap === nothing || set_softcap!(a, softcap)
         deterministic === nothing || set_deterministic!(a, deterministic)
+        sinks === nothing || set_sinks!(a, sinks)
+        sinks_gradient === nothing || set_sinks_gradient!(a, sinks_gradient)
         return a
     end
 end
 
 function destroy!(a::AttentionDescriptor)
     if a.ptr != C_NULL
-        # Destroyed before the slopes are released, so the library never holds a freed pointer.
+        # Destroyed before the slopes and sinks are released, so the library never holds a freed pointer.
         ccall((:flashAttnDestroyAttentionDescriptor, libflashattn), Cint, (Ptr{Cvoid},), a.ptr)
         a.ptr = C_NULL
     end
-    a.slopes = nothing
+    a.slopes = a.sinks = a.dsinks = nothing
     return nothing
 end
 Base.close(a::AttentionDescriptor) = destroy!(a)
@@ -297,19 +305,26 @@ function alibi_slopes(a::AttentionDescriptor)
     return p[], per_batch[] != 0
 end
 
-"""Attention sinks for HOST operations (`[heads]`, one logit per query head), copied into the descriptor."""
+"""
+    set_sinks!(a, sinks)
+
+Attention sinks for HOST operations, copied into the descriptor: `[heads]`, one logit per query head that joins
+every row's softmax denominator without a value (docs/semantics.md, Attention sinks). `forward!`,
+`decode_chunk!` and `backward!` read them, and check their count against the heads first. With CUDA.jl loaded, a
+`CuVector{Float32}` sets device sinks for the CUDA methods instead (kept alive by the descriptor).
+"""
 function set_sinks!(a::AttentionDescriptor, sinks::AbstractVector{<:Real})
     isempty(sinks) && refuse("sinks: empty (use clear_sinks! to turn sinks off)")
     owned = Vector{Float32}(sinks)
     check(ccall((:flashAttnSetAttentionSinks, libflashattn), Cint, (Ptr{Cvoid}, Ptr{Cfloat}), a.ptr, owned))
-    a.sinks = owned
+    a.sinks, a.sinks_device = owned, false
     return a
 end
 
 """Attention sinks in device memory (or `C_NULL` to turn them off); the caller keeps them valid."""
 function set_sinks_device!(a::AttentionDescriptor, sinks::Ptr{Cfloat})
     check(ccall((:flashAttnSetAttentionSinks, libflashattn), Cint, (Ptr{Cvoid}, Ptr{Cfloat}), a.ptr, sinks))
-    a.sinks = nothing
+    a.sinks, a.sinks_device = nothing, sinks != C_NULL
     return a
 end
 
@@ -322,14 +337,30 @@ function sinks(a::AttentionDescriptor)
     return p[]
 end
 
-"""Where a Backward writes dSinks: a host `Vector{Float32}` of `heads` entries kept by the descriptor (HOST), or
-`nothing` to turn it off. The vector is overwritten by each Backward."""
+"""
+    set_sinks_gradient!(a, dsinks)
+
+Where `backward!` writes the sinks' gradient: the caller's `Vector{Float32}` of `heads` entries (HOST), which the
+descriptor keeps referenced and each backward overwrites (never accumulates into), or `nothing` to turn it off.
+Do not resize the vector while the descriptor holds it: the library keeps its data pointer. The backward needs the
+forward's sinks too. With CUDA.jl loaded, a `CuVector{Float32}` is the target of the CUDA `backward!`.
+"""
 function set_sinks_gradient!(a::AttentionDescriptor, dsinks::Union{Nothing,Vector{Float32}})
     p = dsinks === nothing ? Ptr{Cfloat}(C_NULL) : pointer(dsinks)
     check(ccall((:flashAttnSetAttentionSinksGradient, libflashattn), Cint, (Ptr{Cvoid}, Ptr{Cfloat}), a.ptr, p))
-    a.dsinks = dsinks
+    a.dsinks, a.dsinks_device = dsinks, false
     return a
 end
+
+"""dSinks in device memory (or `C_NULL` to turn it off); the caller keeps it valid."""
+function set_sinks_gradient_device!(a::AttentionDescriptor, dsinks::Ptr{Cfloat})
+    check(ccall((:flashAttnSetAttentionSinksGradient, libflashattn), Cint, (Ptr{Cvoid}, Ptr{Cfloat}), a.ptr,
+                dsinks))
+    a.dsinks, a.dsinks_device = nothing, dsinks != C_NULL
+    return a
+end
+
+clear_sinks_gradient!(a::AttentionDescriptor) = set_sinks_gradient!(a, nothing)
 
 """The dSinks pointer the library holds (`C_NULL` when not computed)."""
 function sinks_gradient(a::AttentionDescriptor)
@@ -580,12 +611,19 @@ function require_host(h::Handle, what::AbstractString)
     return nothing
 end
 
-# Refuses device arrays and too few ALiBi slopes for a HOST operation.
+# Q is [batch, heads, seq, dim] or [tokens, heads, dim]: the heads are dims[2] either way.
+heads_of(q::TensorDescriptor) = length(q.dims) >= 2 ? Int(q.dims[2]) : 0
+
+# Refuses device arrays and too few ALiBi slopes or sinks for a HOST operation.
 function check_host_descriptors(attn, seq, q::TensorDescriptor)
     if seq !== nothing && seq.device
         refuse("seq: the sequence descriptor holds device arrays; a HOST operation needs host arrays")
     end
     attn === nothing && return nothing
+    attn.sinks_device && refuse("attn: the sinks are in device memory; a HOST operation needs host sinks")
+    if attn.sinks !== nothing && length(attn.sinks) < heads_of(q)
+        refuse("sinks: $(length(attn.sinks)) sinks, the operation reads $(heads_of(q)) (heads)")
+    end
     attn.slopes_device && refuse("attn: the ALiBi slopes are in device memory; a HOST operation needs host slopes")
     (attn.slopes === nothing || length(q.dims) < 2) && return nothing
     # Q is [batch, heads, seq, dim], or [tokens, heads, dim] with the batch in the ragged descriptor.
@@ -601,7 +639,8 @@ function check_host_descriptors(attn, seq, q::TensorDescriptor)
 end
 
 # A 256-byte aligned pointer to at least `bytes` bytes of the handle's workspace (C_NULL for 0). The caller keeps
-# h.workspace rooted (GC.@preserve) while the pointer is in use.
+# h.workspace rooted (GC.@preserve) while the pointer is in use, and the descriptors too: they root the host arrays
+# the library reads or writes during the call (slopes, sinks, dSinks, sequence arrays).
 function host_workspace(h::Handle, bytes::Integer)
     bytes == 0 && return C_NULL
     length(h.workspace) < bytes + 256 && (h.workspace = Vector{UInt8}(undef, bytes + 256))
@@ -687,8 +726,8 @@ data_of(t::HostTensor) = t.data
 """
     forward!(h, q, k, v, o; attn=nothing, seq=nothing, lse=nothing)
 
-O = softmax(mask(softcap(scale Q K^T) + alibi)) V, and LSE when `lse` is given, on the HOST backend. The tensors
-are `HostTensor`s.
+O = softmax(mask(softcap(scale Q K^T) + alibi)) V, and LSE when `lse` is given, on the HOST backend; with sinks in
+`attn`, each row's softmax denominator also holds exp(sink of its head). The tensors are `HostTensor`s.
 """
 function forward!(h::Handle, q::HostTensor{T}, k::HostTensor{T}, v::HostTensor{T}, o::HostTensor{T};
                   attn=nothing, seq=nothing, lse::Union{Nothing,HostTensor}=nothing) where {T}
@@ -698,7 +737,7 @@ function forward!(h::Handle, q::HostTensor{T}, k::HostTensor{T}, v::HostTensor{T
     check_host_descriptors(attn, seq, q.desc)
     n = forward_workspace_size(h, q.desc, k.desc, v.desc, o.desc; attn=attn, seq=seq, lse=desc_of(lse))
     ws = host_workspace(h, n)
-    GC.@preserve h begin
+    GC.@preserve h attn seq begin
         check(ccall((:flashAttnForward, libflashattn), Cint,
                     (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid},
                      Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cfloat}, Ptr{Cvoid}, Csize_t),
@@ -708,10 +747,22 @@ function forward!(h::Handle, q::HostTensor{T}, k::HostTensor{T}, v::HostTensor{T
     return o.data
 end
 
+# Refuses a dSinks a HOST backward cannot write: device memory, or fewer entries than heads.
+function check_host_sinks_gradient(attn, q::TensorDescriptor)
+    attn === nothing && return nothing
+    attn.dsinks_device &&
+        refuse("attn: the sinks gradient is in device memory; a HOST backward needs a Vector{Float32}")
+    if attn.dsinks !== nothing && length(attn.dsinks) < heads_of(q)
+        refuse("dsinks: the vector has $(length(attn.dsinks)) entries, the backward writes $(heads_of(q)) (heads)")
+    end
+    return nothing
+end
+
 """
     backward!(h, q, k, v, o, dO, lse, dQ, dK, dV; attn=nothing, seq=nothing)
 
-dQ, dK, dV of [`forward!`](@ref) given dO and the forward's O and LSE, on the HOST backend.
+dQ, dK, dV of [`forward!`](@ref) given dO and the forward's O and LSE, on the HOST backend. `attn` must hold the
+forward's sinks; with [`set_sinks_gradient!`](@ref) the backward also writes their gradient into that vector.
 """
 function backward!(h::Handle, q::HostTensor{T}, k::HostTensor{T}, v::HostTensor{T}, o::HostTensor{T},
                    dO::HostTensor{T}, lse::HostTensor, dQ::HostTensor{T}, dK::HostTensor{T}, dV::HostTensor{T};
@@ -722,10 +773,11 @@ function backward!(h::Handle, q::HostTensor{T}, k::HostTensor{T}, v::HostTensor{
     end
     check_lse("lse", lse)
     check_host_descriptors(attn, seq, q.desc)
+    check_host_sinks_gradient(attn, q.desc)
     n = backward_workspace_size_with_gradients(h, q.desc, k.desc, v.desc, o.desc, dO.desc, lse.desc, dQ.desc,
                                                dK.desc, dV.desc; attn=attn, seq=seq)
     ws = host_workspace(h, n)
-    GC.@preserve h begin
+    GC.@preserve h attn seq begin
         check(ccall((:flashAttnBackward, libflashattn), Cint,
                     (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid},
                      Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cfloat}, Ptr{Cvoid},
@@ -740,7 +792,8 @@ end
 """
     decode_chunk!(h, q, k, v, o; attn=nothing, seq=nothing, lse=nothing, num_chunks=0)
 
-Split-KV decode against a dense or paged KV cache on the HOST backend; `num_chunks` 0 chooses.
+Split-KV decode against a dense or paged KV cache on the HOST backend; `num_chunks` 0 chooses. Sinks in `attn`
+join each row once, whatever the chunk count, so the result is `forward!`'s.
 """
 function decode_chunk!(h::Handle, q::HostTensor{T}, k::HostTensor{T}, v::HostTensor{T}, o::HostTensor{T};
                        attn=nothing, seq=nothing, lse::Union{Nothing,HostTensor}=nothing,
@@ -752,7 +805,7 @@ function decode_chunk!(h::Handle, q::HostTensor{T}, k::HostTensor{T}, v::HostTen
     n = decode_chunk_workspace_size(h, q.desc, k.desc, v.desc, o.desc; attn=attn, seq=seq, lse=desc_of(lse),
                                     num_chunks=num_chunks)
     ws = host_workspace(h, n)
-    GC.@preserve h begin
+    GC.@preserve h attn seq begin
         check(ccall((:flashAttnDecodeChunk, libflashattn), Cint,
                     (Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid},
                      Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cvoid}, Ptr{Cfloat}, Int32, Ptr{Cvoid}, Csize_t),

@@ -79,17 +79,19 @@ def test_vector(file):
     outs = {name: array(t, fill=np.nan) for name, t in vec["expected"].items()}
     op = vec["op"]
     seq = seq_arguments(vec["seq"])
+    sinks = ins.get("sinks")
     if op == "forward":
-        flashattn.forward(ins["q"], ins["k"], ins["v"], out=outs["o"], lse=outs.get("lse"),
+        flashattn.forward(ins["q"], ins["k"], ins["v"], out=outs["o"], lse=outs.get("lse"), sinks=sinks,
                           deterministic=vec["attention"]["deterministic"], **attention_arguments(vec["attention"]),
                           **seq)
     elif op == "backward":
         flashattn.backward(ins["do"], ins["q"], ins["k"], ins["v"], ins["o"], ins["lse"], dq=outs["dq"],
-                           dk=outs["dk"], dv=outs["dv"], deterministic=vec["attention"]["deterministic"],
-                           **attention_arguments(vec["attention"]), **seq)
+                           dk=outs["dk"], dv=outs["dv"], sinks=sinks, dsinks=outs.get("dsinks"),
+                           deterministic=vec["attention"]["deterministic"], **attention_arguments(vec["attention"]),
+                           **seq)
     elif op == "decode":
         flashattn.decode(ins["q"], ins["k"], ins["v"], out=outs["o"], lse=outs.get("lse"), num_chunks=vec["chunks"],
-                         **attention_arguments(vec["attention"]), **seq)
+                         sinks=sinks, **attention_arguments(vec["attention"]), **seq)
     elif op == "merge":
         flashattn.merge_states(ins["partial_o"], ins["partial_lse"], out=outs["o"], lse=outs.get("lse"))
     else:
@@ -103,8 +105,14 @@ def test_every_operation_has_a_vector():
     ops = set()
     for file in vector_files():
         with open(os.path.join(TESTDATA, file), encoding="utf-8") as f:
-            ops.add(json.load(f)["op"])
-    assert ops == {"forward", "backward", "decode", "merge"}
+            vec = json.load(f)
+        ops.add(vec["op"])
+        if "sinks" in vec["inputs"]:
+            ops.add(vec["op"] + " with sinks")
+        if "dsinks" in vec["expected"]:
+            ops.add("dsinks")
+    assert ops == {"forward", "backward", "decode", "merge", "forward with sinks", "backward with sinks",
+                   "decode with sinks", "dsinks"}
 
 
 def test_a_wrong_expected_value_fails_its_gate():

@@ -11,12 +11,15 @@
 //!   bits of FP16 or BF16 tensors. Each slice is checked against its descriptor's span (and its element type against
 //!   the descriptor's data type) before the library is called, so a short slice is never read or written past.
 //! - CUDA operations take raw device pointers and are `unsafe fn`s: nothing here can check device memory.
+//! - Attention sinks are set on the [`AttentionDescriptor`] (copied, like ALiBi slopes) and read by forward,
+//!   decode and backward; [`Handle::backward_with_sinks_gradient`] also writes their gradient into a slice.
 //!
 //! Semantics (layouts, masks, LSE, workspace) are those of the C header and docs/semantics.md.
 
 use flashattn_sys as sys;
 use std::ffi::CStr;
 use std::fmt;
+use std::marker::PhantomData;
 use std::os::raw::{c_char, c_void};
 use std::ptr;
 
@@ -346,11 +349,21 @@ enum Slopes {
     Device,
 }
 
-/// Scale, mask, window, softcap, ALiBi and determinism. Defaults: scale 1/sqrt(headDim), no mask, no window,
-/// no softcap, no ALiBi, non-deterministic backward.
+enum Sinks {
+    None,
+    /// Owned here for the same reason as the slopes.
+    Host(Box<[f32]>),
+    Device,
+}
+
+/// Scale, mask, window, softcap, ALiBi, attention sinks and determinism. Defaults: scale 1/sqrt(headDim), no mask,
+/// no window, no softcap, no ALiBi, no sinks, non-deterministic backward.
 pub struct AttentionDescriptor {
     raw: sys::flashAttnAttentionDescriptor_t,
     slopes: Slopes,
+    sinks: Sinks,
+    /// A device dSinks pointer is set: HOST backwards refuse the descriptor (they would write to it on the host).
+    sinks_gradient_device: bool,
 }
 
 unsafe impl Send for AttentionDescriptor {}
@@ -360,7 +373,7 @@ impl AttentionDescriptor {
     pub fn new() -> Result<AttentionDescriptor> {
         let mut raw = ptr::null_mut();
         check(unsafe { sys::flashAttnCreateAttentionDescriptor(&mut raw) })?;
-        Ok(AttentionDescriptor { raw, slopes: Slopes::None })
+        Ok(AttentionDescriptor { raw, slopes: Slopes::None, sinks: Sinks::None, sinks_gradient_device: false })
     }
 
     /// Softmax scale; 0 returns to the default 1/sqrt(headDim).
@@ -450,6 +463,98 @@ impl AttentionDescriptor {
         let mut per_batch = 0i32;
         check(unsafe { sys::flashAttnGetAttentionAlibiSlopes(self.raw, &mut p, &mut per_batch) })?;
         Ok((p, per_batch != 0))
+    }
+
+    /// Attention sinks for HOST operations, copied into the descriptor: one logit per query head (`[heads]`) that
+    /// joins every row's softmax denominator without a value (docs/semantics.md, Attention sinks). Forward,
+    /// decode and backward read them; operations check the count against the heads before calling the library.
+    pub fn set_sinks(&mut self, sinks: &[f32]) -> Result<()> {
+        if sinks.is_empty() {
+            return Err(Error::refused("sinks: empty (clear_sinks turns sinks off)".to_string()));
+        }
+        let owned: Box<[f32]> = sinks.into();
+        check(unsafe { sys::flashAttnSetAttentionSinks(self.raw, owned.as_ptr()) })?;
+        // As for the slopes: the old copy is freed only once the library points at the new one.
+        self.sinks = Sinks::Host(owned);
+        Ok(())
+    }
+
+    /// Attention sinks in device memory for CUDA operations; null turns sinks off.
+    ///
+    /// # Safety
+    /// `sinks` must point to `heads` floats, 4-byte aligned, in the memory of the handles this descriptor is used
+    /// with, and stay valid while any operation using the descriptor may run.
+    pub unsafe fn set_sinks_device(&mut self, sinks: *const f32) -> Result<()> {
+        check(sys::flashAttnSetAttentionSinks(self.raw, sinks))?;
+        self.sinks = if sinks.is_null() { Sinks::None } else { Sinks::Device };
+        Ok(())
+    }
+
+    pub fn clear_sinks(&mut self) -> Result<()> {
+        check(unsafe { sys::flashAttnSetAttentionSinks(self.raw, ptr::null()) })?;
+        self.sinks = Sinks::None;
+        Ok(())
+    }
+
+    /// The sinks pointer the library holds (null when sinks are off): for host sinks, the descriptor's own copy.
+    pub fn sinks(&self) -> Result<*const f32> {
+        let mut p: *const f32 = ptr::null();
+        check(unsafe { sys::flashAttnGetAttentionSinks(self.raw, &mut p) })?;
+        Ok(p)
+    }
+
+    /// Where CUDA backwards write the sinks' gradient (`[heads]` FP32 in device memory, overwritten by each
+    /// backward); null turns it off. On the HOST backend, [`Handle::backward_with_sinks_gradient`] takes a slice
+    /// instead.
+    ///
+    /// # Safety
+    /// `d_sinks` must point to `heads` floats, 4-byte aligned, in the memory of the handles this descriptor is used
+    /// with, overlap no other argument of the backwards, and stay valid while any backward using the descriptor
+    /// may run.
+    pub unsafe fn set_sinks_gradient_device(&mut self, d_sinks: *mut f32) -> Result<()> {
+        check(sys::flashAttnSetAttentionSinksGradient(self.raw, d_sinks))?;
+        self.sinks_gradient_device = !d_sinks.is_null();
+        Ok(())
+    }
+
+    pub fn clear_sinks_gradient(&mut self) -> Result<()> {
+        check(unsafe { sys::flashAttnSetAttentionSinksGradient(self.raw, ptr::null_mut()) })?;
+        self.sinks_gradient_device = false;
+        Ok(())
+    }
+
+    /// The dSinks pointer the library holds (null when backwards do not compute it).
+    pub fn sinks_gradient(&self) -> Result<*mut f32> {
+        let mut p: *mut f32 = ptr::null_mut();
+        check(unsafe { sys::flashAttnGetAttentionSinksGradient(self.raw, &mut p) })?;
+        Ok(p)
+    }
+}
+
+/// Points a descriptor's dSinks at a caller's slice for one HOST backward, and puts the previous pointer back when
+/// dropped: even when the backward fails or panics, the library never keeps a pointer past the slice's borrow.
+struct LentSinksGradient<'a> {
+    attn: &'a mut AttentionDescriptor,
+    previous: *mut f32,
+    previous_device: bool,
+    /// The library writes the slice through the pointer it was given: nobody else may touch it meanwhile.
+    _d_sinks: PhantomData<&'a mut [f32]>,
+}
+
+impl<'a> LentSinksGradient<'a> {
+    fn new(attn: &'a mut AttentionDescriptor, d_sinks: &'a mut [f32]) -> Result<LentSinksGradient<'a>> {
+        let previous = attn.sinks_gradient()?;
+        check(unsafe { sys::flashAttnSetAttentionSinksGradient(attn.raw, d_sinks.as_mut_ptr()) })?;
+        let previous_device = std::mem::replace(&mut attn.sinks_gradient_device, false);
+        Ok(LentSinksGradient { attn, previous, previous_device, _d_sinks: PhantomData })
+    }
+}
+
+impl Drop for LentSinksGradient<'_> {
+    fn drop(&mut self) {
+        // The previous pointer was accepted once and the descriptor is alive, so setting it again cannot fail.
+        unsafe { sys::flashAttnSetAttentionSinksGradient(self.attn.raw, self.previous) };
+        self.attn.sinks_gradient_device = self.previous_device;
     }
 }
 
@@ -733,6 +838,25 @@ fn check_host_descriptors(
         }
     }
     if let Some(attn) = attn {
+        match &attn.sinks {
+            Sinks::None => {}
+            Sinks::Device => {
+                return Err(Error::refused(
+                    "attn: the sinks are in device memory; a HOST operation needs host sinks".to_string(),
+                ))
+            }
+            Sinks::Host(sinks) => {
+                // Q is [batch, heads, seq, dim] or [tokens, heads, dim]: the heads are dims[1] either way.
+                let heads = q.dims().get(1).map_or(0, |&h| h.max(0) as usize);
+                if sinks.len() < heads {
+                    return Err(Error::refused(format!(
+                        "sinks: {} sinks, the operation reads {} (heads)",
+                        sinks.len(),
+                        heads
+                    )));
+                }
+            }
+        }
         match &attn.slopes {
             Slopes::None => {}
             Slopes::Device => {
@@ -1028,7 +1152,8 @@ impl Handle {
         Ok(bytes)
     }
 
-    /// O = softmax(mask(softcap(scale Q K^T) + alibi)) V and optionally LSE, on the HOST backend.
+    /// O = softmax(mask(softcap(scale Q K^T) + alibi)) V and optionally LSE, on the HOST backend; with sinks in
+    /// `attn`, each row's softmax denominator also holds exp(sink of its head).
     #[allow(clippy::too_many_arguments)]
     pub fn forward<T: Element>(
         &mut self,
@@ -1077,7 +1202,9 @@ impl Handle {
         })
     }
 
-    /// dQ, dK, dV of [`Handle::forward`] given dO and the forward's O and LSE, on the HOST backend.
+    /// dQ, dK, dV of [`Handle::forward`] given dO and the forward's O and LSE, on the HOST backend. With sinks in
+    /// `attn` (those the forward had), the gradients are those of attention with sinks; their own gradient comes
+    /// from [`Handle::backward_with_sinks_gradient`].
     #[allow(clippy::too_many_arguments)]
     pub fn backward<T: Element>(
         &mut self,
@@ -1094,6 +1221,65 @@ impl Handle {
         dv: Output<T>,
     ) -> Result<()> {
         self.require_host("backward")?;
+        if attn.map_or(false, |a| a.sinks_gradient_device) {
+            return Err(Error::refused(
+                "attn: the sinks gradient is in device memory, and a HOST backward would write it; use \
+                 backward_with_sinks_gradient with a slice"
+                    .to_string(),
+            ));
+        }
+        self.host_backward(attn, seq, q, k, v, o, d_o, lse, dq, dk, dv)
+    }
+
+    /// [`Handle::backward`] that also writes the sinks' gradient into `d_sinks` (`[heads]`, overwritten, never
+    /// accumulated into): dSinks[h] = -sum over the batch and the rows of head h of exp(s_h - LSE) (dO . O).
+    /// `attn` must hold the forward's sinks. Its dSinks pointer is `d_sinks` only for the call, which is why the
+    /// descriptor is borrowed mutably: no other operation can use it meanwhile, and it points back where it did
+    /// (null, or a device pointer) when the call returns.
+    #[allow(clippy::too_many_arguments)]
+    pub fn backward_with_sinks_gradient<T: Element>(
+        &mut self,
+        attn: &mut AttentionDescriptor,
+        seq: Option<&SeqDescriptor>,
+        q: Input<T>,
+        k: Input<T>,
+        v: Input<T>,
+        o: Input<T>,
+        d_o: Input<T>,
+        lse: Input<f32>,
+        dq: Output<T>,
+        dk: Output<T>,
+        dv: Output<T>,
+        d_sinks: &mut [f32],
+    ) -> Result<()> {
+        self.require_host("backward_with_sinks_gradient")?;
+        let heads = q.desc.dims().get(1).map_or(0, |&h| h.max(0) as usize);
+        if d_sinks.len() < heads {
+            return Err(Error::refused(format!(
+                "d_sinks: the slice has {} elements, the backward writes {} (heads)",
+                d_sinks.len(),
+                heads
+            )));
+        }
+        let lent = LentSinksGradient::new(attn, d_sinks)?;
+        self.host_backward(Some(&*lent.attn), seq, q, k, v, o, d_o, lse, dq, dk, dv)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn host_backward<T: Element>(
+        &mut self,
+        attn: Option<&AttentionDescriptor>,
+        seq: Option<&SeqDescriptor>,
+        q: Input<T>,
+        k: Input<T>,
+        v: Input<T>,
+        o: Input<T>,
+        d_o: Input<T>,
+        lse: Input<f32>,
+        dq: Output<T>,
+        dk: Output<T>,
+        dv: Output<T>,
+    ) -> Result<()> {
         check_slice::<T>("q", q.desc, q.data.len())?;
         check_slice::<T>("k", k.desc, k.data.len())?;
         check_slice::<T>("v", v.desc, v.data.len())?;
@@ -1137,7 +1323,8 @@ impl Handle {
         })
     }
 
-    /// Split-KV decode against a dense or paged KV cache, on the HOST backend. `num_chunks` 0 chooses.
+    /// Split-KV decode against a dense or paged KV cache, on the HOST backend. `num_chunks` 0 chooses. Sinks in
+    /// `attn` join each row once, whatever the chunk count, so the result is the forward's.
     #[allow(clippy::too_many_arguments)]
     pub fn decode_chunk<T: Element>(
         &mut self,

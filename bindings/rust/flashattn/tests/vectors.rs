@@ -185,8 +185,18 @@ fn run_vector(handle: &mut Handle, v: &Json, via_pointers: bool) -> Vec<String> 
         v.get("inputs").as_object().iter().map(|(k, t)| (k.clone(), input(t))).collect();
     let expected = v.get("expected").as_object();
     let mut outputs: BTreeMap<String, Tensor> = expected.iter().map(|(k, t)| (k.clone(), poisoned(t))).collect();
-    let attn = attention(v);
+    let mut attn = attention(v);
     let seq = sequences(v);
+    // Sinks belong to the attention descriptor: the slice pass gives it a copy, the pointer pass the input's own
+    // memory (which outlives every call below).
+    if let Some(sinks) = inputs.get("sinks") {
+        let a = attn.as_mut().unwrap_or_else(|| panic!("{}: sinks without an attention descriptor", name));
+        if via_pointers {
+            unsafe { a.set_sinks_device(sinks.data.as_ptr()).unwrap() };
+        } else {
+            a.set_sinks(&sinks.data).unwrap();
+        }
+    }
     let inp = |n: &str| {
         let t = inputs.get(n).unwrap_or_else(|| panic!("{}: no input {}", name, n));
         Input::new(&t.desc, &t.data)
@@ -232,7 +242,11 @@ fn run_vector(handle: &mut Handle, v: &Json, via_pointers: bool) -> Vec<String> 
         }
         "backward" => {
             let (mut dq, mut dk, mut dv) = (take("dq").unwrap(), take("dk").unwrap(), take("dv").unwrap());
+            let mut d_sinks = take("dsinks");
             result = if via_pointers {
+                if let Some(t) = d_sinks.as_mut() {
+                    unsafe { attn.as_mut().unwrap().set_sinks_gradient_device(t.data.as_mut_ptr()).unwrap() };
+                }
                 let (a, s) = (attn.as_ref(), seq.as_ref());
                 let n = handle.backward_workspace_size(a, s, &inputs["q"].desc, &inputs["k"].desc, &inputs["v"].desc,
                                                        &inputs["o"].desc, &inputs["lse"].desc).unwrap();
@@ -242,6 +256,12 @@ fn run_vector(handle: &mut Handle, v: &Json, via_pointers: bool) -> Vec<String> 
                                            dev(inp("do")), dev(inp("lse")), dev_out(&mut dq), dev_out(&mut dk),
                                            dev_out(&mut dv), ws.ptr(n), n)
                 }
+            } else if let Some(t) = d_sinks.as_mut() {
+                let a = attn.as_mut().expect("dsinks need an attention descriptor");
+                handle.backward_with_sinks_gradient(a, seq.as_ref(), inp("q"), inp("k"), inp("v"), inp("o"),
+                                                    inp("do"), inp("lse"), Output::new(&dq.desc, &mut dq.data),
+                                                    Output::new(&dk.desc, &mut dk.data),
+                                                    Output::new(&dv.desc, &mut dv.data), &mut t.data)
             } else {
                 handle.backward(attn.as_ref(), seq.as_ref(), inp("q"), inp("k"), inp("v"), inp("o"), inp("do"),
                                 inp("lse"), Output::new(&dq.desc, &mut dq.data),
@@ -250,6 +270,9 @@ fn run_vector(handle: &mut Handle, v: &Json, via_pointers: bool) -> Vec<String> 
             done.push(("dq".into(), dq));
             done.push(("dk".into(), dk));
             done.push(("dv".into(), dv));
+            if let Some(t) = d_sinks {
+                done.push(("dsinks".into(), t));
+            }
         }
         "merge" => {
             let mut o = take("o").unwrap();
@@ -301,12 +324,23 @@ fn every_vector_passes_its_gates_on_host() {
     for f in &files {
         let v = Json::parse(&std::fs::read_to_string(f).unwrap()).unwrap_or_else(|e| panic!("{}: {}", f.display(), e));
         ops.insert(v.get("op").as_str().to_string());
+        if v.get("inputs").opt("sinks").is_some() {
+            ops.insert(format!("{} with sinks", v.get("op").as_str()));
+        }
+        if v.get("expected").opt("dsinks").is_some() {
+            ops.insert("dsinks".to_string());
+        }
         problems.extend(run_vector(&mut handle, &v, false));
         problems.extend(run_vector(&mut handle, &v, true).into_iter().map(|p| format!("(pointers) {}", p)));
     }
     assert!(problems.is_empty(), "{} problem(s):\n  {}", problems.len(), problems.join("\n  "));
-    // Every operation the format names is exercised, so a runner branch cannot rot unnoticed.
-    assert_eq!(ops.into_iter().collect::<Vec<_>>(), ["backward", "decode", "forward", "merge"]);
+    // Every operation the format names is exercised, and every one that takes sinks with them, so a runner branch
+    // cannot rot unnoticed.
+    assert_eq!(
+        ops.into_iter().collect::<Vec<_>>(),
+        ["backward", "backward with sinks", "decode", "decode with sinks", "dsinks", "forward", "forward with sinks",
+         "merge"]
+    );
     println!("{} vectors passed", files.len());
 }
 
