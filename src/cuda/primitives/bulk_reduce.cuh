@@ -43,4 +43,12 @@ __device__ __forceinline__ void bulkWait() {
 #endif
 }
 
+// Orders this thread's global-memory accesses through the generic proxy (an acquire, a release) against those
+// through the async proxy (bulk copies) on either side of it.
+__device__ __forceinline__ void fenceProxyAsyncGlobal() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+
 }  // namespace flashattn::cuda::prim

@@ -16,8 +16,8 @@
 //                       d64: warpgroup g computes query rows 64g.. over all 128 keys
 //   dQ accumulator     += dQ: unordered, each warp stages its 16 x 64 tile in shared memory and adds it to the
 //                       FP32 workspace with one bulk reduce-add (cp.reduce.async.bulk): the workspace is paneled
-//                       (backward_common.cuh's dqAccumIndex), so the tile is contiguous there; deterministic mode adds
-//                       by red.global.add.v2.f32 in key-block order. The convert kernel writes dQ.
+//                       (backward_common.cuh's dqAccumIndex), so the tile is contiguous there; deterministic mode
+//                       issues the same additions in key-block order. The convert kernel writes dQ.
 // d64 splits the products into batches (S^T | dP^T | dV | dK) so P is computed under dP^T and dS under dV.
 // Pipeline: three stages of (Q, dO, the workspace's D and LSE*log2 e rows), copied with cp.async by all 256 threads,
 // each thread's copies arriving on the stage's mbarrier as they land (noinc), so a warpgroup starts a step as soon as
@@ -49,7 +49,6 @@
 #include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/mbarrier.cuh"
-#include "cuda/primitives/red_global.cuh"
 #include "cuda/primitives/wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -104,6 +103,18 @@ __device__ __forceinline__ void toFragments(const float (&s)[Count], uint32_t (&
     a[kk][1] = prim::packFloat2<Element>(s[8 * kk + 2], s[8 * kk + 3]);
     a[kk][2] = prim::packFloat2<Element>(s[8 * kk + 4], s[8 * kk + 5]);
     a[kk][3] = prim::packFloat2<Element>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// Deterministic mode hands a query block's dQ on only once this CTA's additions into it are performed: the bulk
+// reduce-adds have completed (not just read their source) and are ordered before the generic-proxy release.
+template <bool Deterministic>
+__device__ __forceinline__ void completeDqAdditions(int lane) {
+  if constexpr (Deterministic) {
+    if (lane == 0) {
+      prim::bulkWait<0>();
+      prim::fenceProxyAsyncGlobal();
+    }
   }
 }
 
@@ -208,6 +219,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
                                           prim::wgmmaDescriptorSw128(dOTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
     }
     prim::wgmmaCommitGroup();
+    completeDqAdditions<Deterministic>(lane);
     turns.flush(w.keyBlock);  // the previous step's hand-over, under this step's products
     if constexpr (kPipelined) {
       prim::wgmmaWaitGroup<1>();
@@ -400,20 +412,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
     const int colBase = D == 128 ? 64 * group : 0;
     const int rowBase = D == 128 ? 0 : 64 * group;
-    if constexpr (Deterministic) {
-      turns.acquire(w.keyBlock);
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int32_t i = m0 + rowBase + 16 * warp + lane / 4 + 8 * hh;
-        if (i >= sq) continue;
-        const int64_t wsRow = backward::workspaceRow(p, w.batch, h, e, i);
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          prim::redAddFloat2(p.dqAccum + backward::dqAccumIndex(p, wsRow, colBase + 8 * j + 2 * quad),
-                             dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
-      }
-      turns.release(w.keyBlock);
-    } else {
+    {
       // The warp's tile goes through its staging tile: the previous step's reduce-add must have read it.
       const int32_t iFirst = m0 + rowBase + 16 * warp;
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
@@ -432,21 +431,26 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
       }
       prim::fenceProxyAsyncShared();  // the bulk copy reads through the async proxy
       __syncwarp();
+      turns.acquire(w.keyBlock);
       if (lane == 0) {
+        // Deterministic: the turn was taken by a generic-proxy acquire; the addition goes through the async proxy.
+        if constexpr (Deterministic) prim::fenceProxyAsyncGlobal();
         const int32_t rows = sq - iFirst < 16 ? sq - iFirst : 16;  // rows past the sequence belong to others
         if (rows > 0)
           prim::bulkReduceAddFloats(p.dqAccum + (int64_t(colBase / 64) * p.dqRows + wsRow0) * 64, dqStage,
                                     uint32_t(rows) * 64 * 4);
         prim::bulkCommitGroup();
       }
+      turns.release(w.keyBlock);
     }
     if (++stage == L::kStages) {
       stage = 0;
       phase ^= 1u;
     }
   }
+  if (lane == 0) prim::bulkWait<0>();  // the staging tile must outlive the reads
+  completeDqAdditions<Deterministic>(lane);
   turns.flush(w.keyBlock);
-  if (!Deterministic && lane == 0) prim::bulkWait<0>();  // the staging tile must outlive the reads
 
   // dK, dV rows this CTA owns (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).
   const int32_t rowsLeft = e.rowsK - n0 - 64 * group;
