@@ -447,6 +447,11 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
 }
 
 bool checkProblem(const AttnProblem &p, std::string *whyNot) {
+  if (p.seqQ > kMaxSplitKvQueries) {
+    *whyNot = concat("seqQ ", p.seqQ, ": the split-KV decode kernels take 1..", kMaxSplitKvQueries,
+                     " query tokens per sequence");
+    return false;
+  }
   if (p.ragged) {
     *whyNot = "ragged Q: the CUDA decode takes a dense Q [batch, heads, seqQ, headDim]";
     return false;
