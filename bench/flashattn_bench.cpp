@@ -716,6 +716,7 @@ std::string rowJson(const Row &r) {
     j += ", \"chunks\": " + std::to_string(r.chunks) + ", \"page_size\": " + std::to_string(r.pageSize) +
          ", \"copies\": " + std::to_string(r.copies);
   }
+  if (r.kind == "chunked") j += ", \"page_size\": " + std::to_string(r.pageSize);
   if (!r.error.empty()) {
     j += ", \"error\": " + jsonString(r.error) + ", \"not_supported\": " + (r.notSupported ? "true" : "false");
   } else {
@@ -746,6 +747,11 @@ std::string shapeText(const Row &r) {
                   (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk, (long long)r.D,
                   r.causal ? " causal" : "", r.sinks ? " sinks" : "", r.pageSize ? (" page=" + std::to_string(r.pageSize)).c_str() : "",
                   r.chunks ? (" chunks=" + std::to_string(r.chunks)).c_str() : "");
+  } else if (r.kind == "chunked") {
+    std::snprintf(buf, sizeof buf, "chunked %s B=%lld H=%lld/%lld new=%lld keys=%lld D=%lld%s %s", dtypeName(r.dtype),
+                  (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk, (long long)r.D,
+                  r.causal ? " causal" : "",
+                  r.pageSize ? ("page=" + std::to_string(r.pageSize)).c_str() : "dense cache");
   } else {
     std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%lld%s%s", r.op.c_str(),
                   dtypeName(r.dtype), (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk,
@@ -801,7 +807,10 @@ struct Options {
 void usage(FILE *f) {
   std::fprintf(f,
                "usage: flashattn-bench [options]\n"
-               "  --op fwd|bwd|decode|all     operations to run (default all)\n"
+               "  --op fwd|bwd|decode|chunked|all\n"
+               "                              operations to run (default all: fwd, bwd, decode); chunked: prefill of\n"
+               "                              --seq new tokens per sequence (ragged Q) over --seqk keys in all, on a\n"
+               "                              paged cache (--page-size, default 16) and on a dense one, timed both\n"
                "  --dtype bf16|fp16|fp32      storage type (default bf16; with --sweep: only this type)\n"
                "  --batch B --heads H --kv-heads HK --seq S --seqk SK --dim D\n"
                "                              shape (defaults 2, 16, H, 1024, S, 128; on HOST 1, 4, H, 256, S, 64);\n"
@@ -812,8 +821,11 @@ void usage(FILE *f) {
                "  --page-size P               decode from a paged cache with P rows per page (0 = dense)\n"
                "  --layout bhsd|bshd          memory order of Q, K, V, O (default bhsd)\n"
                "  --iters N --warmup N        timed calls (median reported) and untimed calls before them\n"
-               "  --sweep prefill|decode|all  the kernel-target sweeps: prefill B*S=16k, H*D=2048, D 64/128/256,\n"
-               "                              S 512..16k; decode GQA 32/8 D128 (--dim, --dtype, --op filter them)\n"
+               "  --sweep prefill|decode|chunked|all\n"
+               "                              the kernel-target sweeps: prefill B*S=16k, H*D=2048, D 64/128/256,\n"
+               "                              S 512..16k; decode GQA 32/8 D128 (--dim, --dtype, --op filter them);\n"
+               "                              chunked B4 H32/8 D128 causal, 512 new tokens over 4k..16k cached keys,\n"
+               "                              paged (page 16) and dense (all: prefill and decode only)\n"
                "  --json FILE                 write the result rows (rewritten after every shape)\n"
                "  --check-gflop G             host work allowed per correctness check (default 2)\n"
                "  --no-check                  skip the correctness check (rows say \"not checked\")\n"
@@ -877,8 +889,8 @@ Options parseOptions(int argc, char **argv) {
       std::exit(0);
     } else if (a == "--op") {
       o.op = value();
-      if (o.op != "fwd" && o.op != "bwd" && o.op != "decode" && o.op != "all")
-        throw std::invalid_argument("--op " + o.op + ": expected fwd, bwd, decode or all");
+      if (o.op != "fwd" && o.op != "bwd" && o.op != "decode" && o.op != "chunked" && o.op != "all")
+        throw std::invalid_argument("--op " + o.op + ": expected fwd, bwd, decode, chunked or all");
     } else if (a == "--dtype") {
       const std::string v = value();
       if (!parseDtype(v, &o.dtype)) throw std::invalid_argument("--dtype " + v + ": expected bf16, fp16 or fp32");
@@ -911,8 +923,8 @@ Options parseOptions(int argc, char **argv) {
       o.json = value();
     else if (a == "--sweep") {
       o.sweep = value();
-      if (o.sweep != "prefill" && o.sweep != "decode" && o.sweep != "all")
-        throw std::invalid_argument("--sweep " + o.sweep + ": expected prefill, decode or all");
+      if (o.sweep != "prefill" && o.sweep != "decode" && o.sweep != "chunked" && o.sweep != "all")
+        throw std::invalid_argument("--sweep " + o.sweep + ": expected prefill, decode, chunked or all");
     } else if (a == "--layout") {
       const std::string v = value();
       if (v == "bhsd")
@@ -965,6 +977,14 @@ struct DecodeShape {
   int64_t pageSize;
 };
 
+// Chunked prefill: T new tokens per sequence (a ragged Q) attending to L keys (the cached L - T and their own).
+struct ChunkedShape {
+  flashAttnDataType_t dtype;
+  int64_t B, H, HK, T, L, D;
+  bool causal;
+  int64_t pageSize;
+};
+
 // Key-query pairs that do work: the papers count half of the square for causal Sq == Sk, so figures compare with
 // theirs; otherwise the exact number of visible pairs under the bottom-right mask.
 double visiblePairs(int64_t sq, int64_t sk, bool causal) {
@@ -1014,6 +1034,7 @@ class Bench {
   }
   void prefill(const PrefillShape &s, bool doFwd, bool doBwd);
   void decode(const DecodeShape &s);
+  void chunked(const ChunkedShape &s);
   void printTable() const;
 
  private:
@@ -1773,12 +1794,146 @@ void Bench::decode(const DecodeShape &s) {
 // ---------------------------------------------------------------------------------------------------------------------
 // Plans: what a run consists of
 
+// Chunked prefill over a paged cache and over a dense one holding the same keys: rows "chunked" with the page size,
+// and with page size 0 for the dense cache, whose ratio report.py prints. The paged row is checked against the dense
+// row's output (bitwise where one kernel family serves both, else by the gates); the dense problem is a plain ragged
+// forward, checked by the fwd rows.
+void Bench::chunked(const ChunkedShape &s) {
+  Row base;
+  base.kind = "chunked";
+  base.op = "fwd";
+  base.dtype = s.dtype;
+  base.B = s.B;
+  base.H = s.H;
+  base.HK = s.HK;
+  base.Sq = s.T;
+  base.Sk = s.L;
+  base.D = s.D;
+  base.causal = s.causal;
+  Row pagedRow = base, denseRow = base;
+  pagedRow.pageSize = s.pageSize;
+  const size_t es = elementBytes(s.dtype);
+  const double flops = 2.0 * double(s.B) * double(s.H) * visiblePairs(s.T, s.L, s.causal) * double(2 * s.D);
+  try {
+    const int64_t pagesPerSeq = (s.L + s.pageSize - 1) / s.pageSize, numPages = s.B * pagesPerSeq;
+    const View qv = View::dense({s.B * s.T, s.H, s.D}), lv = View::dense({s.B * s.T, s.H});
+    const View dv = View::dense({s.B * s.L, s.HK, s.D}), pv = View::dense({numPages, s.pageSize, s.HK, s.D});
+    TensorDesc qD(s.dtype, qv), oD(s.dtype, qv), lD(FLASHATTN_DATA_FP32, lv), dD(s.dtype, dv), pD(s.dtype, pv);
+    AttnDesc attn(s.causal);
+
+    // Index arrays: the query offsets, the dense keys' offsets, the lengths and a shuffled block table.
+    std::vector<int32_t> cuQ(size_t(s.B) + 1), cuK(size_t(s.B) + 1), lengths(size_t(s.B), int32_t(s.L));
+    for (int64_t b = 0; b <= s.B; ++b) cuQ[size_t(b)] = int32_t(b * s.T), cuK[size_t(b)] = int32_t(b * s.L);
+    std::vector<int32_t> table(static_cast<size_t>(numPages));
+    std::iota(table.begin(), table.end(), 0);
+    NormalSource shuffle(17);
+    for (size_t i = table.size(); i > 1; --i) std::swap(table[i - 1], table[shuffle.bits() % i]);
+    auto upload = [&](const std::vector<int32_t> &v) {
+      HostBlock h(v.size() * 4);
+      std::memcpy(h.data(), v.data(), v.size() * 4);
+      auto b = std::make_unique<Buffer>(mem_, v.size() * 4);
+      b->upload(h);
+      return b;
+    };
+    const auto dCuQ = upload(cuQ), dCuK = upload(cuK), dLengths = upload(lengths), dTable = upload(table);
+    SeqDesc denseSeq, pagedSeq;
+    const auto i32 = [](const std::unique_ptr<Buffer> &b) { return static_cast<const int32_t *>(b->get()); };
+    apiCheck(flashAttnSetSeqRagged(denseSeq, s.B, i32(dCuQ), i32(dCuK), s.T, s.L), "flashAttnSetSeqRagged");
+    apiCheck(flashAttnSetSeqRagged(pagedSeq, s.B, i32(dCuQ), nullptr, s.T, s.L), "flashAttnSetSeqRagged");
+    apiCheck(flashAttnSetSeqKvLengths(pagedSeq, s.B, i32(dLengths)), "flashAttnSetSeqKvLengths");
+    apiCheck(flashAttnSetSeqPaged(pagedSeq, s.B, i32(dTable), pagesPerSeq), "flashAttnSetSeqPaged");
+    denseRow.kernel = support(FLASHATTN_OP_FORWARD, attn, denseSeq, qD, dD, dD, oD);
+    pagedRow.kernel = support(FLASHATTN_OP_FORWARD, attn, pagedSeq, qD, pD, pD, oD);
+
+    // The same keys in both caches; the slots of the last pages past L hold NaN.
+    HostBlock hq = randomTensor(s.dtype, qv.extent(), 21);
+    HostBlock hk = randomTensor(s.dtype, dv.extent(), 22), hv = randomTensor(s.dtype, dv.extent(), 23);
+    HostBlock pk(size_t(pv.extent()) * es), pvv(size_t(pv.extent()) * es);
+    for (int64_t i = 0; i < pv.extent(); ++i) storeElement(pk.data(), s.dtype, i, NAN), storeElement(pvv.data(), s.dtype, i, NAN);
+    const size_t rowBytes = size_t(s.HK * s.D) * es;
+    for (int64_t b = 0; b < s.B; ++b)
+      for (int64_t j = 0; j < s.L; ++j) {
+        const int64_t page = table[size_t(b * pagesPerSeq + j / s.pageSize)];
+        const size_t to = size_t(page * s.pageSize + j % s.pageSize) * rowBytes, from = size_t(b * s.L + j) * rowBytes;
+        std::memcpy(pk.data() + to, hk.data() + from, rowBytes);
+        std::memcpy(pvv.data() + to, hv.data() + from, rowBytes);
+      }
+    Buffer q(mem_, hq.bytes()), k(mem_, hk.bytes()), v(mem_, hv.bytes()), kp(mem_, pk.bytes()), vp(mem_, pvv.bytes());
+    q.upload(hq), k.upload(hk), v.upload(hv), kp.upload(pk), vp.upload(pvv);
+    Buffer o(mem_, size_t(qv.extent()) * es), lse(mem_, size_t(lv.extent()) * 4);
+    auto call = [&](bool paged) {
+      return flashAttnForward(handle_, attn, paged ? pagedSeq : denseSeq, qD, q.get(), paged ? pD : dD,
+                              paged ? kp.get() : k.get(), paged ? pD : dD, paged ? vp.get() : v.get(), oD, o.get(), lD,
+                              static_cast<float *>(lse.get()), nullptr, 0);
+    };
+    HostBlock denseO, denseL;
+    for (const bool paged : {false, true}) {
+      Row &row = paged ? pagedRow : denseRow;
+      o.poison();
+      lse.poison();
+      apiCheck(call(paged), "flashAttnForward");
+      mem_.synchronize();
+      const HostBlock firstO = o.download(), firstL = lse.download();
+      const std::vector<double> ms = timeCalls([&](int64_t) { return call(paged); }, 0, "flashAttnForward");
+      row.ms = median(ms);
+      row.backToBackMs = backToBackMs_;
+      row.tflops = flops / (row.ms * 1e-3) / 1e12;
+      if (!paged) {
+        denseRow.checkScope = "not checked here: the dense cache's ragged forward is what the fwd rows check";
+        denseO = o.download();
+        denseL = lse.download();
+        continue;
+      }
+      if (!opt_.check) continue;
+      row.checked = true;
+      const bool sameFamily = denseRow.kernel.substr(0, denseRow.kernel.find(' ')) ==
+                              pagedRow.kernel.substr(0, pagedRow.kernel.find(' '));
+      row.reference = "same problem on a dense cache";
+      std::vector<double> out(size_t(qv.extent())), ref(out.size());
+      for (size_t i = 0; i < out.size(); ++i) {
+        out[i] = loadElement(firstO.data(), s.dtype, int64_t(i));
+        ref[i] = loadElement(denseO.data(), s.dtype, int64_t(i));
+      }
+      double err = 0, diff2 = 0, ref2 = 0;
+      bool finite = true;
+      for (size_t i = 0; i < out.size(); ++i) {
+        finite = finite && std::isfinite(out[i]);
+        err = std::max(err, std::fabs(out[i] - ref[i]));
+        diff2 += (out[i] - ref[i]) * (out[i] - ref[i]);
+        ref2 += ref[i] * ref[i];
+      }
+      row.maxErr = err;
+      row.normwise = ref2 > 0 ? std::sqrt(diff2 / ref2) : std::sqrt(diff2);
+      const double tol = s.dtype == FLASHATTN_DATA_BF16 ? 5e-3 : s.dtype == FLASHATTN_DATA_FP16 ? 6e-4 : 1e-5;
+      if (sameFamily) {
+        row.pass = finite && sameBytes(firstO, denseO) && sameBytes(firstL, denseL);
+        row.checkScope = "bitwise equal to the dense cache's output (one kernel family serves both)";
+      } else {
+        row.pass = finite && row.normwise <= tol;
+        row.checkScope = "normwise against the dense cache's output (different kernel families)";
+      }
+      checkRepeatable(row, firstO, firstL, o, lse);
+    }
+  } catch (const std::exception &e) {
+    for (Row *row : {&denseRow, &pagedRow}) {
+      if (std::isfinite(row->ms)) continue;
+      row->error = e.what();
+      if (auto *api = dynamic_cast<const ApiError *>(&e)) row->notSupported = api->status == FLASHATTN_STATUS_NOT_SUPPORTED;
+    }
+  }
+  record(std::move(denseRow));
+  record(std::move(pagedRow));
+}
+
 struct Plan {
   std::vector<PrefillShape> prefill;
   bool fwd = false, bwd = false;
   std::vector<DecodeShape> decode;
+  std::vector<ChunkedShape> chunked;  // two rows each: paged and dense cache
   bool bwdDet = false;  // --deterministic: a bwd-det row after each bwd row
-  size_t rows() const { return prefill.size() * (size_t(fwd) + size_t(bwd) + size_t(bwd && bwdDet)) + decode.size(); }
+  size_t rows() const {
+    return prefill.size() * (size_t(fwd) + size_t(bwd) + size_t(bwd && bwdDet)) + decode.size() + 2 * chunked.size();
+  }
 };
 
 // Shape options not given: a GPU default, or one the HOST backend finishes in seconds.
@@ -1807,6 +1962,17 @@ Plan makePlan(const Options &o, bool cuda) {
       p.decode.push_back({FLASHATTN_DATA_BF16, 2, 8, 2, 1, 1000, 64, false, 0, 0});
       p.decode.push_back({FLASHATTN_DATA_BF16, 2, 8, 2, 1, 1000, 64, false, 3, 16});
     }
+    return p;
+  }
+  if (o.sweep == "chunked") {
+    // The inference engines' chunked prefill: 512 new tokens after a long cached prefix, GQA 32/8.
+    for (int64_t prefix : {4096, 8192, 16384})
+      p.chunked.push_back({o.dtypeGiven ? o.dtype : FLASHATTN_DATA_BF16, 4, 32, 8, 512, prefix + 512, 128, true, 16});
+    return p;
+  }
+  if (o.op == "chunked") {
+    p.chunked.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.seq, std::max(o.seqK, o.seq), o.dim ? o.dim : cuda ? 128 : 64,
+                         o.causal, o.pageSize ? o.pageSize : 16});
     return p;
   }
   if (!o.sweep.empty()) {
@@ -1926,6 +2092,8 @@ int main(int argc, char **argv) {
       if (lost.empty() && (lost = bench.deviceLost()).empty()) bench.prefill(s, plan.fwd, plan.bwd);
     for (const DecodeShape &s : plan.decode)
       if (lost.empty() && (lost = bench.deviceLost()).empty()) bench.decode(s);
+    for (const ChunkedShape &s : plan.chunked)
+      if (lost.empty() && (lost = bench.deviceLost()).empty()) bench.chunked(s);
     bench.printTable();
     failures = bench.failures();
     if (!lost.empty()) {

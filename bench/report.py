@@ -9,7 +9,8 @@ sinks (flashattn-bench --sinks, "sinks": true) have no peers either: they are li
 the ratio to our row of the same operation and shape without sinks (column "sinks/plain"). Either file may be
 missing or lack a shape: the table keeps the rows it has and shows '-' for the other side. Decode rows also show the
 fraction of the measured copy bandwidth (peers.py's device-to-device copy, read + write counted) that the KV read
-reaches.
+reaches. Chunked-prefill rows (flashattn-bench --op chunked / --sweep chunked, "kind": "chunked") have no peers: each
+shape's paged-cache row is shown beside its dense-cache row, with their ratio (column "paged/dense").
 
 usage: report.py [--ours FILE]... [--peers FILE]... [--markdown FILE] [--json FILE]
        defaults: $OUT/ours.json, $OUT/peers.json, $OUT/report.md, no JSON ($OUT defaults to the current folder)
@@ -181,6 +182,32 @@ def markdown_table(header, rows):
     return "\n".join(out)
 
 
+def chunked_rows(ours):
+    """One line per chunked-prefill shape: the paged cache's figure, the dense cache's and their ratio."""
+    shapes = {}
+    for r in ours:
+        if r.get("kind") != "chunked":
+            continue
+        key = (DTYPE_NAMES.get(str(r.get("dtype")), str(r.get("dtype"))), int(r["B"]), int(r["H"]), int(r["HK"]),
+               int(r["S"]), int(r["Sk"]), int(r["D"]), bool(r["causal"]))
+        shapes.setdefault(key, {})["paged" if int(r.get("page_size", 0)) else "dense"] = r
+    rows = []
+    for key in sorted(shapes):
+        dtype, b, h, hk, new, keys, d, causal = key
+        paged, dense = shapes[key].get("paged"), shapes[key].get("dense")
+        p_val = paged.get("tflops") if paged and not paged.get("error") else None
+        d_val = dense.get("tflops") if dense and not dense.get("error") else None
+        check = "-"
+        if paged and paged.get("error"):
+            check = ("NOT_SUPPORTED " if paged.get("not_supported") else "ERROR ") + paged["error"]
+        elif paged and paged.get("pass") is not None:
+            check = "PASS" if paged["pass"] else "FAIL " + paged.get("check", "")
+        page = f" page={paged.get('page_size')}" if paged else ""
+        rows.append({"shape": f"{dtype} B={b} H={h}/{hk} new={new} keys={keys} D={d}{' causal' if causal else ''}{page}",
+                     "paged": p_val, "dense": d_val, "ratio": ratio(p_val, d_val), "check": check})
+    return rows
+
+
 def summary_lines(rows, unit):
     lines = []
     for peer in PEERS:
@@ -241,6 +268,12 @@ def main():
         p_header.insert(len(p_header) - 1, "sinks/plain")
         for r, cells in zip(prefill_rows, p_cells):
             cells.insert(len(cells) - 1, fmt(r["vs_plain"], 2))
+    c_rows = chunked_rows(ours)
+    c_header = ["shape", "paged TFLOP/s", "dense TFLOP/s", "paged/dense", "check"]
+    c_cells = [[r["shape"], fmt(r["paged"], 1), fmt(r["dense"], 1), fmt(r["ratio"], 2), r["check"]] for r in c_rows]
+    c_ratios = [r["ratio"] for r in c_rows if r["ratio"] is not None]
+    c_summary = [f"paged / dense cache: geometric mean {geomean(c_ratios):.2f} over {len(c_ratios)} shapes, "
+                 f"range {min(c_ratios):.2f}..{max(c_ratios):.2f}"] if c_ratios else []
     d_header = ["shape", "ours GB/s", "FLASH", "CUDNN", "ours/FLASH", "ours/CUDNN", "of copy BW", "check"]
     d_cells = [[r["shape"], r["ours_text"], fmt(r["flash"]), fmt(r["cudnn"]), fmt(r["vs_flash"], 2),
                 fmt(r["vs_cudnn"], 2), fmt(None if r["of_copy"] is None else 100 * r["of_copy"]) +
@@ -259,7 +292,12 @@ def main():
         print(table(d_header, d_cells))
         for line in summary_lines(decode_rows, "decode"):
             print(line)
-    if not p_cells and not d_cells:
+    if c_cells:
+        print("\nChunked prefill (TFLOP/s of the visible pairs; a ragged Q over a paged cache and over a dense one)")
+        print(table(c_header, c_cells))
+        for line in c_summary:
+            print(line)
+    if not p_cells and not d_cells and not c_cells:
         print("\nno rows on either side")
 
     if args.markdown:
@@ -270,6 +308,9 @@ def main():
         if d_cells:
             md += ["", "## Decode (KV-read GB/s)", "", markdown_table(d_header, d_cells), ""]
             md += [f"- {line}" for line in summary_lines(decode_rows, "decode")]
+        if c_cells:
+            md += ["", "## Chunked prefill (TFLOP/s, paged vs dense cache)", "", markdown_table(c_header, c_cells), ""]
+            md += [f"- {line}" for line in c_summary]
         try:
             with open(args.markdown, "w") as f:
                 f.write("\n".join(md) + "\n")

@@ -225,7 +225,8 @@ FLASHATTN_API flashAttnStatus_t flashAttnGetStream(flashAttnHandle_t handle, str
  *   LSE: `[batch, heads, seqQ]` (FP32).
  * - Ragged (packed) batches: Q/O `[totalTokensQ, heads, headDim]`, K/V `[totalTokensK, kvHeads, headDim]`,
  *   LSE `[totalTokensQ, heads]`, with a ragged sequence descriptor.
- * - Paged KV caches (decode): K/V `[numPages, pageSize, kvHeads, headDim]`.
+ * - Paged KV caches (Forward and DecodeChunk): K/V `[numPages, pageSize, kvHeads, headDim]`, with a dense Q/O/LSE, or
+ *   with a ragged Q `[totalTokensQ, heads, headDim]` (O and LSE alike) whose seqDesc has no cuSeqlensK.
  * - Merge: partial O `[states, batch, heads, seqQ, headDimV]` and partial LSE `[states, batch, heads, seqQ]`, FP32.
  * Any strides are accepted as long as the last (head-dim) stride is 1 and none is negative; a K/V head stride of 0
  * broadcasts one KV head to all query heads.
@@ -529,15 +530,22 @@ FLASHATTN_API flashAttnStatus_t flashAttnDestroySeqDescriptor(flashAttnSeqDescri
 /**
  * \brief Ragged (packed) batches: sequence b owns query tokens [cuSeqlensQ[b], cuSeqlensQ[b+1]) and key tokens
  *        [cuSeqlensK[b], cuSeqlensK[b+1]) of rank-3 tensors. Zero-length sequences are allowed.
+ *
+ * Chunked prefill over a paged KV cache (flashAttnSetSeqPaged()) takes a ragged Q with \p cuSeqlensK NULL: sequence
+ * b's new tokens are its query tokens, and its keys are the first seqlensK[b] rows of its pages (the cached prefix and
+ * then the chunk's own keys). An operation with \p cuSeqlensK NULL and no paged cache, or with both a paged cache and
+ * \p cuSeqlensK, returns ::FLASHATTN_STATUS_BAD_PARAM.
  * \param[in] desc       a live descriptor.
  * \param[in] batch      number of sequences, >= 1.
- * \param[in] cuSeqlensQ int32 `[batch + 1]` prefix sums starting at 0, or NULL to leave ragged mode.
- * \param[in] cuSeqlensK int32 `[batch + 1]` prefix sums starting at 0.
+ * \param[in] cuSeqlensQ int32 `[batch + 1]` prefix sums starting at 0, or NULL (with \p cuSeqlensK NULL) to leave
+ *                       ragged mode.
+ * \param[in] cuSeqlensK int32 `[batch + 1]` prefix sums starting at 0, or NULL for a ragged Q over a paged cache.
  * \param[in] maxSeqlenQ upper bound of the query lengths, >= 1 (host value, sizes the launch).
- * \param[in] maxSeqlenK upper bound of the key lengths, >= 1.
+ * \param[in] maxSeqlenK upper bound of the key lengths, >= 1 (not used with a paged cache, whose capacity
+ *                       maxPagesPerSeq * pageSize bounds them).
  * \retval FLASHATTN_STATUS_SUCCESS set.
  * \retval FLASHATTN_STATUS_NOT_INITIALIZED \p desc is NULL or destroyed.
- * \retval FLASHATTN_STATUS_BAD_PARAM a count is out of range, or one of the two arrays is NULL and not the other.
+ * \retval FLASHATTN_STATUS_BAD_PARAM a count is out of range, or \p cuSeqlensQ is NULL and \p cuSeqlensK is not.
  */
 FLASHATTN_API flashAttnStatus_t flashAttnSetSeqRagged(flashAttnSeqDescriptor_t desc, int64_t batch,
                                                       const int32_t *cuSeqlensQ, const int32_t *cuSeqlensK,
@@ -584,6 +592,14 @@ FLASHATTN_API flashAttnStatus_t flashAttnGetSeqKvLengths(flashAttnSeqDescriptor_
 /**
  * \brief Paged KV cache: sequence b's key t lives in page blockTable[b * maxPagesPerSeq + t / pageSize], row
  *        t % pageSize, of K/V tensors `[numPages, pageSize, kvHeads, headDim]`. Needs per-sequence KV lengths.
+ *
+ * Any page size >= 1; pages may be shared and appear in any order. Sequence b sees keys [0, seqlensK[b]); rows past it
+ * and pages past its last are never read (they may hold anything, NaN included), nor are table entries past its last
+ * page. flashAttnForward() takes a paged cache with a dense Q `[batch, heads, seqQ, headDim]` or, for chunked
+ * prefill, a ragged one (flashAttnSetSeqRagged() with cuSeqlensK NULL); flashAttnDecodeChunk() with a dense Q.
+ * With ::FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT the sq_b new tokens of sequence b are its last sq_b keys: query i sees
+ * keys [0, seqlensK[b] - sq_b + i], the whole cached prefix and the chunk up to itself. flashAttnBackward() takes no
+ * paged cache (::FLASHATTN_STATUS_BAD_PARAM).
  * \param[in] desc           a live descriptor.
  * \param[in] batch          number of sequences, >= 1.
  * \param[in] blockTable     int32 `[batch, maxPagesPerSeq]` page ids, or NULL to clear.
@@ -683,12 +699,14 @@ FLASHATTN_API flashAttnStatus_t flashAttnForwardGetWorkspaceSize(
  * \brief O = softmax(mask(softcap(scale * Q K^T) + alibi)) V, and optionally LSE.
  * \param[in]  handle         a live handle.
  * \param[in]  attnDesc       attention descriptor or NULL (defaults).
- * \param[in]  seqDesc        sequence descriptor or NULL (dense batch).
+ * \param[in]  seqDesc        sequence descriptor or NULL (dense batch): ragged Q and K/V, per-sequence KV lengths of a
+ *                            padded cache, or a paged KV cache (block table and KV lengths) under a dense Q or, for
+ *                            chunked prefill, a ragged Q without cuSeqlensK (flashAttnSetSeqPaged()).
  * \param[in]  qDesc          Q descriptor.
  * \param[in]  q              Q data.
- * \param[in]  kDesc          K descriptor.
+ * \param[in]  kDesc          K descriptor (`[numPages, pageSize, kvHeads, headDim]` for a paged cache).
  * \param[in]  k              K data.
- * \param[in]  vDesc          V descriptor.
+ * \param[in]  vDesc          V descriptor (like K).
  * \param[in]  v              V data.
  * \param[in]  oDesc          O descriptor (same type as Q).
  * \param[out] o              O data.
@@ -801,7 +819,7 @@ FLASHATTN_API flashAttnStatus_t flashAttnBackward(
  * \param[in]  handle    a live handle.
  * \param[in]  attnDesc  attention descriptor or NULL.
  * \param[in]  seqDesc   sequence descriptor or NULL.
- * \param[in]  qDesc     Q `[batch, heads, seqQ (1..16), headDim]`.
+ * \param[in]  qDesc     Q `[batch, heads, seqQ, headDim]`.
  * \param[in]  kDesc     K cache, dense `[batch, kvHeads, seqK, headDim]` or paged `[numPages, pageSize, kvHeads,
  *                       headDim]`.
  * \param[in]  vDesc     V cache, like K.
@@ -821,6 +839,9 @@ FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunkGetWorkspaceSize(
  *
  * The KV range [0, seqlensK[b]) of every sequence is cut into chunks processed in parallel; their partial results
  * are merged as flashAttnMergeStates() does. The result is bitwise the same for any launch with the same arguments.
+ * More than 16 query tokens per sequence run as flashAttnForward() on the same cache (one pass over the keys, which
+ * that many rows fill without a split): the same O and LSE, \p numChunks has no effect, and the size query returns
+ * what that run needs (flashAttnCheckSupport() names the forward kernel).
  * \param[in]  handle         a live handle.
  * \param[in]  attnDesc       attention descriptor or NULL. Masks keep their definitions; with the query tokens being
  *                            the last ones of each sequence, ::FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT is the usual choice.

@@ -282,8 +282,10 @@ FLASHATTN_API flashAttnStatus_t flashAttnSetSeqRagged(flashAttnSeqDescriptor_t d
       s.maxSeqlenQ = s.maxSeqlenK = 0;
       return;
     }
-    require(cuSeqlensQ && cuSeqlensK, cuSeqlensQ ? "cuSeqlensK" : "cuSeqlensQ",
-            " is NULL but the other is not: give both, or both NULL to leave ragged mode");
+    // cuSeqlensK may be NULL here: whether that is valid depends on a paged cache, which may be set after this, so
+    // the operation decides (a ragged Q over a paged cache takes none; ragged K and V need it).
+    require(cuSeqlensQ != nullptr, "cuSeqlensQ is NULL but cuSeqlensK is not: give cuSeqlensQ (cuSeqlensK alone ",
+            "may be NULL, for a paged KV cache), or both NULL to leave ragged mode");
     if (batch < 1 || batch > INT32_MAX) fail(FLASHATTN_STATUS_BAD_PARAM, "batch is ", batch, ": expected 1..2^31-1");
     if (maxSeqlenQ < 1 || maxSeqlenQ > INT32_MAX)
       fail(FLASHATTN_STATUS_BAD_PARAM, "maxSeqlenQ is ", maxSeqlenQ, ": expected 1..2^31-1");

@@ -26,6 +26,7 @@ enum class KernelId : int32_t {
   BackwardFfma = 21,
   BackwardWgmma = 22,
   DecodeSplitKv = 30,  // split-KV decode with the merge in the kernel or after it
+  DecodeAsForward = 31,  // DecodeChunk past the split-KV kernels' query tokens: a forward family's plan, run as is
   MergeStates = 40,
 };
 
@@ -42,6 +43,7 @@ struct ForwardConfig {
   InstanceKey instance;
   int32_t blockM = 0, blockN = 0, warps = 0;
   bool persistent = false;  // wgmma: CTAs loop over tiles
+  KernelId forwardFamily = KernelId::None;  // a DecodeAsForward plan: the forward family that runs it
 };
 
 struct BackwardConfig {
@@ -119,6 +121,7 @@ inline const char *kernelIdName(KernelId id) {
     case KernelId::BackwardFfma: return "cuda.bwd.ffma";
     case KernelId::BackwardWgmma: return "cuda.bwd.wgmma";
     case KernelId::DecodeSplitKv: return "cuda.decode";
+    case KernelId::DecodeAsForward: return "cuda.decode.forward";
     case KernelId::MergeStates: return "cuda.merge";
   }
   return "unknown";

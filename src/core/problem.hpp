@@ -40,7 +40,8 @@ struct AttnProblem {
   int64_t headDim = 0;    // of Q and K
   int64_t headDimV = 0;   // of V and O
 
-  // Ragged batches: token offsets per sequence (backend memory), totals are the tensors' first dimension.
+  // Ragged batches: token offsets per sequence (backend memory), totals are the tensors' first dimension. With a paged
+  // cache only Q and O are ragged: cuSeqlensK is nullptr, totalK 0, and the keys come from seqlensK and the pages.
   bool ragged = false;
   const int32_t *cuSeqlensQ = nullptr;
   const int32_t *cuSeqlensK = nullptr;
@@ -50,7 +51,7 @@ struct AttnProblem {
   // Per-sequence used KV lengths (dense padded caches and paged caches); nullptr = seqK for every sequence.
   const int32_t *seqlensK = nullptr;
 
-  // Paged KV cache (decode): K/V are [numPages, pageSize, kvHeads, headDim].
+  // Paged KV cache (forward and decode): K/V are [numPages, pageSize, kvHeads, headDim].
   bool paged = false;
   const int32_t *blockTable = nullptr;  // [batch, maxPagesPerSeq]
   int64_t pageSize = 0;
@@ -79,6 +80,12 @@ struct AttnProblem {
 
   int32_t numChunks = 0;  // decode: 0 = automatic
 };
+
+// DecodeChunk's split-KV kernels take up to this many query tokens per sequence. A DecodeChunk with more runs as the
+// forward over the same (dense or paged) cache on every backend: one pass over each sequence's keys, O and LSE as the
+// split would give them, numChunks without effect and no workspace of its own (docs/semantics.md).
+constexpr int64_t kMaxSplitKvQueries = 16;
+inline bool decodeRunsAsForward(const AttnProblem &p) { return p.op == Op::DecodeChunk && p.seqQ > kMaxSplitKvQueries; }
 
 inline bool operator==(const Layout &a, const Layout &b) {
   return a.batch == b.batch && a.head == b.head && a.row == b.row;

@@ -14,8 +14,6 @@ namespace flashattn {
 
 namespace {
 
-constexpr int32_t kMaxDecodeQueries = 16;
-
 std::string listOf(const int64_t *values, int n) {
   std::string s = "[";
   for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(values[i]);
@@ -138,14 +136,20 @@ AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const 
   const bool ragged = seq && seq->raggedBatch > 0;
   const bool paged = seq && seq->pagedBatch > 0;
   const bool kvLengths = seq && seq->seqlensK;
-  if (ragged && paged)
-    fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc is both ragged and paged: a paged cache takes a dense Q");
   if (op == Op::DecodeChunk && ragged)
     fail(FLASHATTN_STATUS_BAD_PARAM,
          "seqDesc is ragged: DecodeChunk takes a dense Q [batch, heads, seqQ, headDim] and per-sequence KV lengths");
   if (op == Op::Backward && paged)
     fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc has a paged KV cache: Backward takes dense or ragged K and V");
-  if (ragged && kvLengths)
+  // A ragged Q over a paged cache: the keys of sequence b are its pages' first seqlensK[b] rows, so key offsets
+  // (cuSeqlensK) would be a second, conflicting statement of them.
+  if (ragged && paged && seq->cuSeqlensK)
+    fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc is ragged with cuSeqlensK and has a paged KV cache: a paged cache's keys ",
+         "are given by seqlensK and the block table; set cuSeqlensK NULL (flashAttnSetSeqRagged)");
+  if (ragged && !paged && !seq->cuSeqlensK)
+    fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc is ragged with cuSeqlensK NULL but has no paged KV cache: ragged K and V ",
+         "need cuSeqlensK (only a paged cache, flashAttnSetSeqPaged, takes a ragged Q without it)");
+  if (ragged && !paged && kvLengths)
     fail(FLASHATTN_STATUS_NOT_SUPPORTED,
          "seqDesc has both cuSeqlensK and per-sequence KV lengths: give the used lengths through cuSeqlensK");
   if (paged && !kvLengths)
@@ -162,9 +166,10 @@ AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const 
     if (tensor.desc) expectAddressable(*tensor.desc, tensor.name);
 
   const flashAttnTensorStruct &q = *t.q, &k = *t.k, &v = *t.v, &o = *t.o;
+  const char *const kvLayout = paged ? kPagedK : ragged ? kRaggedK : kDenseK;
   expectRank(q, "Q", ragged ? 3 : 4, ragged ? kRaggedQ : kDenseQ);
-  expectRank(k, "K", ragged ? 3 : 4, ragged ? kRaggedK : paged ? kPagedK : kDenseK);
-  expectRank(v, "V", ragged ? 3 : 4, ragged ? kRaggedK : paged ? kPagedK : kDenseK);
+  expectRank(k, "K", paged || !ragged ? 4 : 3, kvLayout);
+  expectRank(v, "V", paged || !ragged ? 4 : 3, kvLayout);
   expectRank(o, "O", ragged ? 3 : 4, ragged ? kRaggedQ : kDenseQ);
   p.dtype = q.dtype;
   expectType(k, "K", p.dtype, "Q");
@@ -193,34 +198,22 @@ AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const 
     p.ragged = true;
     p.batch = seq->raggedBatch;
     p.cuSeqlensQ = seq->cuSeqlensQ;
-    p.cuSeqlensK = seq->cuSeqlensK;
     p.seqQ = seq->maxSeqlenQ;
-    p.seqK = seq->maxSeqlenK;
     p.totalQ = q.dims[0];
-    p.totalK = k.dims[0];
-    expectDim(o, "O", 0, q.dims[0], "tokens", "Q");
     p.q = layoutRagged(q);
-    p.k = layoutRagged(k);
-    p.v = layoutRagged(v);
     p.o = layoutRagged(o);
+    if (!paged) {
+      p.cuSeqlensK = seq->cuSeqlensK;
+      p.seqK = seq->maxSeqlenK;
+      p.totalK = k.dims[0];
+      p.k = layoutRagged(k);
+      p.v = layoutRagged(v);
+    }
   } else {
     p.batch = q.dims[0];
     p.seqQ = q.dims[2];
     expectDim(o, "O", 2, p.seqQ, "seqQ", "Q");
-    if (paged) {
-      p.paged = true;
-      p.blockTable = seq->blockTable;
-      p.numPages = k.dims[0];
-      p.pageSize = k.dims[1];
-      p.maxPagesPerSeq = seq->maxPagesPerSeq;
-      if (seq->pagedBatch != p.batch)
-        fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc block table has ", seq->pagedBatch, " rows but Q has batch ", p.batch);
-      p.seqK = mulOr(p.maxPagesPerSeq, p.pageSize, FLASHATTN_STATUS_BAD_PARAM, "seqDesc maxPagesPerSeq ",
-                     p.maxPagesPerSeq, " times pageSize ", p.pageSize, " overflows int64");
-      // Paged K [page, row, head, dim]: Layout.batch = page stride, Layout.row = row stride.
-      p.k = Layout{k.strides[0], k.strides[2], k.strides[1]};
-      p.v = Layout{v.strides[0], v.strides[2], v.strides[1]};
-    } else {
+    if (!paged) {
       expectDim(k, "K", 0, p.batch, "batch", "Q");
       p.seqK = k.dims[2];
       p.k = layout4(k);
@@ -228,6 +221,21 @@ AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const 
     }
     p.q = layout4(q);
     p.o = layout4(o);
+  }
+  if (paged) {
+    p.paged = true;
+    p.blockTable = seq->blockTable;
+    p.numPages = k.dims[0];
+    p.pageSize = k.dims[1];
+    p.maxPagesPerSeq = seq->maxPagesPerSeq;
+    if (seq->pagedBatch != p.batch)
+      fail(FLASHATTN_STATUS_BAD_PARAM, "seqDesc block table has ", seq->pagedBatch, " rows but ",
+           ragged ? "the ragged seqDesc has batch " : "Q has batch ", p.batch);
+    p.seqK = mulOr(p.maxPagesPerSeq, p.pageSize, FLASHATTN_STATUS_BAD_PARAM, "seqDesc maxPagesPerSeq ",
+                   p.maxPagesPerSeq, " times pageSize ", p.pageSize, " overflows int64");
+    // Paged K [page, row, head, dim]: Layout.batch = page stride, Layout.row = row stride.
+    p.k = Layout{k.strides[0], k.strides[2], k.strides[1]};
+    p.v = Layout{v.strides[0], v.strides[2], v.strides[1]};
   }
   if (kvLengths) {
     if (seq->kvLengthsBatch != p.batch)
@@ -285,9 +293,6 @@ AttnProblem buildAttnProblem(Op op, const flashAttnAttentionStruct *attn, const 
   }
 
   if (op == Op::DecodeChunk) {
-    if (p.seqQ > kMaxDecodeQueries)
-      fail(FLASHATTN_STATUS_BAD_PARAM, "Q has seqQ ", p.seqQ, ": DecodeChunk serves 1..", kMaxDecodeQueries,
-           " query tokens per sequence (use Forward for more)");
     if (numChunks < 0) fail(FLASHATTN_STATUS_BAD_PARAM, "numChunks is ", numChunks, ": use 0 (automatic) or >= 1");
     p.numChunks = numChunks;
   }

@@ -49,7 +49,9 @@ class HostBackend final : public Backend {
     Plan plan;
     plan.kernel = KernelId::HostReference;
     plan.deterministic = true;
-    if (p.op == Op::DecodeChunk) {
+    if (decodeRunsAsForward(p)) {
+      plan.numChunks = 1;  // the forward's one pass over the keys, as the CUDA backend runs it
+    } else if (p.op == Op::DecodeChunk) {
       plan.numChunks = host::decodeChunkCount(p);
       plan.workspaceBytes = host::decodeWorkspace(p, plan.numChunks).totalBytes;
     } else if (p.op == Op::Backward) {
@@ -60,7 +62,10 @@ class HostBackend final : public Backend {
 
   void describe(const AttnProblem &p, Plan &plan) const override {
     std::string extra;
-    if (p.op == Op::DecodeChunk) extra = concat(" ", plan.numChunks, " KV chunks per sequence,");
+    if (decodeRunsAsForward(p))
+      extra = concat(" ", p.seqQ, " query tokens: as the forward, one pass over the keys,");
+    else if (p.op == Op::DecodeChunk)
+      extra = concat(" ", plan.numChunks, " KV chunks per sequence,");
     plan.description = concat("host.reference ", opName(p.op), " ", storageName(p.dtype), " d", p.headDim, " dv",
                               p.headDimV, ",", extra, " fp64 accumulate, deterministic");
   }
@@ -97,6 +102,10 @@ class HostBackend final : public Backend {
   }
 
   void decode(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace) override {
+    if (decodeRunsAsForward(p)) {
+      host::forward(p, host::validateIndexArrays(p), buf);
+      return;
+    }
     (void)host::validateIndexArrays(p);
     require(plan.numChunks >= 1, "decode plan has ", plan.numChunks, " chunks");
     const host::DecodeWorkspace w = host::decodeWorkspace(p, plan.numChunks);

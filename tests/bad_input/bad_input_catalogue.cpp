@@ -440,6 +440,11 @@ class BadInput : public ::testing::Test {
     cuK_ = &indexBuffer("cuSeqlensK", {0, 7, 16});
     ASSERT_EQ(flashAttnSetSeqRagged(raggedSeq_, B, cuQ_->as<int32_t>(), cuK_->as<int32_t>(), 5, 9), kSuccess)
         << fa_test::lastError();
+    // Chunked prefill: the ragged Q's sequences over the paged cache, no cuSeqlensK.
+    ASSERT_EQ(flashAttnSetSeqRagged(raggedPagedSeq_, B, cuQ_->as<int32_t>(), nullptr, 5, 9), kSuccess)
+        << fa_test::lastError();
+    ASSERT_EQ(flashAttnSetSeqKvLengths(raggedPagedSeq_, B, kvLengths_->as<int32_t>()), kSuccess);
+    ASSERT_EQ(flashAttnSetSeqPaged(raggedPagedSeq_, B, blockTable_->as<int32_t>(), PAGES_PER_SEQ), kSuccess);
   }
 
   void buildMerge() {
@@ -474,6 +479,24 @@ class BadInput : public ::testing::Test {
     return ForwardCall{handle_,  attn_,         raggedSeq_, *qRagD_,  qRag_->data(),        *kRagD_,
                        kRag_->data(), *kRagD_,  vRag_->data(), *oRagD_, oRag_->data(), *lseRagD_,
                        lseRag_->as<float>(), workspacePtr(), workspaceBytes_};
+  }
+  // The dense Q of forward() over the paged cache of paged().
+  ForwardCall pagedForward() const {
+    ForwardCall c = forward();
+    c.seq = pagedSeq_;
+    c.kDesc = c.vDesc = *pagesD_;
+    c.k = kPages_->data();
+    c.v = vPages_->data();
+    return c;
+  }
+  // The ragged Q of raggedForward() over the same paged cache (chunked prefill).
+  ForwardCall raggedPagedForward() const {
+    ForwardCall c = raggedForward();
+    c.seq = raggedPagedSeq_;
+    c.kDesc = c.vDesc = *pagesD_;
+    c.k = kPages_->data();
+    c.v = vPages_->data();
+    return c;
   }
   BackwardCall backward() const {
     return BackwardCall{handle_,     attn_,         nullptr,         *qD_,         q_->data(),
@@ -606,7 +629,7 @@ class BadInput : public ::testing::Test {
   flashAttnHandle_t handle_ = nullptr;
   fa_test::AttnDesc attn_;      // defaults, valid for every call
   fa_test::AttnDesc sentinel_;  // provokes the sentinel message
-  fa_test::SeqDesc decodeSeq_, pagedSeq_, raggedSeq_;
+  fa_test::SeqDesc decodeSeq_, pagedSeq_, raggedSeq_, raggedPagedSeq_;
   Desc qD_, kD_, vD_, oD_, lseD_;
   Desc qDecD_, cacheD_, oDecD_, lseDecD_, pagesD_;
   Desc qRagD_, kRagD_, oRagD_, lseRagD_;
@@ -635,6 +658,11 @@ TEST_F(BadInput, BaselineCallsSucceed) {
   EXPECT_EQ(forward().run(), kSuccess) << "forward: " << fa_test::lastError();
   EXPECT_EQ(forward().size(&bytes), kSuccess) << "forward size: " << fa_test::lastError();
   EXPECT_EQ(raggedForward().run(), kSuccess) << "ragged forward: " << fa_test::lastError();
+  EXPECT_EQ(pagedForward().run(), kSuccess) << "paged forward: " << fa_test::lastError();
+  EXPECT_EQ(raggedPagedForward().run(), kSuccess) << "ragged paged forward: " << fa_test::lastError();
+  EXPECT_EQ(pagedForward().support(nullptr, 0, nullptr), kSuccess) << "CheckSupport paged: " << fa_test::lastError();
+  EXPECT_EQ(raggedPagedForward().support(nullptr, 0, nullptr), kSuccess)
+      << "CheckSupport ragged paged: " << fa_test::lastError();
   EXPECT_EQ(backward().run(), kSuccess) << "backward: " << fa_test::lastError();
   EXPECT_EQ(decode().run(), kSuccess) << "decode: " << fa_test::lastError();
   EXPECT_EQ(paged().run(), kSuccess) << "paged decode: " << fa_test::lastError();
@@ -1547,6 +1575,8 @@ TEST_F(BadInput, Workspace) {
     expectRejected(op + ": workspace 16-byte aligned, not 256", {kBadParam}, {"workspace"}, [&] { return c.run(); });
   };
   casesFor("forward", forward());
+  casesFor("paged forward", pagedForward());
+  casesFor("ragged paged forward", raggedPagedForward());
   casesFor("backward", backward());
   casesFor("decode", decode());
   casesFor("paged decode", paged());
@@ -1677,18 +1707,41 @@ TEST_F(BadInput, DecodeArguments) {
     c.numChunks = bad;
     rejectEverywhere("decode: numChunks " + std::to_string(bad), {kBadParam}, {"numChunks", "chunks"}, c, kOpAndSize);
   }
-  auto q17 = makeDesc(kFp16, {B, H, 17, D});
-  auto o17 = makeDesc(kFp16, {B, H, 17, D});
-  auto lse17 = makeDesc(kFp32, {B, H, 17});
-  c = decode();
-  c.qDesc = *q17;
-  c.oDesc = *o17;
-  c.lseDesc = *lse17;
-  // Pointers stay those of the 2-token buffers: a correct library refuses before reading them.
-  rejectEverywhere("decode: seqQ 17", {kBadParam}, {"seqQ", "Q"}, c);
   c = decode();
   c.seq = raggedSeq_;
   rejectEverywhere("decode: ragged seqDesc", {kBadParam}, {"ragged", "seqDesc"}, c);
+}
+
+// Past the split-KV kernels' 16 query tokens DecodeChunk runs as the forward: served on every backend, with no
+// workspace of its own, dense or paged, whatever numChunks says.
+TEST_F(BadInput, DecodePastSixteenQueriesIsServed) {
+  auto q17 = makeDesc(kFp16, {B, H, 17, D});
+  auto o17 = makeDesc(kFp16, {B, H, 17, D});
+  auto lse17 = makeDesc(kFp32, {B, H, 17});
+  Buffer &q = tensorBuffer("Q (17 tokens)", kFp16, {B, H, 17, D}, false);
+  Buffer &o = tensorBuffer("O (17 tokens)", kFp16, {B, H, 17, D}, true);
+  Buffer &lse = tensorBuffer("LSE (17 tokens)", kFp32, {B, H, 17}, true);
+  for (const bool pagedCache : {false, true}) {
+    DecodeCall c = pagedCache ? paged() : decode();
+    c.qDesc = *q17;
+    c.q = q.data();
+    c.oDesc = *o17;
+    c.o = o.data();
+    c.lseDesc = *lse17;
+    c.lse = lse.as<float>();
+    const std::string name = pagedCache ? "paged decode: seqQ 17" : "decode: seqQ 17";
+    for (const int32_t chunks : {0, 1, 5}) {
+      c.numChunks = chunks;
+      std::size_t bytes = kBytesCanary;
+      EXPECT_EQ(c.size(&bytes), kSuccess) << name << ": " << fa_test::lastError();
+      EXPECT_EQ(bytes, 0u) << name << ", " << chunks << " chunks: the forward needs no workspace";
+      EXPECT_EQ(c.run(), kSuccess) << name << ", " << chunks << " chunks: " << fa_test::lastError();
+    }
+    char text[256] = {};
+    EXPECT_EQ(c.support(text, sizeof text, nullptr), kSuccess) << name << ": " << fa_test::lastError();
+    EXPECT_TRUE(mentions(text, "forward") || mentions(text, "fwd")) << name << ": " << text;
+    ++g_totalCases;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------------
@@ -1708,9 +1761,6 @@ TEST_F(BadInput, SeqDescriptorValues) {
     expectRejected(name, {kBadParam}, {"batch"}, [&] { return flashAttnSetSeqRagged(desc, bad, cuQ, cuK, 5, 9); });
     raggedUnchanged(name);
   }
-  expectRejected("SetSeqRagged: cuSeqlensK NULL, cuSeqlensQ not", {kBadParam}, {"cuSeqlensK"},
-                 [&] { return flashAttnSetSeqRagged(desc, B, cuQ, nullptr, 5, 9); });
-  raggedUnchanged("SetSeqRagged: cuSeqlensK NULL");
   expectRejected("SetSeqRagged: cuSeqlensQ NULL, cuSeqlensK not", {kBadParam}, {"cuSeqlensQ"},
                  [&] { return flashAttnSetSeqRagged(desc, B, nullptr, cuK, 5, 9); });
   expectRejected("SetSeqRagged: maxSeqlenQ 0", {kBadParam}, {"maxSeqlenQ"},
@@ -1727,6 +1777,11 @@ TEST_F(BadInput, SeqDescriptorValues) {
   int64_t batch = -1;
   ASSERT_EQ(flashAttnGetSeqPaged(desc, &batch, nullptr, nullptr), kSuccess);
   EXPECT_EQ(batch, 0) << "a rejected SetSeqPaged changed the descriptor";
+  // cuSeqlensK alone may be NULL (a ragged Q over a paged cache): the setter keeps it; the operations decide.
+  ASSERT_EQ(flashAttnSetSeqRagged(desc, B, cuQ, nullptr, 5, 9), kSuccess) << fa_test::lastError();
+  const int32_t *gotQ = nullptr, *gotK = cuK;
+  ASSERT_EQ(flashAttnGetSeqRagged(desc, &batch, &gotQ, &gotK, nullptr, nullptr), kSuccess);
+  EXPECT_TRUE(batch == B && gotQ == cuQ && gotK == nullptr) << "SetSeqRagged with cuSeqlensK NULL was not kept";
 }
 
 // Checks on the sequence descriptor that need no index data, so every backend makes them.
@@ -1750,12 +1805,43 @@ TEST_F(BadInput, SeqDescriptorAgainstTensors) {
   d.seq = paged3;
   rejectEverywhere("paged decode: block table for 3 sequences, batch 2", {kBadParam}, {"block", "batch"}, d);
 
+  // A ragged Q over a paged cache takes its keys from seqlensK and the pages: key offsets as well are a contradiction.
   fa_test::SeqDesc raggedAndPaged;
   ASSERT_EQ(flashAttnSetSeqRagged(raggedAndPaged, B, cuQ_->as<int32_t>(), cuK_->as<int32_t>(), 5, 9), kSuccess);
+  ASSERT_EQ(flashAttnSetSeqKvLengths(raggedAndPaged, B, kvLengths_->as<int32_t>()), kSuccess);
   ASSERT_EQ(flashAttnSetSeqPaged(raggedAndPaged, B, blockTable_->as<int32_t>(), PAGES_PER_SEQ), kSuccess);
-  auto r = raggedForward();
+  auto r = raggedPagedForward();
   r.seq = raggedAndPaged;
-  rejectEverywhere("forward: seqDesc both ragged and paged", {kBadParam}, {"ragged", "paged"}, r);
+  rejectEverywhere("ragged paged forward: cuSeqlensK given", {kBadParam}, {"cuSeqlensK"}, r);
+  // Ragged K and V without key offsets.
+  fa_test::SeqDesc raggedNoKeys;
+  ASSERT_EQ(flashAttnSetSeqRagged(raggedNoKeys, B, cuQ_->as<int32_t>(), nullptr, 5, 9), kSuccess);
+  r = raggedForward();
+  r.seq = raggedNoKeys;
+  rejectEverywhere("ragged forward: cuSeqlensK NULL without a paged cache", {kBadParam}, {"cuSeqlensK"}, r);
+  // The pages are [numPages, pageSize, kvHeads, headDim] under a ragged Q too.
+  r = raggedPagedForward();
+  r.kDesc = r.vDesc = *kRagD_;
+  rejectEverywhere("ragged paged forward: K in the ragged layout", {kBadParam}, {"rank", "K"}, r);
+  fa_test::SeqDesc raggedPaged3;
+  ASSERT_EQ(flashAttnSetSeqRagged(raggedPaged3, B, cuQ_->as<int32_t>(), nullptr, 5, 9), kSuccess);
+  ASSERT_EQ(flashAttnSetSeqKvLengths(raggedPaged3, B, kvLengths_->as<int32_t>()), kSuccess);
+  ASSERT_EQ(flashAttnSetSeqPaged(raggedPaged3, B + 1, blockTable_->as<int32_t>(), PAGES_PER_SEQ), kSuccess);
+  r = raggedPagedForward();
+  r.seq = raggedPaged3;
+  rejectEverywhere("ragged paged forward: block table for 3 sequences, batch 2", {kBadParam}, {"block", "batch"}, r);
+  fa_test::SeqDesc raggedPagedNoLengths;
+  ASSERT_EQ(flashAttnSetSeqRagged(raggedPagedNoLengths, B, cuQ_->as<int32_t>(), nullptr, 5, 9), kSuccess);
+  ASSERT_EQ(flashAttnSetSeqPaged(raggedPagedNoLengths, B, blockTable_->as<int32_t>(), PAGES_PER_SEQ), kSuccess);
+  r = raggedPagedForward();
+  r.seq = raggedPagedNoLengths;
+  rejectEverywhere("ragged paged forward: no KV lengths", {kBadParam}, {"seqlensK", "lengths"}, r);
+  // Backward takes no paged cache, ragged Q or not.
+  BackwardCall rb{handle_,       attn_,         raggedPagedSeq_, *qRagD_,    qRag_->data(),        *pagesD_,
+                  kPages_->data(), *pagesD_,    vPages_->data(), *oRagD_,    oRag_->data(),        *qRagD_,
+                  qRag_->data(), *lseRagD_,     lseRag_->as<float>(),        *qRagD_, dQ_->data(), *pagesD_,
+                  dK_->data(),   *pagesD_,      dV_->data(),     workspacePtr(), workspaceBytes_};
+  rejectEverywhere("ragged paged backward", {kBadParam, kNotSupported}, {"paged"}, rb, kOpAndSize);
 
   // Paged K must be [numPages, pageSize, kvHeads, headDim]: a dense cache shape puts 32 where kvHeads belongs.
   d = paged();
@@ -1815,6 +1901,26 @@ TEST_F(BadInput, HostIndexArrays) {
   tableCase("block id 8 of 8 pages", {6, 2, 8, 0, 3, 5, 1, 4});
   tableCase("block id -1 in a used slot", {6, 2, 7, 0, 3, 5, 1, -1});
   tableCase("block id 2^31-1", {6, 2, 7, 0, std::numeric_limits<int32_t>::max(), 5, 1, 4});
+
+  // Chunked prefill (ragged Q over the pages) reads cuSeqlensQ, seqlensK and the block table.
+  const auto raggedPagedCase = [&](const std::string &name, std::vector<int32_t> cuQ, std::vector<int32_t> lengths,
+                                   std::vector<int32_t> table, const Keywords &keywords) {
+    Buffer &q = indexBuffer(name + " cuSeqlensQ", cuQ);
+    Buffer &l = indexBuffer(name + " seqlensK", lengths);
+    Buffer &t = indexBuffer(name + " blockTable", table);
+    fa_test::SeqDesc seq;
+    ASSERT_EQ(flashAttnSetSeqRagged(seq, B, q.as<int32_t>(), nullptr, 5, 9), kSuccess) << fa_test::lastError();
+    ASSERT_EQ(flashAttnSetSeqKvLengths(seq, B, l.as<int32_t>()), kSuccess);
+    ASSERT_EQ(flashAttnSetSeqPaged(seq, B, t.as<int32_t>(), PAGES_PER_SEQ), kSuccess);
+    auto c = raggedPagedForward();
+    c.seq = seq;
+    rejectEverywhere("ragged paged forward: " + name, {kBadParam}, keywords, c, kOp);
+  };
+  const std::vector<int32_t> table{6, 2, 7, 0, 3, 5, 1, 4};
+  raggedPagedCase("cuSeqlensQ past Q's 8 tokens", {0, 3, 9}, {20, 32}, table, {"cuSeqlensQ"});
+  raggedPagedCase("sequence longer than maxSeqlenQ", {0, 1, 8}, {20, 32}, table, {"maxSeqlenQ", "cuSeqlensQ"});
+  raggedPagedCase("seqlensK 33 past 4 pages of 8", {0, 3, 8}, {33, 5}, table, {"seqlensK"});
+  raggedPagedCase("block id 8 of 8 pages", {0, 3, 8}, {20, 32}, {6, 2, 8, 0, 3, 5, 1, 4}, {"blockTable", "page"});
 
   // The backward reads the same arrays.
   Buffer &badQ = indexBuffer("backward cuSeqlensQ", {0, 9, 8});

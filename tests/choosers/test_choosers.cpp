@@ -77,7 +77,7 @@ Pick pick(const DeviceInfo &dev, const AttnProblem &p) {
 
 TEST(Choosers, RegistryHasEveryOperation) {
   for (KernelId id : {KernelId::ForwardMma, KernelId::ForwardFfma, KernelId::BackwardMma, KernelId::BackwardFfma,
-                      KernelId::DecodeSplitKv})
+                      KernelId::DecodeSplitKv, KernelId::DecodeAsForward})
     EXPECT_NE(flashattn::cuda::findFamily(id), nullptr) << flashattn::kernelIdName(id);
 }
 
@@ -133,6 +133,91 @@ TEST(Choosers, ForwardOnHopper) {
     ASSERT_NE(at, std::string::npos) << c.name << ": " << described;
     EXPECT_NE(described.find(c.reason, at), std::string::npos) << c.name << ": " << described;
   }
+}
+
+// The problem's K and V moved into a paged cache [numPages, pageSize, kvHeads, headDim] of pagesPerSeq pages per
+// sequence (packed pages; pageStridePad extra elements per page), under a dense Q or, with `ragged`, a ragged one.
+AttnProblem pagedCache(AttnProblem p, int64_t pageSize, int64_t pagesPerSeq, bool ragged, int64_t pageStridePad = 0) {
+  static const int32_t indexArrays[64] = {};  // never read: the choosers see no index data
+  const int64_t row = p.kvHeads * p.headDim;
+  p.paged = true;
+  p.pageSize = pageSize;
+  p.maxPagesPerSeq = pagesPerSeq;
+  p.numPages = p.batch * pagesPerSeq;
+  p.seqK = pageSize * pagesPerSeq;
+  p.blockTable = indexArrays;
+  p.seqlensK = indexArrays;
+  p.k = p.v = flashattn::Layout{pageSize * row + pageStridePad, p.headDim, row};
+  if (ragged) {
+    p.ragged = true;
+    p.cuSeqlensQ = indexArrays;
+    p.totalQ = p.batch * p.seqQ;
+    p.q = p.o = flashattn::Layout{0, p.headDim, p.heads * p.headDim};
+    p.lse = flashattn::Layout{0, 1, p.heads};
+  }
+  return p;
+}
+
+// A paged cache runs on the forward families themselves: the portable ones anywhere, the wgmma one on sm90 where the
+// page, row and head strides are whole 16-byte vectors; its plan says so.
+TEST(Choosers, PagedForwardPicks) {
+  const AttnProblem base = dense(Op::Forward, DType::BF16, 32, 8, 512, 4096, 128);
+  for (const bool ragged : {false, true}) {
+    const AttnProblem p = pagedCache(base, 16, 256, ragged);
+    for (const DeviceInfo *dev : {&kA100, &kL4}) {
+      const Pick r = pick(*dev, p);
+      ASSERT_TRUE(r.served) << dev->name << ": " << r.why;
+      EXPECT_EQ(r.plan.kernel, KernelId::ForwardMma) << dev->name << ": " << r.plan.description;
+      EXPECT_NE(r.plan.description.find("paged"), std::string::npos) << r.plan.description;
+      EXPECT_EQ(r.plan.workspaceBytes, 0u);
+    }
+    AttnProblem fp32 = pagedCache(dense(Op::Forward, DType::FP32, 8, 2, 100, 300, 64), 3, 100, ragged);
+    const Pick f = pick(kA100, fp32);
+    ASSERT_TRUE(f.served) << f.why;
+    EXPECT_EQ(f.plan.kernel, KernelId::ForwardFfma) << f.plan.description;
+    const Pick h = pick(kH100, p);
+    ASSERT_TRUE(h.served) << h.why;
+    const bool wgmma = flashattn::cuda::findFamily(KernelId::ForwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
+    EXPECT_EQ(h.plan.kernel, wgmma ? KernelId::ForwardWgmma : KernelId::ForwardMma) << h.plan.description;
+    // A page stride of an odd element count: the wgmma kernel's 16-byte copies cannot walk it, the portable one can.
+    const Pick odd = pick(kH100, pagedCache(base, 16, 256, ragged, 3));
+    ASSERT_TRUE(odd.served) << odd.why;
+    EXPECT_EQ(odd.plan.kernel, KernelId::ForwardMma) << odd.plan.description;
+    if (wgmma) EXPECT_NE(odd.plan.description.find("K batch stride"), std::string::npos) << odd.plan.description;
+  }
+  // A capacity past the kernels' 32-bit key indices is refused by name.
+  const Pick huge = pick(kA100, pagedCache(base, 1 << 16, 1 << 16, false));
+  EXPECT_FALSE(huge.served);
+  EXPECT_NE(huge.why.find("paged"), std::string::npos) << huge.why;
+}
+
+// DecodeChunk up to 16 query tokens takes the split-KV decode; past that the forward plan of the same problem, with
+// no workspace of its own, dense or paged, whatever numChunks asks for.
+TEST(Choosers, DecodePastSixteenQueriesRunsAsForward) {
+  AttnProblem p = dense(Op::DecodeChunk, DType::BF16, 32, 8, 16, 4096, 128);
+  p.numChunks = 8;
+  const Pick split = pick(kA100, p);
+  ASSERT_TRUE(split.served) << split.why;
+  EXPECT_EQ(split.plan.kernel, KernelId::DecodeSplitKv);
+  for (const bool paged : {false, true}) {
+    AttnProblem q = dense(Op::DecodeChunk, DType::BF16, 32, 8, 17, 4096, 128);
+    q.numChunks = 8;
+    if (paged) q = pagedCache(q, 16, 256, false);
+    for (const DeviceInfo *dev : {&kA100, &kH100}) {
+      const Pick r = pick(*dev, q);
+      ASSERT_TRUE(r.served) << dev->name << ": " << r.why;
+      EXPECT_EQ(r.plan.kernel, KernelId::DecodeAsForward) << r.plan.description;
+      const KernelId family = r.plan.as<flashattn::ForwardConfig>().forwardFamily;
+      EXPECT_TRUE(family == KernelId::ForwardMma || family == KernelId::ForwardWgmma) << r.plan.description;
+      EXPECT_NE(flashattn::cuda::findFamily(family), nullptr);
+      EXPECT_EQ(r.plan.workspaceBytes, 0u) << r.plan.description;
+      EXPECT_EQ(r.plan.description.rfind("cuda.decode.forward", 0), 0u) << r.plan.description;
+    }
+  }
+  // The forward's refusal is the one reported.
+  const Pick wide = pick(kA100, dense(Op::DecodeChunk, DType::BF16, 8, 8, 64, 512, 300));
+  EXPECT_FALSE(wide.served);
+  EXPECT_NE(wide.why.find("headDim 300"), std::string::npos) << wide.why;
 }
 
 TEST(Choosers, BackwardPicks) {

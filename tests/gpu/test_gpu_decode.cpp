@@ -6,7 +6,8 @@
 // included), GQA/MQA and stride-0 KV broadcast, masks, windows, softcap, ALiBi, the edges of the sm90 tensor-map loader
 // (padded columns, partial last tiles over NaN slots, caches shorter than a copy box); outputs poisoned with NaN first.
 // Plus: out-of-range block ids are masked (never dereferenced), determinism, graph replay with lengths and block
-// tables changed in device memory between replays equal to eager runs, exact workspace sizes.
+// tables changed in device memory between replays equal to eager runs, exact workspace sizes, and DecodeChunk past 16
+// query tokens, which runs as (and equals) flashAttnForward.
 //
 // FLASHATTN_TEST_SLICE=edge runs a few small shapes only (for compute-sanitizer).
 #include <cuda_runtime.h>
@@ -453,6 +454,29 @@ std::vector<DecodeCase> gridCases() {
     c.badBlockId = true, c.chunks = {0, 1, 3}, c.seed = seed++;
     cases.push_back(c);
   }
+  // Past 16 query tokens DecodeChunk runs as the forward: dense and paged caches (page sizes 1, 3, 256), GQA 1/4/8,
+  // lengths 0 and past the query count, FP32 too.
+  {
+    const struct {
+      const char *name;
+      int64_t sq, pageSize, heads, kvHeads;
+      flashAttnDataType_t dtype;
+      bool paged;
+    } longChunks[] = {{"long_sq17_dense_bf16", 17, 0, 8, 8, FLASHATTN_DATA_BF16, false},
+                      {"long_sq17_paged_ps3_fp16", 17, 3, 8, 2, FLASHATTN_DATA_FP16, true},
+                      {"long_sq64_paged_ps1_bf16", 64, 1, 8, 1, FLASHATTN_DATA_BF16, true},
+                      {"long_sq200_paged_ps256_fp16", 200, 256, 8, 2, FLASHATTN_DATA_FP16, true},
+                      {"long_sq40_dense_fp32", 40, 0, 4, 1, FLASHATTN_DATA_FP32, false}};
+    for (const auto &l : longChunks) {
+      DecodeCase c;
+      c.name = l.name, c.dtype = l.dtype, c.batch = 3, c.heads = l.heads, c.kvHeads = l.kvHeads, c.sq = l.sq;
+      c.headDim = l.dtype == FLASHATTN_DATA_FP32 ? 64 : 128;
+      c.cap = 700, c.paged = l.paged, c.pageSize = l.pageSize > 0 ? l.pageSize : 16;
+      c.lens = {700, 0, int32_t(l.sq + 5)}, c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.chunks = {0, 7};
+      c.seed = seed++;
+      cases.push_back(c);
+    }
+  }
   return cases;
 }
 
@@ -538,17 +562,44 @@ TEST(DecodeSupport, OddCacheStridesAreStaged) {
   }
 }
 
-// seqQ 64 is past the decode contract (1..16 query tokens): refused with a message and outputs untouched.
-TEST(DecodeSupport, SeqQ64IsRefusedAndOutputsStayUntouched) {
-  DecodeCase c;
-  c.sq = 64, c.cap = 800, c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
-  DecodeFixture f(c);
-  f.poisonOutputs();
-  const std::vector<uint8_t> before = f.rawO();
-  const flashAttnStatus_t s = f.run(0);
-  EXPECT_TRUE(s == FLASHATTN_STATUS_BAD_PARAM || s == FLASHATTN_STATUS_NOT_SUPPORTED) << flashAttnGetErrorString(s);
-  EXPECT_NE(lastError().find("seqQ"), std::string::npos) << lastError();
-  EXPECT_TRUE(f.rawO() == before);
+// Past 16 query tokens DecodeChunk is flashAttnForward on the same descriptors: no workspace, the plan names the
+// forward, every chunk count gives the forward's bytes, on a dense and on a paged cache.
+TEST(DecodeSupport, SeqQ64RunsAsTheForward) {
+  for (const bool paged : {false, true}) {
+    SCOPED_TRACE(paged ? "paged" : "dense");
+    DecodeCase c;
+    c.sq = 64, c.cap = 800, c.paged = paged, c.pageSize = 16, c.batch = 2, c.lens = {800, 100};
+    c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.seed = paged ? 61 : 62;
+    DecodeFixture f(c);
+    char text[512] = {};
+    ASSERT_EQ(flashAttnCheckSupport(f.handle(), FLASHATTN_OP_DECODE_CHUNK, f.attn(), f.seqDesc(), f.q(), f.k(), f.v(),
+                                    f.o(), text, sizeof text, nullptr),
+              FLASHATTN_STATUS_SUCCESS)
+        << lastError();
+    EXPECT_EQ(std::string(text).rfind("cuda.decode.forward", 0), 0u) << text;
+    std::vector<uint8_t> firstO, firstL;
+    for (int32_t chunks : {0, 1, 9}) {
+      size_t bytes = 1;
+      f.poisonOutputs();
+      ASSERT_EQ(f.run(chunks, &bytes), FLASHATTN_STATUS_SUCCESS) << lastError();
+      EXPECT_EQ(bytes, 0u) << chunks << " chunks";
+      bool pass = false;
+      const std::string result = f.check(&pass);
+      EXPECT_TRUE(pass) << chunks << " chunks: " << result;
+      if (firstO.empty()) {
+        firstO = f.rawO(), firstL = f.rawLse();
+      } else {
+        EXPECT_TRUE(f.rawO() == firstO && f.rawLse() == firstL) << chunks << " chunks differ from automatic";
+      }
+    }
+    f.poisonOutputs();
+    ASSERT_EQ(flashAttnForward(f.handle(), f.attn(), f.seqDesc(), f.q(), f.qPtr(), f.k(), f.kPtr(), f.v(), f.vPtr(),
+                               f.o(), f.oPtr(), f.lseDescOrNull(), f.lsePtr(), nullptr, 0),
+              FLASHATTN_STATUS_SUCCESS)
+        << lastError();
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    EXPECT_TRUE(f.rawO() == firstO && f.rawLse() == firstL) << "DecodeChunk differs from flashAttnForward";
+  }
 }
 
 // The size query is exact: 0 for one chunk, partial O and LSE (256-byte aligned each) for more; one byte less is

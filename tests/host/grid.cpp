@@ -11,9 +11,9 @@ const std::vector<SeqPair> kShapes = {{1, 1},     {1, 3},     {2, 1},     {239, 
                                       {3, 513},   {113, 203}, {128, 217}, {113, 211},   {108, 256},
                                       {256, 512}, {512, 256}, {640, 128}, {1023, 1024}, {1024, 1023}};
 const std::vector<SeqPair> kLargeShapes = {{2048, 2048}, {4224, 4224}};
-// The decode grid's design asked for (64, 800); DecodeChunk serves 1..16 query tokens, so the grid runs (16, 800)
-// and the checks test expects BAD_PARAM for 64.
-const std::vector<SeqPair> kDecodeShapes = {{1, 128}, {1, 339}, {3, 799}, {16, 800}, {16, 20000}, {1, 131072}};
+// (64, 800) is past the split-KV kernels' 16 query tokens: DecodeChunk runs it as the forward.
+const std::vector<SeqPair> kDecodeShapes = {{1, 128},    {1, 339},   {3, 799},  {16, 800},
+                                            {16, 20000}, {1, 131072}, {64, 800}};
 const std::vector<int32_t> kChunkCounts = {0, 1, 2, 3, 5, 17, 55, 133};
 const std::vector<int64_t> kPageSizes = {0, 1, 8, 16, 64, 256};
 
@@ -256,6 +256,54 @@ std::vector<AttnCase> pagedCases() {
       rotateFeatures(c, index);
       c.broadcastKv = false;
       applyMask(c, index, rng);
+      cases.push_back(c);
+    }
+  return cases;
+}
+
+std::vector<AttnCase> chunkedPrefillCases() {
+  std::vector<AttnCase> cases;
+  std::mt19937_64 rng(616);
+  struct Sequence {
+    int64_t newTokens, prefix;
+  };
+  // Per batch: one token after a long prefix, an empty chunk, a chunk ending on a page boundary of several page sizes
+  // (40 + 24 = 64), a first chunk (no prefix), a sequence with nothing at all, and a chunk longer than its prefix.
+  const std::vector<std::vector<Sequence>> batches = {
+      {{17, 0}, {1, 300}, {0, 45}, {40, 24}},
+      {{128, 200}, {5, 0}, {1, 1}},
+      {{64, 448}, {33, 16}},
+      {{3, 2}, {0, 0}, {9, 247}},
+  };
+  const int64_t pageSizes[] = {1, 3, 8, 16, 64, 256};
+  const int64_t headDims[] = {32, 40, 64, 59, 96, 128};
+  const int64_t heads[][2] = {{4, 4}, {8, 2}, {8, 1}};  // GQA 1, 4, 8
+  int index = 0;
+  for (int64_t pageSize : pageSizes)
+    for (const std::vector<Sequence> &batch : batches) {
+      AttnCase c;
+      c.dtype = kTypes[size_t(index) % 3];
+      c.batch = int64_t(batch.size());
+      for (const Sequence &s : batch) {
+        c.raggedQ.push_back(s.newTokens);
+        c.kvLengths.push_back(s.prefix + s.newTokens);
+      }
+      // maxSeqlenQ only bounds the lengths; the capacity may exceed every sequence's keys.
+      c.seqQ = std::max<int64_t>(*std::max_element(c.raggedQ.begin(), c.raggedQ.end()), 1) + index % 2;
+      c.seqK = std::max<int64_t>(*std::max_element(c.kvLengths.begin(), c.kvLengths.end()), 1) + (index % 3) * 5;
+      c.pageSize = pageSize;
+      c.headDim = c.headDimV = headDims[size_t(index * 5) % 6];
+      c.heads = heads[size_t(index) % 3][0];
+      c.kvHeads = heads[size_t(index) % 3][1];
+      rotateFeatures(c, index);
+      c.broadcastKv = false;
+      if (index % 4 == 3)
+        applyMask(c, index / 4, rng);
+      else
+        c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+      if (index % 5 == 2)
+        for (int64_t h = 0; h < c.heads; ++h) c.sinks.push_back(h % 3 == 1 ? 30.f : 0.5f * float(h) - 1.f);
+      c.seed = 6600 + uint64_t(index++);
       cases.push_back(c);
     }
   return cases;

@@ -17,7 +17,7 @@ struct SeqPair {
 };
 extern const std::vector<SeqPair> kShapes;        // forward (seqQ, seqK) of the grid, the two largest excluded
 extern const std::vector<SeqPair> kLargeShapes;   // (2048, 2048), (4224, 4224): a few sampled cases
-extern const std::vector<SeqPair> kDecodeShapes;  // decode (seqQ, seqK); seqQ capped at the API's 16
+extern const std::vector<SeqPair> kDecodeShapes;  // decode (seqQ, seqK); seqQ 64 runs as the forward
 extern const std::vector<int32_t> kChunkCounts;   // 0 = automatic
 extern const std::vector<int64_t> kPageSizes;     // 0 = dense cache
 
@@ -26,7 +26,10 @@ std::vector<AttnCase> shapeTypeCases();  // every shape x every dtype, mask rota
 std::vector<AttnCase> headDimCases();    // every headDim x dtype x heads configuration
 std::vector<AttnCase> featureCases();    // softcap, ALiBi, broadcast, strides, scale, x5 values, random windows
 std::vector<AttnCase> raggedCases();     // ragged batches with zero-length sequences, and padded caches
-std::vector<AttnCase> pagedCases();       // forward (chunked prefill) on paged caches of every page size
+std::vector<AttnCase> pagedCases();       // forward with a dense Q on paged caches of every page size
+// Chunked prefill: a ragged Q of new tokens (0, 1, at and across page boundaries) over paged caches of page sizes 1 to
+// 256 holding each sequence's prefix and chunk (empty prefixes and sequences included), GQA 1, 4 and 8.
+std::vector<AttnCase> chunkedPrefillCases();
 std::vector<AttnCase> largeCases();
 std::vector<AttnCase> backwardCases();  // backward over headDims, masks, features, ragged
 

@@ -276,7 +276,7 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
   rp.maxSq = c.seqQ;
   rp.maxSk = c.seqK;
   rp.sq = c.raggedQ;
-  rp.sk = c.ragged() ? c.raggedK : c.kvLengths;
+  rp.sk = c.raggedKv() ? c.raggedK : c.kvLengths;
   rp.scale = c.scale;
   rp.softcap = c.softcap;
   rp.mask = fa_ref::Mask(int(c.mask));
@@ -293,7 +293,7 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
   const std::vector<double> dO = fa_test::randomValues(rng, rp.oSize(), c.dtype);
 
   const std::vector<int64_t> &qLengths = c.raggedQ;
-  const std::vector<int64_t> &kLengths = c.ragged() ? c.raggedK : c.kvLengths;
+  const std::vector<int64_t> &kLengths = c.raggedKv() ? c.raggedK : c.kvLengths;
   const std::vector<int64_t> &kPlacementLengths = c.raggedK;  // dense caches with kvLengths keep all rows
   Placement Q = placeRows(c.dtype, c.batch, c.heads, c.seqQ, c.headDim, c.order, c.rowPad, false, qLengths);
   Placement K =
@@ -325,13 +325,14 @@ GateReport runAttnCase(const AttnCase &c, bool withBackward, bool check, AttnOut
   const std::vector<int32_t> kvLengths = toInt32(c.pageSize > 0 ? pagedLengths : c.kvLengths);
   flashAttnSeqDescriptor_t seq = nullptr;
   if (c.ragged()) {
-    flashAttnSetSeqRagged(seqDesc, c.batch, cuQ.data(), cuK.data(), c.seqQ, c.seqK);
+    flashAttnSetSeqRagged(seqDesc, c.batch, cuQ.data(), c.pageSize > 0 ? nullptr : cuK.data(), c.seqQ, c.seqK);
     seq = seqDesc;
-  } else if (c.pageSize > 0) {
+  }
+  if (c.pageSize > 0) {
     flashAttnSetSeqKvLengths(seqDesc, c.batch, kvLengths.data());
     flashAttnSetSeqPaged(seqDesc, c.batch, paged.blockTable.data(), paged.maxPages);
     seq = seqDesc;
-  } else if (!c.kvLengths.empty()) {
+  } else if (!c.ragged() && !c.kvLengths.empty()) {
     flashAttnSetSeqKvLengths(seqDesc, c.batch, kvLengths.data());
     seq = seqDesc;
   }

@@ -39,11 +39,14 @@ struct AttnCase {
   bool withLse = true;
   std::vector<int64_t> raggedQ, raggedK;  // per-sequence lengths: a ragged (packed) batch when non-empty
   std::vector<int64_t> kvLengths;         // dense batch with per-sequence used KV lengths (seqlensK)
-  int64_t pageSize = 0;                   // > 0: K/V in a paged cache (forward only; kvLengths or seqK each)
+  // > 0: K/V in a paged cache (forward only; kvLengths or seqK each). With raggedQ (raggedK empty): chunked prefill,
+  // a ragged Q over the paged cache, cuSeqlensK NULL.
+  int64_t pageSize = 0;
   std::vector<float> sinks;               // [heads] attention sinks (empty = off); backward then checks dSinks too
   uint64_t seed = 1;
 
   bool ragged() const { return !raggedQ.empty(); }
+  bool raggedKv() const { return ragged() && pageSize == 0; }  // K and V packed by cuSeqlensK
   // Multiply-adds of one float64 reference pass, to keep the grid's cost in check.
   double cost() const;
   std::string describe() const;

@@ -297,21 +297,31 @@ TEST(HostSupport, DecodeWorkspaceMatchesChunks) {
   ASSERT_EQ(flashAttnDecodeChunkGetWorkspaceSize(handle, nullptr, nullptr, qd, kd, vd, od, nullptr, 1 << 30, &many),
             FLASHATTN_STATUS_SUCCESS);
   EXPECT_EQ(many, expected(64)) << "any chunk count folds into at most 64 groups";
-  // DecodeChunk takes 1..16 query tokens: the grid's (64, 800) is rejected.
+  // Past 16 query tokens DecodeChunk runs as the forward, which needs no workspace, whatever the chunk count.
   fa_test::TensorDesc q64, o64;
   q64.set(FLASHATTN_DATA_FP16, {1, 4, 64, 64}, {4 * 64 * 64, 64 * 64, 64, 1});
   o64.set(FLASHATTN_DATA_FP16, {1, 4, 64, 64}, {4 * 64 * 64, 64 * 64, 64, 1});
   fa_test::TensorDesc k1, v1;
   k1.set(FLASHATTN_DATA_FP16, {1, 1, 800, 64}, {800 * 64, 800 * 64, 64, 1});
   v1.set(FLASHATTN_DATA_FP16, {1, 1, 800, 64}, {800 * 64, 800 * 64, 64, 1});
-  size_t bytes = 0;
-  EXPECT_EQ(flashAttnDecodeChunkGetWorkspaceSize(handle, nullptr, nullptr, q64, k1, v1, o64, nullptr, 0, &bytes),
-            FLASHATTN_STATUS_BAD_PARAM);
+  for (int32_t chunks : {0, 1, 7}) {
+    size_t bytes = 1;
+    EXPECT_EQ(flashAttnDecodeChunkGetWorkspaceSize(handle, nullptr, nullptr, q64, k1, v1, o64, nullptr, chunks, &bytes),
+              FLASHATTN_STATUS_SUCCESS)
+        << fa_test::lastError();
+    EXPECT_EQ(bytes, 0u) << chunks << " chunks";
+  }
+  char text[256] = {};
+  ASSERT_EQ(flashAttnCheckSupport(handle, FLASHATTN_OP_DECODE_CHUNK, nullptr, nullptr, q64, k1, v1, o64, text,
+                                  sizeof text, nullptr),
+            FLASHATTN_STATUS_SUCCESS);
+  EXPECT_NE(std::string(text).find("as the forward"), std::string::npos) << text;
 }
 
 TEST(HostGrid, CaseCount) {
   const size_t forward = shapeMaskCases().size() + shapeTypeCases().size() + headDimCases().size() +
-                         featureCases().size() + raggedCases().size() + pagedCases().size() + largeCases().size();
+                         featureCases().size() + raggedCases().size() + pagedCases().size() +
+                         chunkedPrefillCases().size() + largeCases().size();
   const size_t backward = backwardCases().size();
   size_t decodeRuns = 0;
   for (const DecodeCase &c : decodeCases())

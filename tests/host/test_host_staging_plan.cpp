@@ -173,6 +173,12 @@ TEST(StagingPlan, OperationsAndCandidates) {
     EXPECT_EQ(s.tensor[i].reserved, candidate) << i;
     EXPECT_EQ(s.tensor[i].output, Staged(i) == Staged::O) << i;
   }
+  // Past 16 query tokens a DecodeChunk runs as the forward, which loads unaligned rows itself.
+  AttnProblem longChunk = p;
+  longChunk.seqQ = 17;
+  s = planStaging(longChunk, kAllStagedRoom);
+  EXPECT_EQ(s.totalBytes, 0u);
+  for (int i = 0; i < kStagedCount; ++i) EXPECT_FALSE(s.tensor[i].candidate) << i;
 
   p.op = Op::Backward;
   s = planStaging(p);

@@ -37,4 +37,29 @@ __device__ __forceinline__ void cpAsyncTileToSlabs(uint32_t tile, const Element 
   }
 }
 
+// The same with each row's source given by a table: row r starts at element offset rowOffsets[r] from `base`
+// (rowOffsets in shared memory, e.g. a paged cache's rows); a row whose offset is negative is absent, becomes zeros
+// and reads nothing.
+template <typename Element, int D, int Rows, int Threads, int Unroll>
+__device__ __forceinline__ void cpAsyncTableRowsToSlabs(uint32_t tile, const Element *base, const int64_t *rowOffsets,
+                                                        int thread, const void *safeAddress) {
+  constexpr int kChunksPerRow = D / 8;
+  constexpr int kRowsPerPass = Threads / kChunksPerRow;
+  static_assert(D % 64 == 0, "a slab is 64 elements wide");
+  static_assert(Rows % kRowsPerPass == 0, "tile rows must split into whole passes");
+  const int chunk = thread % kChunksPerRow;
+  int row = thread / kChunksPerRow;
+  const uint32_t slab = tile + uint32_t(chunk / 8) * Rows * 128;
+  const uint32_t chunkInSlab = uint32_t(chunk % 8);
+  const Element *columns = base + chunk * 8;
+#pragma unroll Unroll
+  for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {
+    const uint32_t destination = slab + uint32_t(row) * 128 + ((chunkInSlab ^ uint32_t(row & 7)) << 4);
+    const int64_t offset = rowOffsets[row];
+    const bool valid = offset >= 0;
+    cpAsync16(destination, valid ? static_cast<const void *>(columns + offset) : safeAddress, valid);
+    row += kRowsPerPass;
+  }
+}
+
 }  // namespace flashattn::cuda::prim

@@ -65,7 +65,7 @@ const char *stagedName(Staged t) {
 StagingPlan planStaging(const AttnProblem &p, uint32_t room) {
   StagingPlan s;
   s.elementBytes = int64_t(dtypeSize(p.dtype));
-  if (p.op != Op::Backward && p.op != Op::DecodeChunk) return s;
+  if (p.op != Op::Backward && (p.op != Op::DecodeChunk || decodeRunsAsForward(p))) return s;
   const int64_t perVector = kVectorBytes / s.elementBytes;
   std::size_t offset = 0;
   for (int i = 0; i < kStagedCount; ++i) {

@@ -69,7 +69,7 @@ struct StagingPlan {
 // backend's vectorStridesFit: batch when the batch is dense and > 1, or always for a paged cache's page stride;
 // head when there is more than one (KV) head; row always). Backward: Q, K, V, O, dO in and dQ, dK, dV out. Decode:
 // Q, K, V in (dense or paged caches) and O out. Forward and merge stage nothing: their kernels load unaligned rows
-// element-wise themselves.
+// element-wise themselves; nor does a DecodeChunk past 16 query tokens, which runs as the forward.
 //
 // `room` (a set of stagedBit) asks for a slot for a candidate tensor even when its strides need none, so that the
 // call can stage it when its base POINTER is not 16-byte aligned (the problem has no pointers), or when the size

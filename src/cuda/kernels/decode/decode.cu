@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/knobs.hpp"
@@ -447,6 +448,11 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
 }
 
 bool checkProblem(const AttnProblem &p, std::string *whyNot) {
+  if (p.seqQ > kMaxSplitKvQueries) {
+    *whyNot = concat("seqQ ", p.seqQ, ": the split-KV decode kernels take 1..", kMaxSplitKvQueries,
+                     " query tokens per sequence");
+    return false;
+  }
   if (p.ragged) {
     *whyNot = "ragged Q: the CUDA decode takes a dense Q [batch, heads, seqQ, headDim]";
     return false;
@@ -622,10 +628,7 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.numChunks = plan.numChunks;
   d.seqlensK = p.seqlensK;
   d.paged = p.paged;
-  d.blockTable = p.blockTable;
-  d.pageSize = int32_t(p.pageSize);
-  d.maxPagesPerSeq = int32_t(std::min<int64_t>(p.maxPagesPerSeq, std::numeric_limits<int32_t>::max()));
-  d.numPages = p.numPages;
+  d.cache = paged::pagedCacheOf(p);
   d.scale = p.scale;
   d.softcap = p.softcap;
   d.mask = int32_t(p.mask);
@@ -659,6 +662,7 @@ cudaError_t launchDecode(const DeviceInfo &dev, const AttnProblem &p, const Plan
 namespace {
 
 Verdict planDecodeFamily(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
+  if (decodeRunsAsForward(p)) return Verdict::NotForThis;  // the forward's, through planDecodeAsForward
   if (dev.arch() < 80) {
     *whyNot = concat("the decode kernels need compute capability 8.0 or newer; device is sm", dev.arch());
     return Verdict::Refused;
@@ -679,9 +683,44 @@ Verdict planDecodeFamily(const DeviceInfo &dev, const AttnProblem &p, Plan *plan
   return planDecode(dev, p, plan, whyNot) ? Verdict::Served : Verdict::Refused;
 }
 
+// DecodeChunk past the split-KV kernels' 16 query tokens: the forward over the same cache, which that many rows keep
+// busy without a split. The forward chooser plans it (the same problem as a Forward), so the family, tile, workspace
+// (none of its own) and refusals are the forward's; the plan keeps the family that launches it.
+Verdict planDecodeAsForward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
+  if (!decodeRunsAsForward(p)) return Verdict::NotForThis;
+  AttnProblem forward = p;
+  forward.op = Op::Forward;
+  forward.numChunks = 0;
+  Plan inner;
+  if (!choose(dev, forward, &inner, whyNot)) return Verdict::Refused;
+  ForwardConfig config = inner.as<ForwardConfig>();
+  config.forwardFamily = inner.kernel;
+  inner.config = config;
+  inner.numChunks = 1;
+  inner.description = concat(kernelIdName(KernelId::DecodeAsForward), ": ", p.seqQ,
+                             " query tokens per sequence run as the forward (one pass over the keys, numChunks not "
+                             "used): ",
+                             inner.description);
+  *plan = std::move(inner);
+  return Verdict::Served;
+}
+
+cudaError_t launchDecodeAsForward(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan,
+                                  const AttnBuffers &buf, void *workspace, cudaStream_t stream) {
+  const Family *forward = findFamily(plan.as<ForwardConfig>().forwardFamily);
+  if (forward == nullptr || forward->op != Op::Forward) return cudaErrorInvalidValue;
+  AttnProblem f = p;
+  f.op = Op::Forward;
+  return forward->launch(dev, f, plan, buf, workspace, stream);
+}
+
 }  // namespace
 
 FLASHATTN_REGISTER_FAMILY(KernelId::DecodeSplitKv, Op::DecodeChunk, 100, true, "split-KV decode", planDecodeFamily,
                           launchDecode);
+// Each of the two answers only its own query-token counts (the other's are NotForThis), so a refusal names the reason
+// of the one that could serve; this one is tried first, its check being the cheaper.
+FLASHATTN_REGISTER_FAMILY(KernelId::DecodeAsForward, Op::DecodeChunk, 90, true, "forward for long query chunks",
+                          planDecodeAsForward, launchDecodeAsForward);
 
 }  // namespace flashattn::cuda

@@ -15,6 +15,7 @@
 
 #include "cuda/kernels/decode/decode_params.hpp"
 #include "cuda/kernels/decode/decode_work.cuh"
+#include "cuda/kernels/paged_kv.cuh"
 #include "cuda/primitives/mbarrier.cuh"
 #include "cuda/primitives/primitives.cuh"
 #include "cuda/primitives/tma.cuh"
@@ -50,9 +51,9 @@ struct KeyOffsets {
   int64_t v;
 };
 
-// cp.async: the row addresses of tile x (dense, or through the block table) are computed one tile ahead by one thread
-// per key (the first TileKeys threads) into a table alternating by tile parity, with the tile's presence mask; then
-// every thread issues 16-byte copies into padded rows, absent keys zero-filled. Stages - 1 tiles in flight.
+// cp.async: the row addresses of tile x (dense, or paged by the rule of paged_kv.cuh) are computed one tile ahead by
+// one thread per key (the first TileKeys threads) into a table alternating by tile parity, with the tile's presence
+// mask; then every thread issues 16-byte copies into padded rows, absent keys zero-filled. Stages - 1 tiles in flight.
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
 struct CpAsyncLoader {
   static constexpr int kThreads = ctaThreads(Warps, kLoaderCpAsync);
@@ -80,27 +81,19 @@ struct CpAsyncLoader {
   __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
   __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
 
-  // Element offsets of a key's K and V rows; false when it has none (a page id out of range). pageId: the block-table
-  // entry of the key's page, for paged caches.
-  static __device__ __forceinline__ bool rowOffsets(const DecodeParams &p, const DecodeWork &w, int key, int32_t pageId,
+  // Element offsets of a key's K and V rows; false when it has none (its page lies outside the pool).
+  static __device__ __forceinline__ bool rowOffsets(const DecodeParams &p, const DecodeWork &w, int key,
                                                     KeyOffsets &off) {
     if (p.paged) {
-      if (pageId < 0 || int64_t(pageId) >= p.numPages) return false;
-      const uint32_t page = uint32_t(key) / uint32_t(p.pageSize);
-      const int64_t inPage = int64_t(uint32_t(key) - page * uint32_t(p.pageSize));
-      off.k = int64_t(pageId) * p.kBatch + inPage * p.kRow + int64_t(w.kvHead) * p.kHead;
-      off.v = int64_t(pageId) * p.vBatch + inPage * p.vRow + int64_t(w.kvHead) * p.vHead;
+      const paged::PagedRow row = paged::pagedRow(p.cache, w.batch, key);
+      if (row.page < 0) return false;
+      off.k = paged::rowOffset(row, p.kBatch, p.kRow) + int64_t(w.kvHead) * p.kHead;
+      off.v = paged::rowOffset(row, p.vBatch, p.vRow) + int64_t(w.kvHead) * p.vHead;
     } else {
       off.k = int64_t(w.batch) * p.kBatch + int64_t(w.kvHead) * p.kHead + int64_t(key) * p.kRow;
       off.v = int64_t(w.batch) * p.vBatch + int64_t(w.kvHead) * p.vHead + int64_t(key) * p.vRow;
     }
     return true;
-  }
-
-  // The block-table entry of a key's page, -1 past the sequence's table row (the entry there is never read).
-  static __device__ __forceinline__ int32_t pageIdOf(const DecodeParams &p, const DecodeWork &w, int key) {
-    const uint32_t page = uint32_t(key) / uint32_t(p.pageSize);
-    return int64_t(page) < p.maxPagesPerSeq ? __ldg(p.blockTable + int64_t(w.batch) * p.maxPagesPerSeq + page) : -1;
   }
 
   __device__ __forceinline__ void computeOffsets(const DecodeParams &p, const DecodeWork &w, int x) const {
@@ -109,7 +102,7 @@ struct CpAsyncLoader {
       const int key = w.keyBegin + x * TileKeys + tid;
       KeyOffsets off{0, 0};
       bool present = tid < TileKeys && key < w.keyEnd;
-      if (present) present = rowOffsets(p, w, key, p.paged ? pageIdOf(p, w, key) : 0, off);
+      if (present) present = rowOffsets(p, w, key, off);
       if (tid < TileKeys) offsetTable[(x & 1) * TileKeys + tid] = off;
       const uint32_t bits = __ballot_sync(0xffffffffu, present);
       if ((tid & 31) == 0) validMask[(x % kMaskSlots) * 2 + (tid >> 5)] = bits;

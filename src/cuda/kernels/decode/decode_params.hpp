@@ -16,6 +16,7 @@
 #include "core/plan.hpp"
 #include "core/problem.hpp"
 #include "cuda/fast_divisor.hpp"
+#include "cuda/kernels/paged_kv.hpp"
 
 namespace flashattn::cuda {
 struct DeviceInfo;
@@ -196,10 +197,7 @@ struct DecodeParams {
   int64_t alibiBatchStride = 0;
   const float *sinks = nullptr;  // [heads]: joins each row's state once, where O and LSE are finished
   bool paged = false;
-  int32_t pageSize = 0;
-  const int32_t *blockTable = nullptr;
-  int32_t maxPagesPerSeq = 0;
-  int64_t numPages = 0;
+  paged::PagedCache cache;  // paged caches: the address rule's table, page size and pool
 
   // Epilogue and merge.
   int32_t batch = 0;

@@ -32,8 +32,9 @@ TileShape tileFor(DType t, int instanceHeadDim) {
   return t == DType::FP32 ? forward::fp32TileFor(instanceHeadDim) : forward::mmaTileFor(instanceHeadDim);
 }
 
-std::size_t sharedBytesFor(DType t, int instanceHeadDim) {
-  return t == DType::FP32 ? forward::fp32SharedBytes(instanceHeadDim) : forward::mmaSharedBytes(instanceHeadDim);
+std::size_t sharedBytesFor(DType t, int instanceHeadDim, bool paged) {
+  return t == DType::FP32 ? forward::fp32SharedBytes(instanceHeadDim, paged)
+                          : forward::mmaSharedBytes(instanceHeadDim, paged);
 }
 
 bool isAligned16(const void *pointer) { return reinterpret_cast<uintptr_t>(pointer) % 16 == 0; }
@@ -52,12 +53,11 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
   if (dev.arch() < 80)
     return refuse(concat("the forward kernels need compute capability 8.0 or newer; device ", dev.device, " is sm",
                          dev.arch()));
-  if (p.paged) return refuse("paged K/V caches are not supported by the forward kernels (use flashAttnDecodeChunk)");
   const int instance = kForwardInstances.paddedInstanceFor(p, "forward kernels", whyNot);
   if (instance == 0) return Verdict::Refused;
 
   const TileShape tile = tileFor(p.dtype, instance);
-  const std::size_t shared = sharedBytesFor(p.dtype, instance);
+  const std::size_t shared = sharedBytesFor(p.dtype, instance, p.paged);
   if (shared > dev.smemPerBlockOptin)
     return refuse(concat("the d", instance, " forward tile needs ", shared,
                          " bytes of shared memory per block; the device allows ", dev.smemPerBlockOptin));
@@ -66,7 +66,9 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
   // every (sequence, head, query block).
   constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
   if (p.seqQ > kMaxSeq) return refuse(concat("seqQ ", p.seqQ, " exceeds the forward kernels' limit of ", kMaxSeq));
-  if (p.seqK > kMaxSeq) return refuse(concat("seqK ", p.seqK, " exceeds the forward kernels' limit of ", kMaxSeq));
+  if (p.seqK > kMaxSeq)
+    return refuse(concat("seqK ", p.seqK, p.paged ? " (maxPagesPerSeq x pageSize of the paged cache)" : "",
+                         " exceeds the forward kernels' limit of ", kMaxSeq));
   const int64_t queryBlocks = (p.seqQ + tile.blockM - 1) / tile.blockM;
   if (p.heads > std::numeric_limits<int32_t>::max() || p.batch > std::numeric_limits<int32_t>::max() ||
       queryBlocks * p.heads > int64_t(std::numeric_limits<int32_t>::max()) / std::max<int64_t>(p.batch, 1))
@@ -77,7 +79,9 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
   description << (fp32 ? kernelIdName(KernelId::ForwardFfma) : kernelIdName(KernelId::ForwardMma)) << " sm"
               << dev.arch() << " " << dtypeName(p.dtype) << " d" << instance;
   if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
-  description << " tile " << tile.blockM << "x" << tile.blockN << " " << tile.warps << " warps; ";
+  description << " tile " << tile.blockM << "x" << tile.blockN << " " << tile.warps << " warps";
+  if (p.paged) description << ", paged K/V (page size " << p.pageSize << ", row table per key block)";
+  description << "; ";
   description << (fp32 ? "fp32 arithmetic (no tensor cores)" : "fp32 accumulate");
   description << "; deterministic";
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Device pieces shared by the tensor-core and the FP32 forward kernels: which (sequence, head, query block) a CTA
 // serves, the sequence's extent (ragged offsets and per-sequence KV lengths, clamped so bad offsets never address
-// outside the tensors), and the mask rule's forms on the forward's parameters.
+// outside the tensors), the mask rule's forms on the forward's parameters, and a paged cache's row table.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -10,6 +10,7 @@
 
 #include "core/problem.hpp"
 #include "cuda/kernels/forward/forward_params.hpp"
+#include "cuda/kernels/paged_kv.cuh"
 #include "cuda/primitives/merge_state.cuh"
 
 namespace flashattn::cuda::forward {
@@ -45,17 +46,22 @@ __device__ __forceinline__ int64_t clampInt64(int64_t x, int64_t lo, int64_t hi)
   return x < lo ? lo : (x > hi ? hi : x);
 }
 
+// A paged cache's keys start at 0 in each sequence's pages (kStart 0) and end at its seqlensK, under a dense or a
+// ragged Q alike (Paged: the kernel's compile-time form of p.paged).
+template <bool Paged>
 __device__ __forceinline__ SequenceExtent sequenceExtent(const ForwardParams &p, int32_t b) {
   SequenceExtent e{0, 0, p.seqQ, p.seqK};
   if (p.ragged) {
     const int64_t q0 = clampInt64(p.cuSeqlensQ[b], 0, p.totalQ);
     const int64_t q1 = clampInt64(p.cuSeqlensQ[b + 1], q0, p.totalQ);
-    const int64_t k0 = clampInt64(p.cuSeqlensK[b], 0, p.totalK);
-    const int64_t k1 = clampInt64(p.cuSeqlensK[b + 1], k0, p.totalK);
     e.qStart = q0;
-    e.kStart = k0;
     e.seqQ = int32_t(q1 - q0 < p.seqQ ? q1 - q0 : p.seqQ);
-    e.seqK = int32_t(k1 - k0 < p.seqK ? k1 - k0 : p.seqK);
+    if constexpr (!Paged) {
+      const int64_t k0 = clampInt64(p.cuSeqlensK[b], 0, p.totalK);
+      const int64_t k1 = clampInt64(p.cuSeqlensK[b + 1], k0, p.totalK);
+      e.kStart = k0;
+      e.seqK = int32_t(k1 - k0 < p.seqK ? k1 - k0 : p.seqK);
+    }
   }
   if (p.seqlensK != nullptr) e.seqK = int32_t(clampInt64(p.seqlensK[b], 0, e.seqK));
   return e;
@@ -87,6 +93,28 @@ __device__ __forceinline__ float sinkOf(const ForwardParams &p, int32_t head) {
 
 __device__ __forceinline__ float alibiSlope(const ForwardParams &p, int32_t b, int32_t h) {
   return p.alibiSlopes == nullptr ? 0.f : p.alibiSlopes[int64_t(b) * p.alibiBatchStride + h];
+}
+
+// A paged cache's key tile, as element offsets of each key's K and V rows (KV head included) in shared memory: entry
+// r of the table is {K offset, V offset} of key n0 + r, or -1 where the key is past the sequence or its page lies
+// outside the pool (such rows load as zeros). Key r's table entry is looked up by thread r (BlockN <= threads), with
+// its block-table read first (lookupRow) and its store later (storeRow), so the read's latency can pass under other
+// work of the thread.
+struct PagedRowLookup {
+  paged::PagedRow row;
+  bool present;
+};
+
+__device__ __forceinline__ PagedRowLookup lookupRow(const ForwardParams &p, int32_t b, int32_t key, int32_t seqK) {
+  PagedRowLookup l{{-1, 0}, key < seqK};
+  if (l.present) l.row = paged::pagedRow(p.cache, b, key);
+  l.present = l.present && l.row.page >= 0;
+  return l;
+}
+
+__device__ __forceinline__ void storeRow(const ForwardParams &p, int32_t kvHead, PagedRowLookup l, int64_t *entry) {
+  entry[0] = l.present ? paged::rowOffset(l.row, p.kBatch, p.kRow) + int64_t(kvHead) * p.kHead : -1;
+  entry[1] = l.present ? paged::rowOffset(l.row, p.vBatch, p.vRow) + int64_t(kvHead) * p.vHead : -1;
 }
 
 }  // namespace flashattn::cuda::forward

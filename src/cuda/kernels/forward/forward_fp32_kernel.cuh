@@ -45,7 +45,21 @@ __device__ __forceinline__ void loadTileFp32(float *tile, const float *rows, int
   }
 }
 
-template <int D, int BlockM, int BlockN, int Warps>
+// The same from a paged cache: row r at element offset offsets[2 * r] from `cache`, absent (zeros) where it is -1.
+template <int D, int Rows, int Threads>
+__device__ __forceinline__ void loadPagedTileFp32(float *tile, const float *cache, const int64_t *offsets,
+                                                  int headDim) {
+  for (int idx = threadIdx.x; idx < Rows * D; idx += Threads) {
+    const int r = idx / D;
+    const int c = idx - r * D;
+    const int64_t offset = offsets[2 * r];
+    tile[r * (D + 1) + c] = (offset >= 0 && c < headDim) ? cache[offset + c] : 0.f;
+  }
+}
+
+// Paged: K/V from a paged cache through a one-block row table in shared memory (forward_common.cuh), written by one
+// thread per key after the barrier that ends the previous block.
+template <int D, int BlockM, int BlockN, int Warps, bool Paged>
 __global__ void __launch_bounds__(Warps * 32) forwardFp32Kernel(const ForwardParams p) {
   constexpr int kThreads = Warps * 32;
   constexpr int kLanesPerRow = 8;
@@ -61,9 +75,13 @@ __global__ void __launch_bounds__(Warps * 32) forwardFp32Kernel(const ForwardPar
   float *sK = sQ + BlockM * kPitch;
   float *sV = sK + BlockN * kPitch;
   float *sP = sV + BlockN * kPitch;
+  static_assert(!Paged || BlockN <= kThreads, "the row table takes one thread per key of a block");
+  // Paged: [BlockN][K offset, V offset], 8-byte aligned after the P tile.
+  int64_t *const sRowTable =
+      reinterpret_cast<int64_t *>(ffmaShared + (((BlockM + 2 * BlockN) * kPitch + BlockM * kPPitch) * 4 + 7) / 8 * 8);
 
   const WorkItem work = decodeWorkItem(p);
-  const SequenceExtent seq = sequenceExtent(p, work.batch);
+  const SequenceExtent seq = sequenceExtent<Paged>(p, work.batch);
   const int m0 = work.queryBlock * BlockM;
   if (m0 >= seq.seqQ) return;
   const int rowsHere = min(BlockM, seq.seqQ - m0);
@@ -112,9 +130,17 @@ __global__ void __launch_bounds__(Warps * 32) forwardFp32Kernel(const ForwardPar
     loadTileFp32<D, BlockM, kThreads>(sQ, qRows, p.qRow, rowsHere, p.headDim);
     for (int n = keyBlocks.last; n >= keyBlocks.first; --n) {
       const int n0 = n * BlockN;
-      __syncthreads();  // every thread is done with the previous K, V and P
-      loadTileFp32<D, BlockN, kThreads>(sK, kRows + int64_t(n0) * p.kRow, p.kRow, seq.seqK - n0, p.headDim);
-      loadTileFp32<D, BlockN, kThreads>(sV, vRows + int64_t(n0) * p.vRow, p.vRow, seq.seqK - n0, p.headDim);
+      __syncthreads();  // every thread is done with the previous K, V and P (and row table)
+      if constexpr (Paged) {
+        if (int(threadIdx.x) < BlockN)
+          storeRow(p, kvHead, lookupRow(p, work.batch, n0 + int(threadIdx.x), seq.seqK), sRowTable + 2 * threadIdx.x);
+        __syncthreads();
+        loadPagedTileFp32<D, BlockN, kThreads>(sK, static_cast<const float *>(p.k), sRowTable, p.headDim);
+        loadPagedTileFp32<D, BlockN, kThreads>(sV, static_cast<const float *>(p.v), sRowTable + 1, p.headDim);
+      } else {
+        loadTileFp32<D, BlockN, kThreads>(sK, kRows + int64_t(n0) * p.kRow, p.kRow, seq.seqK - n0, p.headDim);
+        loadTileFp32<D, BlockN, kThreads>(sV, vRows + int64_t(n0) * p.vRow, p.vRow, seq.seqK - n0, p.headDim);
+      }
       __syncthreads();
 
       double s[kKeysPerLane];

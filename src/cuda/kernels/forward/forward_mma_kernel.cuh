@@ -23,36 +23,88 @@ namespace flashattn::cuda::forward {
 
 __device__ __forceinline__ float negativeInfinity() { return __int_as_float(0xff800000u); }
 
-// Copies a Rows x D tile (rows at `rows`, rowStride apart) into the swizzled shared tile. Rows >= validRows and
-// columns >= headDim arrive as zeros, so tails and padded head dims contribute nothing and never read out of bounds.
-// With vectorAccess the copies are asynchronous (the caller commits and waits); otherwise they complete here.
+// Where the rows of a tile come from, for loadTile: DenseRows walks rows rowStride apart from `rows`, with rows >=
+// validRows absent; PagedRows takes each row's element offset from base out of a paged cache's row table in shared
+// memory (forward_common.cuh), -1 for an absent row. at(r) gives row r's address plus the thread's first column and
+// whether the row is present (an absent row's address is never read); next() moves on by one pass of rows.
+template <typename Element>
+struct TileRow {
+  const Element *source;
+  bool present;
+};
+
+template <typename Element>
+struct DenseRows {
+  const Element *source;
+  int64_t passStride;
+  int validRows;
+  __device__ __forceinline__ DenseRows(const Element *rows, int64_t rowStride, int validRows, int firstRow, int column,
+                                       int rowsPerPass)
+      : source(rows + int64_t(firstRow) * rowStride + column),
+        passStride(int64_t(rowsPerPass) * rowStride),
+        validRows(validRows) {}
+  __device__ __forceinline__ TileRow<Element> at(int r) const { return TileRow<Element>{source, r < validRows}; }
+  __device__ __forceinline__ void next() { source += passStride; }
+};
+
+template <typename Element>
+struct PagedRows {
+  const Element *base;  // plus the thread's first column
+  const int64_t *offsets;  // entry r at offsets[2 * r]: the table's K or V column
+  __device__ __forceinline__ PagedRows(const Element *cache, const int64_t *table, int firstRow, int column, int)
+      : base(cache + column), offsets(table) {
+    (void)firstRow;
+  }
+  __device__ __forceinline__ TileRow<Element> at(int r) const {
+    const int64_t offset = offsets[2 * r];
+    return TileRow<Element>{base + offset, offset >= 0};
+  }
+  __device__ __forceinline__ void next() {}
+};
+
+// Copies a Rows x D tile (rows from `rows`, see DenseRows / PagedRows) into the swizzled shared tile. Absent rows and
+// columns >= headDim arrive as zeros, so tails, padded head dims and unused cache slots contribute nothing and are
+// never read. With vectorAccess the copies are asynchronous (the caller commits and waits); otherwise they complete
+// here.
 //
 // kThreadsPerRow lanes share a row (a power of two dividing the row's chunks, so a warp covers whole 64..512-byte row
 // segments) and walk down the tile kRowsPerPass rows at a time. The pass loop is deliberately not unrolled: unrolled,
 // the compiler keeps every pass's 64-bit address alive across the key loop and spills them; rolled, a pass costs one
-// pointer increment, one row test and the swizzle of its row.
+// pointer increment (dense) or one shared-memory read (paged), one row test and the swizzle of its row.
 template <typename Element, int D, int Rows, int Threads>
-__device__ __forceinline__ void loadTile(Element *tile, const Element *rows, int64_t rowStride, int validRows,
-                                         int headDim, bool vectorAccess, const void *safeAddress) {
-  constexpr int kChunksPerRow = D / 8;
-  constexpr int kThreadsPerRow = (kChunksPerRow & -kChunksPerRow) < 32 ? (kChunksPerRow & -kChunksPerRow) : 32;
-  constexpr int kChunkSteps = kChunksPerRow / kThreadsPerRow;
-  constexpr int kRowsPerPass = Threads / kThreadsPerRow;
+struct TileCopy {
+  static constexpr int kChunksPerRow = D / 8;
+  static constexpr int kThreadsPerRow =
+      (kChunksPerRow & -kChunksPerRow) < 32 ? (kChunksPerRow & -kChunksPerRow) : 32;
+  static constexpr int kChunkSteps = kChunksPerRow / kThreadsPerRow;
+  static constexpr int kRowsPerPass = Threads / kThreadsPerRow;
   static_assert(Threads % kThreadsPerRow == 0 && Rows % kRowsPerPass == 0, "tile rows must split into whole passes");
   // A step moves by kThreadsPerRow chunks, a multiple of the XOR group, so (chunk0 + step * kThreadsPerRow) ^ xor ==
   // (chunk0 ^ xor) + step * kThreadsPerRow: every step of a pass is an immediate offset from the pass's address.
   static_assert(kThreadsPerRow % ((kChunksPerRow % 8 == 0) ? 8 : 4) == 0, "steps must not cross the XOR pattern");
-  const int chunk0 = int(threadIdx.x) % kThreadsPerRow;
-  int r = int(threadIdx.x) / kThreadsPerRow;
-  const Element *source = rows + int64_t(r) * rowStride + chunk0 * 8;
-  const int64_t passStride = int64_t(kRowsPerPass) * rowStride;
+  static __device__ __forceinline__ int chunk0() { return int(threadIdx.x) % kThreadsPerRow; }
+  static __device__ __forceinline__ int firstRow() { return int(threadIdx.x) / kThreadsPerRow; }
+};
+
+template <typename Element, int D, int Rows, int Threads, typename RowSource>
+__device__ __forceinline__ void loadTile(Element *tile, RowSource rows, int headDim, bool vectorAccess,
+                                         const void *safeAddress) {
+  using Copy = TileCopy<Element, D, Rows, Threads>;
+  constexpr int kChunksPerRow = Copy::kChunksPerRow;
+  constexpr int kThreadsPerRow = Copy::kThreadsPerRow;
+  constexpr int kChunkSteps = Copy::kChunkSteps;
+  constexpr int kRowsPerPass = Copy::kRowsPerPass;
+  const int chunk0 = Copy::chunk0();
+  int r = Copy::firstRow();
   if (vectorAccess) {
     const uint32_t tileAddress = prim::smemAddress(tile);
 #pragma unroll 1
-    for (; r < Rows; r += kRowsPerPass, source += passStride) {
+    for (; r < Rows; r += kRowsPerPass, rows.next()) {
       const uint32_t destination =
           tileAddress + uint32_t(r * D * 2) + uint32_t((chunk0 ^ prim::swizzleRowXor<kChunksPerRow>(r)) << 4);
-      const bool rowValid = r < validRows;
+      const TileRow<Element> row = rows.at(r);
+      const Element *source = row.source;
+      const bool rowValid = row.present;
 #pragma unroll
       for (int step = 0; step < kChunkSteps; ++step) {
         const bool valid = rowValid && (chunk0 + step * kThreadsPerRow) * 8 < headDim;
@@ -62,9 +114,11 @@ __device__ __forceinline__ void loadTile(Element *tile, const Element *rows, int
     }
   } else {
 #pragma unroll 1
-    for (; r < Rows; r += kRowsPerPass, source += passStride) {
+    for (; r < Rows; r += kRowsPerPass, rows.next()) {
       Element *destination = tile + r * D + ((chunk0 ^ prim::swizzleRowXor<kChunksPerRow>(r)) << 3);
-      const bool rowValid = r < validRows;
+      const TileRow<Element> row = rows.at(r);
+      const Element *source = row.source;
+      const bool rowValid = row.present;
 #pragma unroll
       for (int step = 0; step < kChunkSteps; ++step) {
         const int column = (chunk0 + step * kThreadsPerRow) * 8;
@@ -81,6 +135,20 @@ __device__ __forceinline__ void loadTile(Element *tile, const Element *rows, int
       }
     }
   }
+}
+
+// The rows of a dense tile: `rows` rowStride apart, the first validRows present.
+template <typename Element, int D, int Rows, int Threads>
+__device__ __forceinline__ DenseRows<Element> denseRows(const Element *rows, int64_t rowStride, int validRows) {
+  using Copy = TileCopy<Element, D, Rows, Threads>;
+  return DenseRows<Element>(rows, rowStride, validRows, Copy::firstRow(), Copy::chunk0() * 8, Copy::kRowsPerPass);
+}
+
+// The rows of a paged tile: column `which` (0 K, 1 V) of the row table.
+template <typename Element, int D, int Rows, int Threads>
+__device__ __forceinline__ PagedRows<Element> pagedRows(const Element *cache, const int64_t *table, int which) {
+  using Copy = TileCopy<Element, D, Rows, Threads>;
+  return PagedRows<Element>(cache, table + which, Copy::firstRow(), Copy::chunk0() * 8, Copy::kRowsPerPass);
 }
 
 // ldmatrix addresses into a swizzled tile, split so that the loop needs no address arithmetic: the lane's row
@@ -120,7 +188,10 @@ __device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *
 
 // TransformLogits: softcap or ALiBi is on. The plain kernel (false) never carries their code: keeping it in one kernel
 // behind a runtime branch cost ~12% at D128 (measured on H200: the register allocation serves both paths and spills).
-template <typename Element, int D, int BlockM, int BlockN, int Warps, int MinBlocksPerSM, bool TransformLogits>
+// Paged: K/V come from a paged cache through a row table in shared memory (two tiles' worth, by key-block parity),
+// filled one key block ahead by one thread per key; the dense kernel (false) has neither the table nor its code.
+template <typename Element, int D, int BlockM, int BlockN, int Warps, int MinBlocksPerSM, bool TransformLogits,
+          bool Paged>
 __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(const ForwardParams p) {
   constexpr int kThreads = Warps * 32;
   constexpr int kWarpRows = BlockM / Warps;
@@ -130,14 +201,17 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
   constexpr int kQkSteps = D / 16;         // k-steps of Q K^T
   constexpr int kPvSteps = BlockN / 16;    // k-steps of P V
   static_assert(kWarpRows % 16 == 0 && kNTiles % 2 == 0 && kDTiles % 2 == 0, "tile does not fit the mma shape");
+  static_assert(!Paged || BlockN <= kThreads, "the row table takes one thread per key of a block");
 
   extern __shared__ __align__(128) unsigned char mmaShared[];
   Element *sQ = reinterpret_cast<Element *>(mmaShared);
   Element *sK = sQ + BlockM * D;
   Element *sV = sK + BlockN * D;
+  // Paged: [2][BlockN][K offset, V offset]; key block n's entries are at (n & 1).
+  int64_t *const sRowTable = reinterpret_cast<int64_t *>(sV + BlockN * D);
 
   const WorkItem work = decodeWorkItem(p);
-  const SequenceExtent seq = sequenceExtent(p, work.batch);
+  const SequenceExtent seq = sequenceExtent<Paged>(p, work.batch);
   const int m0 = work.queryBlock * BlockM;
   if (m0 >= seq.seqQ) return;  // ragged: this sequence is shorter than the grid's bound
   const int rowsHere = min(BlockM, seq.seqQ - m0);
@@ -182,9 +256,28 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
   const Element *vRows = static_cast<const Element *>(p.v) + int64_t(work.batch) * p.vBatch +
                          int64_t(kvHead) * p.vHead + seq.kStart * p.vRow;
 
-  loadTile<Element, D, BlockM, kThreads>(sQ, qRows, p.qRow, rowsHere, p.headDim, p.vectorAccess, p.q);
-  loadTile<Element, D, BlockN, kThreads>(sK, kRows + int64_t(lastKeyBlock) * BlockN * p.kRow, p.kRow,
-                                         seq.seqK - lastKeyBlock * BlockN, p.headDim, p.vectorAccess, p.k);
+  const Element *kCache = static_cast<const Element *>(p.k);  // paged: the table's offsets hold page, row and head
+  const Element *vCache = static_cast<const Element *>(p.v);
+  const int tableRow = int(threadIdx.x);  // paged: the key of each block whose table entry this thread writes
+  if constexpr (Paged) {
+    if (tableRow < BlockN)
+      storeRow(p, kvHead, lookupRow(p, work.batch, lastKeyBlock * BlockN + tableRow, seq.seqK),
+               sRowTable + (lastKeyBlock & 1) * BlockN * 2 + 2 * tableRow);
+    __syncthreads();
+  }
+
+  loadTile<Element, D, BlockM, kThreads>(sQ, denseRows<Element, D, BlockM, kThreads>(qRows, p.qRow, rowsHere),
+                                         p.headDim, p.vectorAccess, p.q);
+  if constexpr (Paged)
+    loadTile<Element, D, BlockN, kThreads>(
+        sK, pagedRows<Element, D, BlockN, kThreads>(kCache, sRowTable + (lastKeyBlock & 1) * BlockN * 2, 0),
+        p.headDim, p.vectorAccess, p.k);
+  else
+    loadTile<Element, D, BlockN, kThreads>(
+        sK,
+        denseRows<Element, D, BlockN, kThreads>(kRows + int64_t(lastKeyBlock) * BlockN * p.kRow, p.kRow,
+                                                seq.seqK - lastKeyBlock * BlockN),
+        p.headDim, p.vectorAccess, p.k);
   prim::cpAsyncCommit();
 
   // Plain logits fold scale * log2(e) into the exp2 argument (one FFMA per element); softcap and ALiBi need the
@@ -219,9 +312,23 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
     const int n0 = n * BlockN;
     prim::cpAsyncWait<0>();
     __syncthreads();  // K(n) (and Q) landed; every warp is done reading V(n+1)
-    loadTile<Element, D, BlockN, kThreads>(sV, vRows + int64_t(n0) * p.vRow, p.vRow, seq.seqK - n0, p.headDim,
-                                           p.vectorAccess, p.v);
+    if constexpr (Paged)
+      loadTile<Element, D, BlockN, kThreads>(
+          sV, pagedRows<Element, D, BlockN, kThreads>(vCache, sRowTable + (n & 1) * BlockN * 2, 1), p.headDim,
+          p.vectorAccess, p.v);
+    else
+      loadTile<Element, D, BlockN, kThreads>(
+          sV, denseRows<Element, D, BlockN, kThreads>(vRows + int64_t(n0) * p.vRow, p.vRow, seq.seqK - n0), p.headDim,
+          p.vectorAccess, p.v);
     prim::cpAsyncCommit();
+    // Paged: the block table entry of this thread's key of block n - 1 is read now and its offsets are stored
+    // before the barrier that precedes K(n - 1), into the parity block n + 1 used: V(n + 1) read it before this
+    // iteration's first barrier.
+    PagedRowLookup nextRow{{-1, 0}, false};
+    if constexpr (Paged) {
+      if (n > firstKeyBlock && tableRow < BlockN)
+        nextRow = lookupRow(p, work.batch, n0 - BlockN + tableRow, seq.seqK);
+    }
 
     float s[kMTiles][kNTiles][4];
 #pragma unroll
@@ -331,11 +438,24 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
           for (int e = 0; e < 4; ++e) acc[mt][dt][e] *= correction[mt][e >> 1];
     }
 
+    if constexpr (Paged) {
+      if (n > firstKeyBlock && tableRow < BlockN)
+        storeRow(p, kvHead, nextRow, sRowTable + ((n - 1) & 1) * BlockN * 2 + 2 * tableRow);
+    }
     prim::cpAsyncWait<0>();
-    __syncthreads();  // V(n) landed; every warp is done reading K(n)
-    if (n > firstKeyBlock)
-      loadTile<Element, D, BlockN, kThreads>(sK, kRows + int64_t(n0 - BlockN) * p.kRow, p.kRow,
-                                             seq.seqK - (n0 - BlockN), p.headDim, p.vectorAccess, p.k);
+    __syncthreads();  // V(n) landed; every warp is done reading K(n); paged: block n - 1's table is written
+    if (n > firstKeyBlock) {
+      if constexpr (Paged)
+        loadTile<Element, D, BlockN, kThreads>(
+            sK, pagedRows<Element, D, BlockN, kThreads>(kCache, sRowTable + ((n - 1) & 1) * BlockN * 2, 0),
+            p.headDim, p.vectorAccess, p.k);
+      else
+        loadTile<Element, D, BlockN, kThreads>(
+            sK,
+            denseRows<Element, D, BlockN, kThreads>(kRows + int64_t(n0 - BlockN) * p.kRow, p.kRow,
+                                                    seq.seqK - (n0 - BlockN)),
+            p.headDim, p.vectorAccess, p.k);
+    }
     prim::cpAsyncCommit();
 
 #pragma unroll

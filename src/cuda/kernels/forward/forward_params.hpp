@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "core/problem.hpp"
+#include "cuda/kernels/paged_kv.hpp"
 
 namespace flashattn::cuda::forward {
 
@@ -22,7 +23,8 @@ struct ForwardParams {
   void *o = nullptr;
   float *lse = nullptr;  // nullptr: no LSE output
 
-  // Element strides (batch, head, row); ragged tensors have batch stride 0 and rows counted from cuSeqlens.
+  // Element strides (batch, head, row); ragged tensors have batch stride 0 and rows counted from cuSeqlens; a paged
+  // K/V has its page stride as batch stride and its in-page row stride as row stride.
   int64_t qBatch = 0, qHead = 0, qRow = 0;
   int64_t kBatch = 0, kHead = 0, kRow = 0;
   int64_t vBatch = 0, vHead = 0, vRow = 0;
@@ -43,6 +45,10 @@ struct ForwardParams {
   int64_t totalQ = 0;
   int64_t totalK = 0;
   const int32_t *seqlensK = nullptr;
+  // Paged K/V: sequence b's keys are the first seqlensK[b] rows of its pages (paged_kv.cuh); Q may be dense or ragged
+  // (then cuSeqlensK is nullptr). seqK is the capacity, maxPagesPerSeq * pageSize.
+  bool paged = false;
+  paged::PagedCache cache;
 
   float scale = 1.f;
   float softcap = 0.f;
@@ -80,15 +86,23 @@ constexpr TileShape mmaTileFor(int headDim) {
 // The FP32 instances: plain FFMA (no tensor cores), one 32-row x 16-key tile for every head dim.
 constexpr TileShape fp32TileFor(int) { return TileShape{32, 16, 8, 1}; }
 
-constexpr std::size_t mmaSharedBytes(int headDim) {
-  // Q tile + one K tile + one V tile of 16-bit elements.
-  return std::size_t(mmaTileFor(headDim).blockM + 2 * mmaTileFor(headDim).blockN) * headDim * 2;
+// The element offsets of a key tile's K and V rows in a paged cache, per key (-1: no row, read as zeros): the
+// tensor-core kernel keeps two (the tile whose V loads and the one whose K loads next), the FP32 kernel one.
+constexpr std::size_t pagedRowTableBytes(int blockN, int tiles) { return std::size_t(tiles) * blockN * 2 * 8; }
+
+constexpr std::size_t mmaSharedBytes(int headDim, bool paged = false) {
+  // Q tile + one K tile + one V tile of 16-bit elements (a multiple of 16 bytes), then a paged cache's row table.
+  return std::size_t(mmaTileFor(headDim).blockM + 2 * mmaTileFor(headDim).blockN) * headDim * 2 +
+         (paged ? pagedRowTableBytes(mmaTileFor(headDim).blockN, 2) : 0);
 }
 
-constexpr std::size_t fp32SharedBytes(int headDim) {
-  // Q, K and V tiles padded by one float per row (bank-conflict-free column walks), and the P tile.
+constexpr std::size_t fp32SharedBytes(int headDim, bool paged = false) {
+  // Q, K and V tiles padded by one float per row (bank-conflict-free column walks), and the P tile; then a paged
+  // cache's row table at the next 8-byte boundary.
   constexpr TileShape t = fp32TileFor(0);
-  return (std::size_t(t.blockM + 2 * t.blockN) * (headDim + 1) + std::size_t(t.blockM) * (t.blockN + 1)) * 4;
+  const std::size_t tiles =
+      (std::size_t(t.blockM + 2 * t.blockN) * (headDim + 1) + std::size_t(t.blockM) * (t.blockN + 1)) * 4;
+  return paged ? (tiles + 7) / 8 * 8 + pagedRowTableBytes(t.blockN, 1) : tiles;
 }
 
 // Defined once per (Element, instance head dim) by the generated instance files (forward_instance.cu.in).
@@ -132,6 +146,8 @@ inline ForwardParams makeForwardParams(const AttnProblem &p, const AttnBuffers &
   params.totalQ = p.totalQ;
   params.totalK = p.totalK;
   params.seqlensK = p.seqlensK;
+  params.paged = p.paged;
+  params.cache = paged::pagedCacheOf(p);
   params.scale = p.scale;
   params.softcap = p.softcap;
   params.mask = int32_t(p.mask);

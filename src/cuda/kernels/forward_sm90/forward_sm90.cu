@@ -24,7 +24,11 @@ namespace {
 
 const InstanceList &kSm90Instances = generated::kForwardSm90Instances;
 
-std::size_t sharedBytesFor(int64_t headDim) {
+std::size_t sharedBytesFor(int64_t headDim, bool paged) {
+  if (paged)
+    return headDim <= 64    ? instanceSharedBytes<64, true>()
+           : headDim <= 128 ? instanceSharedBytes<128, true>()
+                            : instanceSharedBytes<256, true>();
   return headDim <= 64 ? instanceSharedBytes<64>() : headDim <= 128 ? instanceSharedBytes<128>()
                                                                      : instanceSharedBytes<256>();
 }
@@ -46,18 +50,18 @@ bool sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot
   if (!kSm90Instances.has(p.dtype, p.headDim))
     return refuse("headDim " + std::to_string(p.headDim) + " has no sm90 forward instance in this build (" +
                   dtypeName(p.dtype) + ": " + kSm90Instances.headDims(p.dtype) + ")");
-  if (p.paged) return refuse("paged K/V caches are not served by the sm90 forward kernels");
   if (p.softcap > 0.f) return refuse("softcap runs on the portable forward kernels");
   if (p.alibiSlopes != nullptr) return refuse("ALiBi runs on the portable forward kernels");
+  // A paged cache's page stride (its Layout.batch) is walked whatever the batch.
   const bool batchUsed = !p.ragged && p.batch > 1;
   if (!vectorStridesFit(p.dtype,
                         {{"Q", p.q, batchUsed, p.heads > 1},
-                         {"K", p.k, batchUsed, p.kvHeads > 1},
-                         {"V", p.v, batchUsed, p.kvHeads > 1},
+                         {"K", p.k, batchUsed || p.paged, p.kvHeads > 1},
+                         {"V", p.v, batchUsed || p.paged, p.kvHeads > 1},
                          {"O", p.o, batchUsed, p.heads > 1}},
                         "sm90 forward kernels", whyNot))
     return false;
-  const std::size_t shared = sharedBytesFor(p.headDim);
+  const std::size_t shared = sharedBytesFor(p.headDim, p.paged);
   if (shared > dev.smemPerBlockOptin)
     return refuse("the sm90 d" + std::to_string(p.headDim) + " forward tile needs " + std::to_string(shared) +
                   " bytes of shared memory per block; the device allows " + std::to_string(dev.smemPerBlockOptin));
@@ -83,6 +87,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
               << " tile " << 64 * t.consumerGroups << "x" << t.blockN << " " << t.consumerGroups
               << " consumer warpgroups + cp.async producer, " << t.stages << " stages"
               << (t.pingPong ? ", ping-pong" : "") << (runsPersistent(p) ? ", persistent" : "")
+              << (p.paged ? ", paged K/V through per-block row tables" : "")
               << ", longest tiles first; fp32 accumulate; deterministic";
   ForwardConfig config;
   config.instance = InstanceKey{p.dtype, int32_t(p.headDim)};

@@ -19,6 +19,11 @@
 // never loaded, and only blocks that straddle a mask edge (or the end of the keys) are masked element by element.
 // Rows past the sequence and keys past seqK arrive as zeros (cp.async zero-fill), so unused memory is never read into
 // the products. Semantics (masks, windows, empty rows, ragged sequences, seqlensK) are those of forward_common.cuh.
+//
+// Paged (a compile-time switch: the dense kernel has none of it): before each K or V block load the producer threads
+// write the block's row offsets into one of two row tables (paged_kv.cuh's rule, one thread per key), meet at a named
+// barrier of the producer warpgroup, and copy each row from its offset. The barrier of one load also orders the
+// previous load's reads of the other table before the next write to it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -210,6 +215,7 @@ struct RegisterSplit<3> {  // 512 threads x 128 at entry = 3 x 128 x 160 + 128 x
 };
 
 constexpr uint32_t kSchedulerBarrierBase = 1;  // named barriers 1..ConsumerGroups (0 is __syncthreads)
+constexpr uint32_t kProducerBarrier = 4;       // the paged producer's row tables (past every consumer group's)
 
 // One (sequence, head, query block) tile and everything both roles derive from it the same way.
 struct Tile {
@@ -226,7 +232,7 @@ struct Tile {
 
 // Tiles run section by section (pairsPerSection (sequence, head) pairs each, so the CTAs running together share K/V
 // in L2); inside a section the longest query blocks (causal: the last) come first, so the short ones fill the tail.
-template <int BlockM, int BlockN>
+template <int BlockM, int BlockN, bool Paged>
 __device__ __forceinline__ Tile decodeTile(const KernelParams &kp, int64_t index) {
   const ForwardParams &p = kp.f;
   const int64_t pairs = int64_t(p.batch) * p.heads;
@@ -241,7 +247,7 @@ __device__ __forceinline__ Tile decodeTile(const KernelParams &kp, int64_t index
   t.work.batch = int32_t(pair / p.heads);
   t.work.head = int32_t(pair - int64_t(t.work.batch) * p.heads);
   t.work.queryBlock = p.queryBlocks - 1 - int32_t(rank);
-  t.seq = forward::sequenceExtent(p, t.work.batch);
+  t.seq = forward::sequenceExtent<Paged>(p, t.work.batch);
   t.m0 = t.work.queryBlock * BlockM;
   t.active = t.m0 < t.seq.seqQ;
   t.rowsHere = t.active ? min(BlockM, t.seq.seqQ - t.m0) : 0;
@@ -270,9 +276,11 @@ __device__ __forceinline__ void forEachTile(int64_t totalTiles, Body &&body) {
 }
 
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
-          bool QInRegisters>
+          bool QInRegisters, bool Paged>
 __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kernel(const KernelParams kp) {
-  using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages>;
+  using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged>;
+  static_assert(kProducerBarrier > kSchedulerBarrierBase + ConsumerGroups - 1, "named barriers overlap");
+  static_assert(!Paged || BlockN <= 128, "the row tables take one producer thread per key of a block");
   constexpr int kBlockM = Layout::kBlockM;
   const ForwardParams &p = kp.f;
   extern __shared__ unsigned char sm90Shared[];
@@ -325,8 +333,12 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
         pending = full;
       }
     };
+    // Paged: two row tables of BlockN offsets, alternating load by load.
+    int64_t *const rowTables =
+        reinterpret_cast<int64_t *>(sm90Shared + (base - prim::smemAddress(sm90Shared)) + Layout::kRowTables);
+    uint32_t rowTable = 0;
     forEachTile(kp.totalTiles, [&](int64_t index) {
-      const Tile t = decodeTile<kBlockM, BlockN>(kp, index);
+      const Tile t = decodeTile<kBlockM, BlockN, Paged>(kp, index);
       if (!t.active || t.empty) return;  // the consumers write empty tiles themselves
       const int kvHead = t.work.head / p.headsPerKvHead;
       const Element *qRows = static_cast<const Element *>(p.q) + int64_t(t.work.batch) * p.qBatch +
@@ -335,17 +347,44 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
                              int64_t(kvHead) * p.kHead + t.seq.kStart * p.kRow;
       const Element *vRows = static_cast<const Element *>(p.v) + int64_t(t.work.batch) * p.vBatch +
                              int64_t(kvHead) * p.vHead + t.seq.kStart * p.vRow;
+      // Paged: block n's row offsets in one tensor (page and row by the rule, plus the KV head), -1 for keys past the
+      // sequence or in a page outside the pool; written before waiting for the slot, so the block-table reads overlap
+      // the consumers' work.
+      auto stageRows = [&](int n, int64_t pageStride, int64_t rowStride, int64_t headOffset) {
+        int64_t *table = rowTables + rowTable * BlockN;
+        rowTable ^= 1u;
+        if (thread < BlockN) {
+          const forward::PagedRowLookup l = forward::lookupRow(p, t.work.batch, n * BlockN + thread, t.seq.seqK);
+          table[thread] = l.present ? paged::rowOffset(l.row, pageStride, rowStride) + headOffset : -1;
+        }
+        prim::namedBarrierSync(kProducerBarrier, 128);
+        return static_cast<const int64_t *>(table);
+      };
       auto loadK = [&](int n) {
-        prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
-        loadTileAsync<Element, D, BlockN>(sK(kSlot), kRows + int64_t(n) * BlockN * p.kRow, p.kRow,
-                                          t.seq.seqK - n * BlockN, thread, p.k);
+        if constexpr (Paged) {
+          const int64_t *rows = stageRows(n, p.kBatch, p.kRow, int64_t(kvHead) * p.kHead);
+          prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
+          prim::cpAsyncTableRowsToSlabs<Element, D, BlockN, 128, 4>(sK(kSlot), static_cast<const Element *>(p.k),
+                                                                    rows, thread, p.k);
+        } else {
+          prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
+          loadTileAsync<Element, D, BlockN>(sK(kSlot), kRows + int64_t(n) * BlockN * p.kRow, p.kRow,
+                                            t.seq.seqK - n * BlockN, thread, p.k);
+        }
         handOver(kFull(kSlot));
         if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
       };
       auto loadV = [&](int n) {
-        prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
-        loadTileAsync<Element, D, BlockN>(sV(vSlot), vRows + int64_t(n) * BlockN * p.vRow, p.vRow,
-                                          t.seq.seqK - n * BlockN, thread, p.v);
+        if constexpr (Paged) {
+          const int64_t *rows = stageRows(n, p.vBatch, p.vRow, int64_t(kvHead) * p.vHead);
+          prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
+          prim::cpAsyncTableRowsToSlabs<Element, D, BlockN, 128, 4>(sV(vSlot), static_cast<const Element *>(p.v),
+                                                                    rows, thread, p.v);
+        } else {
+          prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
+          loadTileAsync<Element, D, BlockN>(sV(vSlot), vRows + int64_t(n) * BlockN * p.vRow, p.vRow,
+                                            t.seq.seqK - n * BlockN, thread, p.v);
+        }
         handOver(vFull(vSlot));
         if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
       };
@@ -399,7 +438,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
     uint32_t kPhase = 0, vPhase = 0, qPhase = 0;
 
     forEachTile(kp.totalTiles, [&](int64_t index) {
-      const Tile t = decodeTile<kBlockM, BlockN>(kp, index);
+      const Tile t = decodeTile<kBlockM, BlockN, Paged>(kp, index);
       if (!t.active) return;
       Element *oRows = static_cast<Element *>(p.o) + int64_t(t.work.batch) * p.oBatch +
                        int64_t(t.work.head) * p.oHead + (t.seq.qStart + t.m0) * p.oRow;

@@ -26,10 +26,9 @@ inline int64_t pairsPerSectionFor(const ForwardParams &params, std::size_t l2Byt
 }
 
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
-          bool QInRegisters>
-cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions &options, int device,
-                                cudaStream_t stream) {
-  using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages>;
+          bool QInRegisters, bool Paged>
+cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &options, int device, cudaStream_t stream) {
+  using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged>;
   static std::atomic<uint64_t> configured{0};
   KernelParams kp;
   kp.f = params;
@@ -42,11 +41,23 @@ cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions
   const int64_t ctas =
       options.persistent && options.numSMs > 0 ? std::min<int64_t>(kp.totalTiles, options.numSMs) : kp.totalTiles;
   const auto kernel =
-      forwardSm90Kernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters>;
+      forwardSm90Kernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, Paged>;
   const cudaError_t err = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured);
   if (err != cudaSuccess) return err;
   kernel<<<dim3(unsigned(ctas)), dim3((ConsumerGroups + 1) * 128), Layout::kDynamicBytes, stream>>>(kp);
   return cudaGetLastError();
+}
+
+// A configuration's dense or paged kernel, as the parameters say.
+template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
+          bool QInRegisters>
+cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions &options, int device,
+                                cudaStream_t stream) {
+  if (params.paged)
+    return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, true>(
+        params, options, device, stream);
+  return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false>(
+      params, options, device, stream);
 }
 
 template <typename Element, int D>

@@ -52,8 +52,9 @@ constexpr TileConfig tileFor(int headDim) {
 }
 
 // Shared memory: the Q tile, Stages K slots, Stages V slots (each a [D / 64][rows][64] stack of 128-byte-swizzled
-// slabs, 1024-byte aligned), then the mbarriers.
-template <int D, int BlockN, int ConsumerGroups, int Stages>
+// slabs, 1024-byte aligned), then the mbarriers; with a paged cache, then the producer's row tables (two of BlockN
+// element offsets, used by alternate K and V block loads).
+template <int D, int BlockN, int ConsumerGroups, int Stages, bool Paged = false>
 struct SharedLayout {
   static constexpr int kBlockM = 64 * ConsumerGroups;
   static constexpr uint32_t kQBytes = uint32_t(kBlockM) * D * 2;
@@ -64,7 +65,8 @@ struct SharedLayout {
   static constexpr uint32_t kBarriers = kV + Stages * kTileBytes;
   // qFull, qEmpty, kFull[Stages], kEmpty[Stages], vFull[Stages], vEmpty[Stages]
   static constexpr uint32_t kBarrierCount = 2 + 4 * Stages;
-  static constexpr uint32_t kBytes = kBarriers + kBarrierCount * 8;
+  static constexpr uint32_t kRowTables = kBarriers + kBarrierCount * 8;
+  static constexpr uint32_t kBytes = kRowTables + (Paged ? 2u * BlockN * 8u : 0u);
   // The dynamic shared window is only guaranteed 16-byte aligned; the kernel rounds its base up to 1024.
   static constexpr std::size_t kDynamicBytes = std::size_t(kBytes) + 1024;
   static_assert(D % 64 == 0, "tiles are whole 64-element (128-byte) slabs");
@@ -72,10 +74,10 @@ struct SharedLayout {
   static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0, "every slab must stay 1024-byte aligned");
 };
 
-template <int D>
+template <int D, bool Paged = false>
 constexpr std::size_t instanceSharedBytes() {
   constexpr TileConfig t = tileFor(D);
-  return SharedLayout<D, t.blockN, t.consumerGroups, t.stages>::kDynamicBytes;
+  return SharedLayout<D, t.blockN, t.consumerGroups, t.stages, Paged>::kDynamicBytes;
 }
 
 // Defined once per (Element, D) by the generated instance files; Element is __half or __nv_bfloat16.
