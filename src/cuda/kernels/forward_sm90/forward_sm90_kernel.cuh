@@ -348,21 +348,30 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
       const Element *vRows = static_cast<const Element *>(p.v) + int64_t(t.work.batch) * p.vBatch +
                              int64_t(kvHead) * p.vHead + t.seq.kStart * p.vRow;
       // Paged: block n's row offsets in one tensor (page and row by the rule, plus the KV head), -1 for keys past the
-      // sequence or in a page outside the pool; written before waiting for the slot, so the block-table reads overlap
-      // the consumers' work.
-      auto stageRows = [&](int n, int64_t pageStride, int64_t rowStride, int64_t headOffset) {
+      // sequence or in a page outside the pool. K walks the blocks from the last down and V one block behind, so each
+      // block-table read is issued one K block ahead (nextK) and kept for V (lookupV): its latency passes under the
+      // copies instead of stalling the producer before every block.
+      forward::PagedRowLookup lookupK{}, nextK{}, lookupV{};
+      auto lookupBlock = [&](int n) {
+        // Past the first block: a key index past every sequence, which lookupRow reports absent without a read.
+        return forward::lookupRow(p, t.work.batch, n >= 0 ? n * BlockN + thread : t.seq.seqK, t.seq.seqK);
+      };
+      if constexpr (Paged) nextK = lookupBlock(t.lastKeyBlock);
+      auto stageRows = [&](forward::PagedRowLookup l, int64_t pageStride, int64_t rowStride,
+                           int64_t headOffset) {
         int64_t *table = rowTables + rowTable * BlockN;
         rowTable ^= 1u;
-        if (thread < BlockN) {
-          const forward::PagedRowLookup l = forward::lookupRow(p, t.work.batch, n * BlockN + thread, t.seq.seqK);
+        if (thread < BlockN)
           table[thread] = l.present ? paged::rowOffset(l.row, pageStride, rowStride) + headOffset : -1;
-        }
         prim::namedBarrierSync(kProducerBarrier, 128);
         return static_cast<const int64_t *>(table);
       };
       auto loadK = [&](int n) {
         if constexpr (Paged) {
-          const int64_t *rows = stageRows(n, p.kBatch, p.kRow, int64_t(kvHead) * p.kHead);
+          lookupV = lookupK;  // block n + 1's, for V(n + 1) next
+          lookupK = nextK;
+          nextK = lookupBlock(n - 1);
+          const int64_t *rows = stageRows(lookupK, p.kBatch, p.kRow, int64_t(kvHead) * p.kHead);
           prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
           prim::cpAsyncTableRowsToSlabs<Element, D, BlockN, 128, 4>(sK(kSlot), static_cast<const Element *>(p.k),
                                                                     rows, thread, p.k);
@@ -376,7 +385,10 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
       };
       auto loadV = [&](int n) {
         if constexpr (Paged) {
-          const int64_t *rows = stageRows(n, p.vBatch, p.vRow, int64_t(kvHead) * p.vHead);
+          // V(n) follows K(n - 1), which moved block n's lookup to lookupV; the last V block follows no K load.
+          forward::PagedRowLookup l = lookupV;
+          if (n == t.firstKeyBlock) l = lookupK;
+          const int64_t *rows = stageRows(l, p.vBatch, p.vRow, int64_t(kvHead) * p.vHead);
           prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
           prim::cpAsyncTableRowsToSlabs<Element, D, BlockN, 128, 4>(sV(vSlot), static_cast<const Element *>(p.v),
                                                                     rows, thread, p.v);
