@@ -11,12 +11,16 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <atomic>
 #include <initializer_list>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "reference.hpp"
 #include "tensors.hpp"
 #include "test_support.hpp"
 
@@ -152,6 +156,45 @@ inline void expectForwardGraphReplayBitwise(std::initializer_list<flashAttnDataT
   }
   flashAttnSetStream(handle, nullptr);
   cudaStreamDestroy(stream);
+}
+
+// fa_ref::forward over independent (sequence, KV head) groups on all host cores: the long caches and prefixes of the
+// GPU grids would take minutes on one. Each group is the same oracle on a slice of the inputs (canonical dense
+// layouts of fa_ref::Problem), with the sequence's own query and key counts.
+inline void referenceForwardByKvGroup(const fa_ref::Problem &p, const std::vector<double> &q,
+                                      const std::vector<double> &k, const std::vector<double> &v,
+                                      std::vector<double> &o, std::vector<double> &lse, fa_ref::Rounding r) {
+  o.assign(p.oSize(), 0.0);
+  lse.assign(p.lseSize(), -INFINITY);
+  const int64_t groups = p.batch * p.kvHeads, G = p.heads / p.kvHeads;
+  const size_t qRows = size_t(p.maxSq * p.headDim), kRows = size_t(p.maxSk * p.headDim);
+  std::atomic<int64_t> next{0};
+  auto worker = [&] {
+    for (int64_t gi = next++; gi < groups; gi = next++) {
+      const int64_t b = gi / p.kvHeads, kvh = gi % p.kvHeads;
+      fa_ref::Problem sp = p;
+      sp.batch = 1, sp.heads = G, sp.kvHeads = 1;
+      sp.sq = {p.seqQ(b)};
+      sp.sk = {p.seqK(b)};
+      sp.alibi.clear();
+      for (int64_t h = 0; h < G && !p.alibi.empty(); ++h) sp.alibi.push_back(p.alibiSlope(b, kvh * G + h));
+      sp.sinks.clear();
+      for (int64_t h = 0; h < G && !p.sinks.empty(); ++h) sp.sinks.push_back(p.sinks[size_t(kvh * G + h)]);
+      const size_t q0 = size_t(b * p.heads + kvh * G) * qRows;
+      const size_t k0 = size_t(b * p.kvHeads + kvh) * kRows;
+      const std::vector<double> qs(q.begin() + q0, q.begin() + q0 + size_t(G) * qRows);
+      const std::vector<double> ks(k.begin() + k0, k.begin() + k0 + kRows);
+      const std::vector<double> vs(v.begin() + k0, v.begin() + k0 + kRows);
+      std::vector<double> os, ls;
+      fa_ref::forward(sp, qs, ks, vs, os, ls, r);
+      std::copy(os.begin(), os.end(), o.begin() + q0);
+      std::copy(ls.begin(), ls.end(), lse.begin() + size_t(b * p.heads + kvh * G) * size_t(p.maxSq));
+    }
+  };
+  std::vector<std::thread> pool;
+  const unsigned n = std::max(1u, std::min(std::thread::hardware_concurrency(), 32u));
+  for (unsigned i = 0; i < n; ++i) pool.emplace_back(worker);
+  for (auto &t : pool) t.join();
 }
 
 }  // namespace fa_test

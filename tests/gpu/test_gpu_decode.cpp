@@ -35,42 +35,6 @@ using namespace fa_test;
 
 namespace {
 
-// fa_ref::forward over independent (batch, KV head) groups on all host cores; the long caches of the grid would take
-// minutes on one. Each group is the same oracle on a slice of the inputs.
-void referenceForward(const fa_ref::Problem &p, const std::vector<double> &q, const std::vector<double> &k,
-                      const std::vector<double> &v, std::vector<double> &o, std::vector<double> &lse,
-                      fa_ref::Rounding r) {
-  o.assign(p.oSize(), 0.0);
-  lse.assign(p.lseSize(), 0.0);
-  const int64_t groups = p.batch * p.kvHeads, G = p.heads / p.kvHeads;
-  const size_t qRows = size_t(p.maxSq * p.headDim), kRows = size_t(p.maxSk * p.headDim);
-  std::atomic<int64_t> next{0};
-  auto worker = [&] {
-    for (int64_t gi = next++; gi < groups; gi = next++) {
-      const int64_t b = gi / p.kvHeads, kvh = gi % p.kvHeads;
-      fa_ref::Problem sp = p;
-      sp.batch = 1, sp.heads = G, sp.kvHeads = 1;
-      sp.sk = {p.seqK(b)};
-      sp.sq = {};
-      sp.alibi.clear();
-      for (int64_t h = 0; h < G && !p.alibi.empty(); ++h) sp.alibi.push_back(p.alibiSlope(b, kvh * G + h));
-      sp.sinks.clear();
-      for (int64_t h = 0; h < G && !p.sinks.empty(); ++h) sp.sinks.push_back(p.sinks[size_t(kvh * G + h)]);
-      const size_t q0 = size_t(b * p.heads + kvh * G) * qRows;
-      const size_t k0 = size_t(b * p.kvHeads + kvh) * kRows;
-      std::vector<double> qs(q.begin() + q0, q.begin() + q0 + size_t(G) * qRows);
-      std::vector<double> ks(k.begin() + k0, k.begin() + k0 + kRows), vs(v.begin() + k0, v.begin() + k0 + kRows);
-      std::vector<double> os, ls;
-      fa_ref::forward(sp, qs, ks, vs, os, ls, r);
-      std::copy(os.begin(), os.end(), o.begin() + q0);
-      std::copy(ls.begin(), ls.end(), lse.begin() + size_t(b * p.heads + kvh * G) * size_t(p.maxSq));
-    }
-  };
-  std::vector<std::thread> pool;
-  const unsigned n = std::max(1u, std::min(std::thread::hardware_concurrency(), 32u));
-  for (unsigned i = 0; i < n; ++i) pool.emplace_back(worker);
-  for (auto &t : pool) t.join();
-}
 
 struct DecodeCase {
   std::string name;
@@ -231,9 +195,9 @@ class DecodeFixture {
         rp.sk[0] = last * c.pageSize;  // the masked page's keys drop out of sequence 0
       }
     }
-    referenceForward(rp, q, k, v, oRef_, lseRef_, fa_ref::Rounding::None);
+    referenceForwardByKvGroup(rp, q, k, v, oRef_, lseRef_, fa_ref::Rounding::None);
     std::vector<double> lseLp;
-    referenceForward(rp, q, k, v, oLp_, lseLp, roundingOf(c.dtype));
+    referenceForwardByKvGroup(rp, q, k, v, oLp_, lseLp, roundingOf(c.dtype));
 
     // Device tensors, one cudaMalloc each so compute-sanitizer sees any overrun.
     const HostTensor qh = pack4(q, c.dtype, c.batch, c.heads, c.sq, c.headDim, c.order);

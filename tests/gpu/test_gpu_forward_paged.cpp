@@ -63,40 +63,6 @@ struct PagedCase {
   int64_t keys(size_t b) const { return seqs[b].prefix + (raggedQ ? seqs[b].newTokens : 0); }
 };
 
-// fa_ref::forward per (sequence, KV head) on all host cores: each group is the oracle on a slice of the inputs.
-void reference(const fa_ref::Problem &p, const std::vector<double> &q, const std::vector<double> &k,
-               const std::vector<double> &v, std::vector<double> &o, std::vector<double> &lse, fa_ref::Rounding r) {
-  o.assign(p.oSize(), 0.0);
-  lse.assign(p.lseSize(), -INFINITY);
-  const int64_t groups = p.batch * p.kvHeads, G = p.heads / p.kvHeads;
-  const size_t qRows = size_t(p.maxSq * p.headDim), kRows = size_t(p.maxSk * p.headDim);
-  std::atomic<int64_t> next{0};
-  auto worker = [&] {
-    for (int64_t gi = next++; gi < groups; gi = next++) {
-      const int64_t b = gi / p.kvHeads, kvh = gi % p.kvHeads;
-      fa_ref::Problem sp = p;
-      sp.batch = 1, sp.heads = G, sp.kvHeads = 1;
-      sp.sq = {p.seqQ(b)};
-      sp.sk = {p.seqK(b)};
-      sp.alibi.clear();
-      for (int64_t h = 0; h < G && !p.alibi.empty(); ++h) sp.alibi.push_back(p.alibiSlope(b, kvh * G + h));
-      sp.sinks.clear();
-      for (int64_t h = 0; h < G && !p.sinks.empty(); ++h) sp.sinks.push_back(p.sinks[size_t(kvh * G + h)]);
-      const size_t q0 = size_t(b * p.heads + kvh * G) * qRows;
-      const size_t k0 = size_t(b * p.kvHeads + kvh) * kRows;
-      const std::vector<double> qs(q.begin() + q0, q.begin() + q0 + size_t(G) * qRows);
-      const std::vector<double> ks(k.begin() + k0, k.begin() + k0 + kRows), vs(v.begin() + k0, v.begin() + k0 + kRows);
-      std::vector<double> os, ls;
-      fa_ref::forward(sp, qs, ks, vs, os, ls, r);
-      std::copy(os.begin(), os.end(), o.begin() + q0);
-      std::copy(ls.begin(), ls.end(), lse.begin() + size_t(b * p.heads + kvh * G) * size_t(p.maxSq));
-    }
-  };
-  std::vector<std::thread> pool;
-  const unsigned n = std::max(1u, std::min(std::thread::hardware_concurrency(), 32u));
-  for (unsigned i = 0; i < n; ++i) pool.emplace_back(worker);
-  for (auto &t : pool) t.join();
-}
 
 // One case's inputs on the device: Q (ragged [tokens, heads, d] or dense BSHD), the paged cache and a dense cache of
 // the same keys (ragged [tokens, kvHeads, d] with cuSeqlensK for a ragged Q, padded [b, kvHeads, cap, d] with
@@ -155,8 +121,8 @@ class PagedFixture {
   // Both gates on O, the LSE gate (finiteness included), against the oracle of the current index data.
   std::string verify(bool *pass) {
     std::vector<double> ref, refLse, lp, lpLse;
-    reference(rp_, q_canon_, k_canon_, v_canon_, ref, refLse, fa_ref::Rounding::None);
-    reference(rp_, q_canon_, k_canon_, v_canon_, lp, lpLse, roundingOf(c_.dtype));
+    referenceForwardByKvGroup(rp_, q_canon_, k_canon_, v_canon_, ref, refLse, fa_ref::Rounding::None);
+    referenceForwardByKvGroup(rp_, q_canon_, k_canon_, v_canon_, lp, lpLse, roundingOf(c_.dtype));
     HostTensor o = oHost_;
     o_.download(o);
     std::vector<float> lse(static_cast<size_t>(lseElements_));
