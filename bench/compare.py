@@ -6,7 +6,8 @@ usage: compare.py --new A.json [A2.json ...] --old B.json [B2.json ...] [--toler
 
 Each build may have been run several times (interleaved with the other's runs); a shape's figure is its best run,
 for both builds alike. Prints new/old per shape (TFLOP/s for prefill rows, KV-read GB/s for decode) and exits 1 when
-a shape of the new build is slower than the old by more than the tolerance.
+a shape of the new build is slower than the old by more than the tolerance. Chunked-prefill rows (paged and
+dense-cache alike) count as prefill rows.
 """
 import argparse
 import json
@@ -16,7 +17,7 @@ import sys
 def rows(path):
     with open(path) as f:
         data = json.load(f)
-    return [r for r in (data["rows"] if isinstance(data, dict) else data) if r.get("kind") in ("prefill", "decode")]
+    return [r for r in (data["rows"] if isinstance(data, dict) else data) if r.get("kind") in ("prefill", "decode", "chunked")]
 
 
 def key(r):
@@ -25,7 +26,7 @@ def key(r):
 
 
 def figure(r):
-    return r["tflops"] if r["kind"] == "prefill" else r["kv_GBps"]
+    return r["kv_GBps"] if r["kind"] == "decode" else r["tflops"]
 
 
 def best(paths):
@@ -42,6 +43,9 @@ def name(k):
     kind, op, dtype, d, s, sk, b, h, hk, causal, sq, page, sinks = k
     if kind == "decode":
         return f"decode {dtype} B{b} L{sk} H{h}/{hk} D{d}" + (f" page {page}" if page else "") + (" sinks" if sinks else "")
+    if kind == "chunked":
+        return (f"chunked {dtype} D{d} new {s} keys {sk} B{b} H{h}/{hk}" + (" causal" if causal else "") +
+                (f" page {page}" if page else " dense cache"))
     return f"{op} {dtype} D{d} S{s} B{b} H{h}/{hk}" + (" causal" if causal else "") + (" sinks" if sinks else "")
 
 
