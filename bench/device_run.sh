@@ -6,6 +6,7 @@
 #   logs.tar.gz   the full log of every step (refreshed after each step, so a killed run still returns them)
 #   ours.json     flashattn-bench rows (rewritten after every shape)       [bench]
 #   peers.json    peers.py rows                                             [peers]
+#   fa3.json      FlashAttention-3 rows (fa3_jax.py)                        [fa3]
 #   report.md     ours joined with the peers                                [report]
 #
 # usage: bench/device_run.sh [PART [SWEEP]]...
@@ -18,8 +19,11 @@
 #   sanitize             build, then compute-sanitizer memcheck/racecheck/initcheck/synccheck over the GPU tests
 #                        with FLASHATTN_TEST_SLICE=edge
 #   peers [SWEEP]        python3 .peers/peers.py (SWEEP prefill|decode|all sets PEERS; default $PEERS or all)
+#   fa3                  FlashAttention-3's JAX wheel (.peers/flash_attn3_jax-*.whl, installed into /tmp) timed by
+#                        .peers/fa3_jax.py: head dim 128, MHA and GQA 32/8 (FA3_SEQS, FA3_HEADS narrow it; the full
+#                        set takes about 4 minutes); the report then shows ours / FA3 and ours / the best peer
 #   bench [SWEEP]        build, then flashattn-bench --sweep SWEEP --json $OUT/ours.json (default $BENCH_SWEEP or all)
-#   report               bench/report.py over $OUT/ours.json and $OUT/peers.json
+#   report               bench/report.py over $OUT/ours.json, $OUT/peers.json (and $OUT/fa3.json when there)
 #   baseline             the previous build (.baseline/source.tar, a git archive of it) against this one: both
 #                        flashattn-bench sweeps twice, interleaved, --no-check; bench/compare.py -> $OUT/baseline.md
 #   all                  build tests sanitize peers bench report
@@ -60,7 +64,7 @@ while [ $i -lt ${#args[@]} ]; do
   a="${args[$i]}"
   next="${args[$((i + 1))]:-}"
   case "$a" in
-    info | build | tests | sanitize | report | ptx80 | baseline) parts+=("$a") ;;
+    info | build | tests | sanitize | report | ptx80 | baseline | fa3) parts+=("$a") ;;
     peers | bench)
       parts+=("$a")
       if [ "$next" = prefill ] || [ "$next" = decode ] || [ "$next" = all ]; then
@@ -69,7 +73,7 @@ while [ $i -lt ${#args[@]} ]; do
       fi
       ;;
     all) parts+=(build tests sanitize peers bench report) ;;
-    *) echo "device_run.sh: unknown part '$a' (info build tests sanitize peers bench report all)" >&2; exit 2 ;;
+    *) echo "device_run.sh: unknown part '$a' (info build tests sanitize peers fa3 bench report all)" >&2; exit 2 ;;
   esac
   i=$((i + 1))
 done
@@ -247,6 +251,17 @@ if wants peers; then
   fi
 fi
 
+# ---------------------------------------------------------------------------------------------------------- fa3
+if wants fa3; then
+  wheel=$(ls .peers/flash_attn3_jax-*.whl 2>/dev/null | head -n 1)
+  if [ -f .peers/fa3_jax.py ] && [ -n "$wheel" ]; then
+    step fa3-install 120 python3 -m pip install -q --no-index --no-deps --target /tmp/fa3site "$wheel" &&
+      step fa3 420 env OUT="$OUT" PYTHONPATH=/tmp/fa3site python3 .peers/fa3_jax.py
+  else
+    printf '%-24s SKIPPED (.peers/fa3_jax.py or its wheel missing)\n' fa3 | tee -a "$STEPS"
+  fi
+fi
+
 # ---------------------------------------------------------------------------------------------------------- bench
 if wants bench; then
   if [ $built -eq 1 ]; then
@@ -286,7 +301,9 @@ fi
 
 # ---------------------------------------------------------------------------------------------------------- report
 if wants report; then
-  step report 60 python3 bench/report.py --ours "$OUT/ours.json" --peers "$OUT/peers.json" --markdown "$OUT/report.md"
+  peer_files=(--peers "$OUT/peers.json")
+  [ -f "$OUT/fa3.json" ] && peer_files+=(--peers "$OUT/fa3.json")
+  step report 60 python3 bench/report.py --ours "$OUT/ours.json" "${peer_files[@]}" --markdown "$OUT/report.md"
   cat "$LOGS/report.log"
 fi
 

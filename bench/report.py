@@ -12,8 +12,13 @@ fraction of the measured copy bandwidth (peers.py's device-to-device copy, read 
 reaches. Chunked-prefill rows (flashattn-bench --op chunked / --sweep chunked, "kind": "chunked") have no peers: each
 shape's paged-cache row is shown beside its dense-cache row, with their ratio (column "paged/dense").
 
+FlashAttention-3 rows (fa3_jax.py's fa3.json, backend "fa3") are peers like the others: give them as one more --peers
+file (by default $OUT/fa3.json is read when it exists); prefill rows then also show ours / the best peer of cuDNN and
+FA3 (column "ours/best"), the bar the kernels are held to.
+
 usage: report.py [--ours FILE]... [--peers FILE]... [--markdown FILE] [--json FILE]
-       defaults: $OUT/ours.json, $OUT/peers.json, $OUT/report.md, no JSON ($OUT defaults to the current folder)
+       defaults: $OUT/ours.json, $OUT/peers.json (+ $OUT/fa3.json), $OUT/report.md, no JSON ($OUT defaults to the
+       current folder)
 Repeated --ours/--peers files (a sweep split over several device calls) are joined; a shape measured twice keeps
 the last figure. --json writes {"ours": [...], "peers": [...]}: the rows behind the table, as bench/results/ keeps
 them.
@@ -26,7 +31,8 @@ import sys
 
 DTYPE_NAMES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
                "float32": "fp32", "fp32": "fp32"}
-PEERS = ("flash", "cudnn")
+PEERS = ("flash", "cudnn", "fa3")
+BEST_OF = ("cudnn", "fa3")  # the peers a kernel must beat (FLASH is FlashAttention-2, behind both)
 
 
 def load(path, what):
@@ -47,7 +53,7 @@ def load(path, what):
 
 def prefill_key(r):
     return (DTYPE_NAMES.get(str(r.get("dtype")), str(r.get("dtype"))), int(r["D"]), int(r["S"]), int(r["B"]),
-            int(r["H"]), bool(r["causal"]))
+            int(r["H"]), int(r.get("HK") or r["H"]), bool(r["causal"]))
 
 
 def decode_key(r, heads_field, kv_field):
@@ -118,7 +124,7 @@ def build(ours, peers):
 
     prefill_rows = []
     keys = set(k for k, _ in our_prefill) | set(peer_prefill)
-    for key in sorted(keys, key=lambda k: (k[0], k[1], k[5], k[2])):
+    for key in sorted(keys, key=lambda k: (k[0], k[1], k[4] != k[5], k[6], k[2])):
         for op in ("fwd", "bwd", "bwd-det", "fwd sinks", "bwd sinks", "bwd-det sinks"):
             mine = our_prefill.get((key, op))
             theirs = peer_prefill.get(key, {}) if op in ("fwd", "bwd") else {}
@@ -136,12 +142,16 @@ def build(ours, peers):
             if op.endswith(" sinks"):
                 plain, _ = ours_cell(our_prefill.get((key, op[:-len(" sinks")])), "tflops")
                 vs_plain = ratio(value, plain)
-            dtype, D, S, B, H, causal = key
-            prefill_rows.append(dict(
-                shape=f"{op.split()[0]} {dtype} D{D} S{S} B{B} H{H}{' causal' if causal else ''}"
-                      f"{' sinks' if op.endswith(' sinks') else ''}", ours=value, ours_text=text,
-                flash=peer_vals["flash"], cudnn=peer_vals["cudnn"], vs_flash=ratio(value, peer_vals["flash"]),
-                vs_cudnn=ratio(value, peer_vals["cudnn"]), vs_bwd=vs_bwd, vs_plain=vs_plain, check=check_cell(mine)))
+            dtype, D, S, B, H, HK, causal = key
+            best = max((peer_vals[p] for p in BEST_OF if peer_vals[p] is not None), default=None)
+            row = dict(shape=f"{op.split()[0]} {dtype} D{D} S{S} B{B} H{H}" + (f"/{HK}" if HK != H else "") +
+                       f"{' causal' if causal else ''}{' sinks' if op.endswith(' sinks') else ''}", ours=value,
+                       ours_text=text, vs_best=ratio(value, best), vs_bwd=vs_bwd, vs_plain=vs_plain,
+                       check=check_cell(mine))
+            for p in PEERS:
+                row[p] = peer_vals[p]
+                row[f"vs_{p}"] = ratio(value, peer_vals[p])
+            prefill_rows.append(row)
 
     decode_rows = []
     for key in sorted(set(our_decode) | set(peer_decode)):
@@ -160,10 +170,12 @@ def build(ours, peers):
                     extra += f" chunks{mine['chunks']}"
                 if mine.get("sinks"):
                     extra += " sinks"
-            decode_rows.append(dict(
-                shape=f"decode B{B} L{L} H{H}/{HK} D{D}{extra}", ours=value, ours_text=text, flash=peer_vals["flash"],
-                cudnn=peer_vals["cudnn"], vs_flash=vs["flash"], vs_cudnn=vs["cudnn"], of_copy=ratio(value, copy_gbps),
-                check=check_cell(mine)))
+            row = dict(shape=f"decode B{B} L{L} H{H}/{HK} D{D}{extra}", ours=value, ours_text=text,
+                       of_copy=ratio(value, copy_gbps), check=check_cell(mine))
+            for p in PEERS:
+                row[p] = peer_vals[p]
+                row[f"vs_{p}"] = vs[p]
+            decode_rows.append(row)
     return meta, ceiling, prefill_rows, decode_rows
 
 
@@ -216,6 +228,10 @@ def summary_lines(rows, unit):
         ahead = sum(1 for r in rows if r[f"vs_{peer}"] is not None and r[f"vs_{peer}"] > 1)
         if n:
             lines.append(f"ours/{peer.upper()}: geometric mean {g:.2f} over {n} shapes, ahead on {ahead}")
+    best = [r.get("vs_best") for r in rows if r.get("vs_best") is not None]
+    if best and any(r.get("vs_fa3") is not None for r in rows):
+        lines.append(f"ours/best of CUDNN and FA3: geometric mean {geomean(best):.2f} over {len(best)} shapes, "
+                     f"at or above it on {sum(1 for b in best if b >= 1)}")
     missing = sum(1 for r in rows if r["ours"] is None)
     if missing:
         lines.append(f"{missing} {unit} rows without a figure of ours (missing, not supported or failed)")
@@ -244,7 +260,9 @@ def main():
     args = ap.parse_args()
 
     ours = [r for path in args.ours or [os.path.join(out_dir, "ours.json")] for r in load(path, "ours")]
-    peers = [r for path in args.peers or [os.path.join(out_dir, "peers.json")] for r in load(path, "peers")]
+    peer_files = args.peers or [os.path.join(out_dir, "peers.json")] + (
+        [os.path.join(out_dir, "fa3.json")] if os.path.exists(os.path.join(out_dir, "fa3.json")) else [])
+    peers = [r for path in peer_files for r in load(path, "peers")]
     meta, ceiling, prefill_rows, decode_rows = build(ours, peers)
 
     title = "flashattn-bench vs peers"
@@ -260,6 +278,12 @@ def main():
     p_header = ["shape", "ours TFLOP/s", "FLASH", "CUDNN", "ours/FLASH", "ours/CUDNN", "check"]
     p_cells = [[r["shape"], r["ours_text"], fmt(r["flash"], 1), fmt(r["cudnn"], 1), fmt(r["vs_flash"], 2),
                 fmt(r["vs_cudnn"], 2), r["check"]] for r in prefill_rows]
+    if any(r["fa3"] is not None for r in prefill_rows):
+        p_header[4:4] = ["FA3"]
+        p_header[7:7] = ["ours/FA3", "ours/best"]
+        for r, cells in zip(prefill_rows, p_cells):
+            cells[4:4] = [fmt(r["fa3"], 1)]
+            cells[7:7] = [fmt(r["vs_fa3"], 2), fmt(r["vs_best"], 2)]
     if any(r["shape"].startswith("bwd-det") for r in prefill_rows):
         p_header.insert(6, "det/bwd")
         for r, cells in zip(prefill_rows, p_cells):
