@@ -56,7 +56,9 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.blockM = tile.blockM;
   config.blockN = tile.blockN;
   config.warps = tile.warps;
-  config.dqPaneled = p.headDim != 256;  // the d64/d128 kernel adds whole 16-row warp tiles (backward_sm90_kernel.cuh)
+  // The d64/d128 kernel adds whole 16-row warp tiles and needs the paneled accumulator (backward_sm90_kernel.cuh); the
+  // d256 kernel adds row-major.
+  config.dqPaneled = p.headDim == 64 || p.headDim == 128;
   return backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
 }
 

@@ -2,7 +2,8 @@
 // The Hopper backward family (cuda.bwd.wgmma): its tile per head dim and the instance launcher the generated files
 // define. It registers itself with the backward chooser (backward_sm90.cu) ranked before the portable kernels and runs
 // the portable family's pipeline (preprocess, convert, workspace) around its own main kernel. A new head dim is an
-// entry in src/cuda/generate.py, its tile in sm90BackwardTileFor and its shared-memory size in backward_sm90.cu.
+// entry in src/cuda/generate.py, its tile in sm90BackwardTileFor, its shared-memory size and its dQ accumulator layout
+// (BackwardConfig::dqPaneled) in backward_sm90.cu.
 #pragma once
 
 #include <cuda_runtime.h>

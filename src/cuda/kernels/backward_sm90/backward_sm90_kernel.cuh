@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   constexpr int kCols = kBlockM / 2;     // accumulator floats per thread of S^T, dP^T (64 keys x kBlockM queries)
   constexpr int kQuerySteps = kBlockM / 16;
 
-  // This warp's dQ staging tile (unordered mode).
+  // This warp's dQ staging tile.
   const uint32_t dqStage = base + L::kDq + uint32_t(thread / 32) * L::kDqWarpBytes;
 
   int stage = 0;

@@ -61,9 +61,11 @@ __device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t, in
 // counters and their rule are backward_common.cuh's; what differs from the portable kernel is where the two memory
 // round trips of each hand-over go, so that they overlap tensor-core work instead of stalling the CTA:
 //   peek     thread 0's acquiring read of the counter, issued right after the dQ product is queued;
-//   acquire  the whole CTA, before its red.global additions: spins only if the peek was early, then a CTA barrier
-//            (skipped where this key block is the query block's first adder);
-//   release  the additions' fence (every thread waits for its reductions) and the counter's release store.
+//   acquire  the whole CTA, before its additions (d64/d128: bulk reduce-adds, d256: red.global): spins only if the
+//            peek was early, then a CTA barrier (skipped where this key block is the query block's first adder);
+//   release  the additions' fence (every thread waits for its reductions) and the counter's release store. The
+//            fence does not wait for bulk copies: the d64/d128 kernel completes its bulk groups and fences the async
+//            proxy before every flush (backward_sm90_kernel.cuh's completeDqAdditions).
 // Deferred = true (d64/d128, whose reductions go out after every product of the step has landed): the release waits
 // for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the fence runs under
 // them; it delays the next key block by the time to queue those products. Deferred = false (d256, whose reductions go
