@@ -231,6 +231,11 @@ int64_t effectiveWindow(int64_t window, const AttnProblem &p) {
   return window >= p.seqQ + p.seqK ? -1 : window;
 }
 
+// Query rows of the workspace (workspaceRow's range): dense [batch][heads][seqQ], ragged [heads][totalQ].
+int64_t workspaceRows(const AttnProblem &p) {
+  return p.ragged ? int64_t(p.heads) * p.totalQ : p.batch * p.heads * p.seqQ;
+}
+
 }  // namespace
 }  // namespace backward
 
@@ -270,8 +275,7 @@ Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const Ba
     return refuse(concat("batch ", p.batch, " x heads ", p.heads, " x seqQ ", p.seqQ, " / seqK ", p.seqK,
                          " exceeds the backward grid limit of 2^31 - 1 blocks"));
 
-  const std::size_t rows =
-      p.ragged ? std::size_t(p.heads) * std::size_t(p.totalQ) : std::size_t(p.batch * p.heads) * std::size_t(p.seqQ);
+  const std::size_t rows = std::size_t(workspaceRows(p));
   const std::size_t queryBlocks = std::size_t((p.seqQ + config.blockM - 1) / config.blockM);
   plan->addRegion(kRowDot, "row dot products D", rows * sizeof(float));
   plan->addRegion(kLseLog2, "LSE in base 2", rows * sizeof(float));
@@ -401,7 +405,7 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
   params.dqAccum = static_cast<float *>(plan.regionPointer(kDqAccum, workspace));
   params.dqTurn = p.deterministic ? static_cast<int32_t *>(plan.regionPointer(kTurns, workspace)) : nullptr;
   params.dqPaneled = config.dqPaneled;
-  params.dqRows = p.ragged ? int64_t(p.heads) * p.totalQ : p.batch * p.heads * p.seqQ;
+  params.dqRows = workspaceRows(p);
   params.qBatch = p.q.batch;
   params.qHead = p.q.head;
   params.qRow = p.q.row;

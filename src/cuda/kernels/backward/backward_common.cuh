@@ -73,10 +73,16 @@ __device__ __forceinline__ int64_t workspaceRow(const BackwardParams &p, int32_t
 // consecutive rows map the accumulator fragment's column pairs to 16 distinct bank pairs; runs of 8 stay contiguous.
 __host__ __device__ __forceinline__ int dqSwizzle(int64_t row) { return 8 * int(row & 3); }
 
+// Index of the first element of a workspace row in a panel of the paneled dQ accumulator (its 64 columns follow,
+// swizzled): consecutive rows of one (sequence, head) are contiguous there.
+__device__ __forceinline__ int64_t dqPanelRowStart(const BackwardParams &p, int64_t row, int panel) {
+  return (int64_t(panel) * p.dqRows + row) * 64;
+}
+
 // Index of (workspace row, column) in the FP32 dQ accumulator (p.dqPaneled: see BackwardParams).
 __device__ __forceinline__ int64_t dqAccumIndex(const BackwardParams &p, int64_t row, int c) {
   if (!p.dqPaneled) return row * p.headDim + c;
-  return (int64_t(c >> 6) * p.dqRows + row) * 64 + ((c & 63) ^ dqSwizzle(row));
+  return dqPanelRowStart(p, row, c >> 6) + ((c & 63) ^ dqSwizzle(row));
 }
 
 // The mask rule of core/mask.hpp on this family's parameters. The main loops ask per tile and per row, so they take

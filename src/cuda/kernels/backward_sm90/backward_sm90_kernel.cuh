@@ -437,7 +437,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
         if constexpr (Deterministic) prim::fenceProxyAsyncGlobal();
         const int32_t rows = sq - iFirst < 16 ? sq - iFirst : 16;  // rows past the sequence belong to others
         if (rows > 0)
-          prim::bulkReduceAddFloats(p.dqAccum + (int64_t(colBase / 64) * p.dqRows + wsRow0) * 64, dqStage,
+          prim::bulkReduceAddFloats(p.dqAccum + backward::dqPanelRowStart(p, wsRow0, colBase / 64), dqStage,
                                     uint32_t(rows) * 64 * 4);
         prim::bulkCommitGroup();
       }
