@@ -24,6 +24,8 @@
 #                        set takes about 4 minutes); the report then shows ours / FA3 and ours / the best peer
 #   bench [SWEEP]        build, then flashattn-bench --sweep SWEEP --json $OUT/ours.json (default $BENCH_SWEEP or all)
 #   report               bench/report.py over $OUT/ours.json, $OUT/peers.json (and $OUT/fa3.json when there)
+#   variants             bench/forward_sm90_variants/run.sh $VARIANT_ARGS: forward_sm90 kernel configurations timed
+#                        side by side (its own small build); the table goes to $OUT/variants.txt
 #   baseline             the previous build (.baseline/source.tar, a git archive of it) against this one: both
 #                        flashattn-bench sweeps twice, interleaved, --no-check; bench/compare.py -> $OUT/baseline.md
 #   all                  build tests sanitize peers bench report
@@ -64,7 +66,7 @@ while [ $i -lt ${#args[@]} ]; do
   a="${args[$i]}"
   next="${args[$((i + 1))]:-}"
   case "$a" in
-    info | build | tests | sanitize | report | ptx80 | baseline | fa3) parts+=("$a") ;;
+    info | build | tests | sanitize | report | ptx80 | baseline | fa3 | variants) parts+=("$a") ;;
     peers | bench)
       parts+=("$a")
       if [ "$next" = prefill ] || [ "$next" = decode ] || [ "$next" = all ]; then
@@ -73,7 +75,7 @@ while [ $i -lt ${#args[@]} ]; do
       fi
       ;;
     all) parts+=(build tests sanitize peers bench report) ;;
-    *) echo "device_run.sh: unknown part '$a' (info build tests sanitize peers fa3 bench report all)" >&2; exit 2 ;;
+    *) echo "device_run.sh: unknown part '$a' (info build tests sanitize peers fa3 variants bench report all)" >&2; exit 2 ;;
   esac
   i=$((i + 1))
 done
@@ -260,6 +262,13 @@ if wants fa3; then
   else
     printf '%-24s SKIPPED (.peers/fa3_jax.py or its wheel missing)\n' fa3 | tee -a "$STEPS"
   fi
+fi
+
+# ---------------------------------------------------------------------------------------------------------- variants
+if wants variants; then
+  # shellcheck disable=SC2086
+  step variants 540 bash -c "bash bench/forward_sm90_variants/run.sh ${VARIANT_ARGS:-} | tee '$OUT/variants.txt'"
+  tail -n 120 "$LOGS/variants.log"
 fi
 
 # ---------------------------------------------------------------------------------------------------------- bench

@@ -43,6 +43,7 @@ struct ForwardConfig {
   InstanceKey instance;
   int32_t blockM = 0, blockN = 0, warps = 0;
   bool persistent = false;  // wgmma: CTAs loop over tiles
+  bool tma = false;         // wgmma: Q, K and V by tensor-map copies
   KernelId forwardFamily = KernelId::None;  // a DecodeAsForward plan: the forward family that runs it
 };
 

@@ -13,7 +13,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-#include <cudaTypedefs.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -30,6 +29,7 @@
 #include "cuda/generated/decode_instance_list.hpp"
 #include "cuda/instances.hpp"
 #include "cuda/ops.hpp"
+#include "cuda/tensor_map.hpp"
 #include "cuda/vector_rule.hpp"
 
 namespace flashattn::cuda {
@@ -149,23 +149,6 @@ int64_t chooseChunks(int64_t units, int64_t tiles, int64_t slots) {
 
 // ---- Tensor maps of dense caches for the tensor loader.
 
-// cuTensorMapEncodeTiled through the runtime's driver entry point, so the library links no driver library; null when
-// the driver lacks it.
-PFN_cuTensorMapEncodeTiled_v12000 tensorMapEncoder() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 encoder = [] {
-    void *fn = nullptr;
-    cudaDriverEntryPointQueryResult status = cudaDriverEntryPointSymbolNotFound;
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &status) !=
-            cudaSuccess ||
-        status != cudaDriverEntryPointSuccess) {
-      cudaGetLastError();
-      return PFN_cuTensorMapEncodeTiled_v12000(nullptr);
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-  }();
-  return encoder;
-}
-
 // How a map views a row: 64-column boxes (one copy per box), or the rank-5 wide view whose one copy takes every box of
 // a tile, landing them one after another ([box][key][64], as the boxes do).
 enum MapView : int { kMapBoxes = 0, kMapWide = 1 };
@@ -176,43 +159,13 @@ struct CacheMapKey {
   int64_t dtype = 0, tileKeys = 0, headDim = 0, seqK = 0, kvHeads = 0, batch = 0;
   int64_t rowStride = 0, headStride = 0, batchStride = 0;  // elements
   int64_t view = 0;  // MapView
-  bool operator==(const CacheMapKey &o) const {
-    return base == o.base && view == o.view && dtype == o.dtype && tileKeys == o.tileKeys && headDim == o.headDim &&
-           seqK == o.seqK &&
-           kvHeads == o.kvHeads && batch == o.batch && rowStride == o.rowStride && headStride == o.headStride &&
-           batchStride == o.batchStride;
-  }
 };
 
 // The map of one dense K or V cache: dimension 0 the head dim (64-column boxes, 128-byte swizzle), then keys, KV heads
-// and batches by increasing stride (dimensions of size 1 last), boxes of tileKeys keys. Encoded maps are kept in a small
-// per-thread cache, since a decode step usually reuses the previous step's caches and encoding costs host time.
+// and batches by increasing stride (dimensions of size 1 last), boxes of tileKeys keys.
 bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *slots) {
-  struct Entry {
-    CUtensorMap map;
-    CacheMapKey key;
-    TensorMapSlots slots;
-    bool ok = false;
-    bool used = false;
-  };
-  constexpr int kEntries = 64;
-  thread_local Entry cache[kEntries];
-  uint64_t hash = 1469598103934665603ull;
-  for (int64_t v : {int64_t(reinterpret_cast<uintptr_t>(key.base)), key.dtype, key.tileKeys, key.headDim, key.seqK,
-                    key.kvHeads, key.batch, key.rowStride, key.headStride, key.batchStride, key.view})
-    hash = (hash ^ uint64_t(v)) * 1099511628211ull;
-  Entry &e = cache[(hash ^ (hash >> 29)) % kEntries];
-  if (e.used && e.key == key) {
-    *map = e.map;
-    *slots = e.slots;
-    return e.ok;
-  }
-  e.used = true;
-  e.key = key;
-  e.ok = false;
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
   const uint64_t elementBytes = key.dtype == int64_t(DType::FP32) ? 4 : 2;
-  if (encode == nullptr || elementBytes != 2 || key.seqK < 1) return false;
+  if (elementBytes != 2 || key.seqK < 1 || key.rowStride <= 0) return false;
   struct Dim {
     uint64_t size, stride;
     int which;  // 0 key, 1 KV head, 2 batch
@@ -220,7 +173,6 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
   Dim dims[3] = {{uint64_t(key.seqK), uint64_t(key.rowStride) * elementBytes, 0},
                  {uint64_t(std::max<int64_t>(key.kvHeads, 1)), uint64_t(key.headStride) * elementBytes, 1},
                  {uint64_t(std::max<int64_t>(key.batch, 1)), uint64_t(key.batchStride) * elementBytes, 2}};
-  if (key.rowStride <= 0) return false;
   uint64_t extent = dims[0].size * dims[0].stride;
   for (const Dim &d : dims)
     if (d.size > 1) extent = std::max(extent, d.size * d.stride);
@@ -235,41 +187,34 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
   const bool rank5 = key.view != kMapBoxes;
   const int64_t boxes = key.headDim / 64;
   if (rank5 && (key.headDim % 64 != 0 || boxes < 1)) return false;
-  cuuint64_t globalDim[5] = {cuuint64_t(rank5 ? 64 : key.headDim), 1, 1, 1, 1};
-  cuuint64_t globalStrides[4] = {0, 0, 0, 0};
-  cuuint32_t box[5] = {64, 1, 1, 1, 1};
-  cuuint32_t elementStrides[5] = {1, 1, 1, 1, 1};
+  TiledMapSpec spec;
+  spec.base = key.base;
+  spec.dtype = DType(key.dtype);
+  spec.rank = rank5 ? 5 : 4;
+  spec.dims[0] = uint64_t(rank5 ? 64 : key.headDim);
+  spec.boxes[0] = 64;
+  for (int i = 1; i < 5; ++i) spec.dims[i] = 1, spec.boxes[i] = 1;
   TensorMapSlots s;
-  s.rank = int8_t(rank5 ? 5 : 4);
+  s.rank = int8_t(spec.rank);
   int next = 1;
-  auto addBoxes = [&] {
-    globalDim[next] = cuuint64_t(boxes);
-    globalStrides[next - 1] = 64 * elementBytes;
-    box[next] = cuuint32_t(boxes);
-    ++next;
-  };
   for (int i = 0; i < 3; ++i) {
-    globalDim[next] = dims[i].size;
-    globalStrides[next - 1] = dims[i].stride;
-    if (dims[i].which == 0) s.key = int8_t(next), box[next] = cuuint32_t(key.tileKeys);
+    spec.dims[next] = dims[i].size;
+    spec.strides[next] = dims[i].stride;
+    if (dims[i].which == 0) s.key = int8_t(next), spec.boxes[next] = uint32_t(key.tileKeys);
     if (dims[i].which == 1) s.head = int8_t(next);
     if (dims[i].which == 2) s.batch = int8_t(next);
     ++next;
-    if (dims[i].which == 0 && key.view == kMapWide) addBoxes();
+    if (dims[i].which == 0 && rank5) {
+      spec.dims[next] = uint64_t(boxes);
+      spec.strides[next] = 64 * elementBytes;
+      spec.boxes[next] = uint32_t(boxes);
+      ++next;
+    }
   }
   // 128-byte L2 promotion: every request of these copies is a whole 128-byte line already; with 256-byte promotion the
   // decode's own copies stream at 4.19 TB/s instead of 4.62 on an H200 (NOTES.md, fifth pass).
-  const CUresult r = encode(&e.map, key.dtype == int64_t(DType::FP16) ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                                        : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                            cuuint32_t(s.rank), const_cast<void *>(key.base), globalDim, globalStrides, box,
-                            elementStrides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  e.slots = s;
-  e.ok = r == CUDA_SUCCESS;
-  *map = e.map;
   *slots = s;
-  return e.ok;
+  return encodeTiledMap(spec, map);
 }
 
 CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys,

@@ -33,10 +33,17 @@ std::size_t sharedBytesFor(int64_t headDim, bool paged) {
                                                                      : instanceSharedBytes<256>();
 }
 
-// Persistent CTAs measured 3-11% faster than one CTA per tile for causal masks with seqK <= 4096 at head dims 64 and
-// 128 (short, unequal tiles: the next tile's loads overlap the current one's tail), and slower at longer keys and at
-// head dim 256, where the hardware's dynamic CTA scheduling balances better than static waves (NOTES.md).
-bool runsPersistent(const AttnProblem &p) { return p.mask != Mask::None && p.headDim <= 128 && p.seqK <= 4096; }
+// Persistent CTAs (one per SM, looping over tiles: the next tile's loads overlap the current one's tail) against one
+// CTA per tile, H200, bf16, tensor-map loads (NOTES.md): without a mask every tile is as long as the next, and
+// persistence gains 10-27% at S 512-2k and 0-4% at 4k-16k (d64, d128), up to 4k at d256 (from 8k one CTA per tile
+// is 1-2% ahead); with a causal mask or a window tiles differ in length and static waves balance them worse than the
+// hardware's CTA scheduler from S 8k at d64/d128 and from 1k at d256 (d256 causal 16k: 435 against 769 TFLOP/s).
+// The cp.async producer (paged caches, strides no tensor map takes) loses 5-10% persistent from S 8k without a mask.
+bool runsPersistent(const AttnProblem &p, bool tma) {
+  const bool equalTiles = p.mask == Mask::None && p.windowLeft < 0 && p.windowRight < 0;
+  if (equalTiles) return tma ? p.headDim <= 128 || p.seqK <= 4096 : p.seqK <= 4096;
+  return p.headDim <= 128 && p.seqK <= 4096;
+}
 
 bool sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot) {
   auto refuse = [&](const std::string &reason) {
@@ -78,15 +85,34 @@ bool sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot
   return true;
 }
 
+// Q, K and V by tensor-map copies where their maps encode: the same maps as the launch's at a stand-in address (the
+// call's pointers are 16-byte aligned, which sm90Serves checked), with row coordinates in 32 bits. Not for a paged
+// cache, whose rows come through row tables.
+bool tmaServes(const AttnProblem &p) {
+  if (p.paged) return false;
+  constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max() - 1024;
+  if (p.ragged ? std::max(p.totalQ, p.totalK) > kMaxRows : std::max(p.seqQ, p.seqK) > kMaxRows) return false;
+  AttnBuffers standIn{};
+  void *const address = reinterpret_cast<void *>(uintptr_t(1) << 20);
+  standIn.q = standIn.k = standIn.v = address;
+  standIn.o = address;
+  const TileConfig t = tileFor(int(p.headDim));
+  KernelParams scratch;
+  return encodeForwardMaps(sm90Params(p, standIn), p.dtype, int(p.headDim), 64 * t.consumerGroups, t.blockN,
+                           &scratch);
+}
+
 Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
   if (!sm90Serves(dev, p, whyNot)) return Verdict::Refused;
   const TileConfig t = tileFor(int(p.headDim));
+  const bool tma = tmaServes(p);
   std::ostringstream description;
   description << kernelIdName(KernelId::ForwardWgmma) << " sm90a " << dtypeName(p.dtype) << " d" << p.headDim
               << " tile " << 64 * t.consumerGroups << "x" << t.blockN << " " << t.consumerGroups
-              << " consumer warpgroups + cp.async producer, " << t.stages << " stages"
-              << (t.pingPong ? ", ping-pong" : "") << (runsPersistent(p) ? ", persistent" : "")
+              << " consumer warpgroups + " << (tma ? "tensor-map" : "cp.async") << " producer, " << t.stages
+              << " stages"
+              << (t.pingPong ? ", ping-pong" : "") << (runsPersistent(p, tma) ? ", persistent" : "")
               << (p.paged ? ", paged K/V through per-block row tables" : "")
               << ", longest tiles first; fp32 accumulate; deterministic";
   ForwardConfig config;
@@ -94,7 +120,8 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.blockM = 64 * t.consumerGroups;
   config.blockN = t.blockN;
   config.warps = 4 * (t.consumerGroups + 1);
-  config.persistent = runsPersistent(p);
+  config.persistent = runsPersistent(p, tma);
+  config.tma = tma;
   plan->config = config;
   plan->description = description.str();
   plan->deterministic = true;
@@ -120,6 +147,7 @@ cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &
   const ForwardParams params = sm90Params(p, buf);
   LaunchOptions options;
   options.persistent = config.persistent;
+  options.tma = config.tma;
   options.numSMs = dev.numSMs;
   options.l2Bytes = dev.l2Bytes;
   const InstanceKey key = config.instance;

@@ -40,6 +40,7 @@
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/mbarrier.cuh"
 #include "cuda/primitives/slab_copy.cuh"
+#include "cuda/primitives/tma.cuh"
 #include "cuda/primitives/wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -276,11 +277,13 @@ __device__ __forceinline__ void forEachTile(int64_t totalTiles, Body &&body) {
 }
 
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
-          bool QInRegisters, bool Paged>
-__global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kernel(const KernelParams kp) {
+          bool QInRegisters, bool Paged, bool Tma>
+__global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
+    forwardSm90Kernel(const __grid_constant__ KernelParams kp) {
   using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged>;
   static_assert(kProducerBarrier > kSchedulerBarrierBase + ConsumerGroups - 1, "named barriers overlap");
   static_assert(!Paged || BlockN <= 128, "the row tables take one producer thread per key of a block");
+  static_assert(!(Paged && Tma), "a paged cache's rows come through row tables, not a tensor map");
   constexpr int kBlockM = Layout::kBlockM;
   const ForwardParams &p = kp.f;
   extern __shared__ unsigned char sm90Shared[];
@@ -296,23 +299,88 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
   auto vFull = [&](int slot) { return barriers + 8u * uint32_t(2 + 2 * Stages + slot); };
   auto vEmpty = [&](int slot) { return barriers + 8u * uint32_t(2 + 3 * Stages + slot); };
 
+  // Full barriers: one arrival per producer thread (cp.async), or the issuing thread's (tensor maps, whose bytes
+  // complete the phase).
+  constexpr uint32_t kFullArrivals = Tma ? 1 : 128;
   if (threadIdx.x == 0) {
-    prim::mbarrierInit(qFull, 128);
+    prim::mbarrierInit(qFull, kFullArrivals);
     prim::mbarrierInit(qEmpty, 4 * ConsumerGroups);
     for (int slot = 0; slot < Stages; ++slot) {
-      prim::mbarrierInit(kFull(slot), 128);
-      prim::mbarrierInit(vFull(slot), 128);
+      prim::mbarrierInit(kFull(slot), kFullArrivals);
+      prim::mbarrierInit(vFull(slot), kFullArrivals);
       prim::mbarrierInit(kEmpty(slot), 4 * ConsumerGroups);
       prim::mbarrierInit(vEmpty(slot), 4 * ConsumerGroups);
     }
     prim::fenceBarrierInit();
+    if constexpr (Tma) {
+      prim::prefetchTensorMap(&kp.qMap);
+      prim::prefetchTensorMap(&kp.kMap);
+      prim::prefetchTensorMap(&kp.vMap);
+    }
   }
   __syncthreads();
 
   const int warpGroup = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
 
-  if (warpGroup == 0) {
-    // ------------------------------------------------------------------------------------------------ producer
+  if (warpGroup == 0 && Tma) {
+    // ---------------------------------------------------------------------------------- producer (tensor maps)
+    // Warp 0 alone: lane 0 issues every copy; the warp copies the one block whose V rows need zeros the copy engine
+    // does not give (KernelParams::copyTailBlock). The other producer warps have nothing to do.
+    prim::setMaxRegistersDecrease<RegisterSplit<ConsumerGroups>::kProducer>();
+    const int lane = int(threadIdx.x);
+    if (lane >= 32) return;
+    const bool issuer = lane == 0;
+    int kSlot = 0, vSlot = 0;
+    uint32_t kPhase = 0, vPhase = 0, qPhase = 0;
+    forEachTile(kp.totalTiles, [&](int64_t index) {
+      const Tile t = decodeTile<kBlockM, BlockN, false>(kp, index);
+      if (!t.active || t.empty) return;  // the consumers write empty tiles themselves
+      const int kvHead = t.work.head / p.headsPerKvHead;
+      const int batch = p.ragged ? 0 : t.work.batch;  // a ragged map has a batch of one
+      const int kRow0 = int(t.seq.kStart);
+      // Rows x D from the map at (row, head) into the slab stack at tile, completing on full.
+      auto copyTile = [&](uint32_t tile, const CUtensorMap *map, int rows, int row, int head, uint32_t full) {
+        if (issuer) {
+          prim::mbarrierArriveExpectTx(full, uint32_t(rows) * D * 2);
+#pragma unroll
+          for (int box = 0; box < D / 64; ++box)
+            prim::tensorCopy4d(tile + uint32_t(box * rows * 128), map, box * 64, row, head, batch, full);
+        }
+      };
+      auto loadK = [&](int n) {
+        prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
+        copyTile(sK(kSlot), &kp.kMap, BlockN, kRow0 + n * BlockN, kvHead, kFull(kSlot));
+        if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
+      };
+      auto loadV = [&](int n) {
+        prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
+        if (kp.copyTailBlock && (n + 1) * BlockN > t.seq.seqK) {
+          const Element *vRows = static_cast<const Element *>(p.v) + int64_t(t.work.batch) * p.vBatch +
+                                 int64_t(kvHead) * p.vHead + (t.seq.kStart + int64_t(n) * BlockN) * p.vRow;
+          prim::cpAsyncTileToSlabs<Element, D, BlockN, 32, 4>(sV(vSlot), vRows, p.vRow, t.seq.seqK - n * BlockN, lane,
+                                                              p.v);
+          prim::cpAsyncMbarrierArriveTracked(vFull(vSlot));
+          __syncwarp();
+          if (issuer) prim::mbarrierArrive(vFull(vSlot));
+        } else {
+          copyTile(sV(vSlot), &kp.vMap, BlockN, kRow0 + n * BlockN, kvHead, vFull(vSlot));
+        }
+        if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
+      };
+      loadK(t.lastKeyBlock);
+      prim::mbarrierWait(qEmpty, qPhase ^ 1u);
+      copyTile(sQ, &kp.qMap, kBlockM, int(t.seq.qStart + t.m0), t.work.head, qFull);
+      qPhase ^= 1u;
+#pragma unroll 1
+      for (int n = t.lastKeyBlock - 1; n >= t.firstKeyBlock; --n) {
+        loadK(n);
+        loadV(n + 1);
+      }
+      loadV(t.firstKeyBlock);
+    });
+    prim::cpAsyncWaitAll();  // no copy outlives its issuing thread
+  } else if (warpGroup == 0) {
+    // ------------------------------------------------------------------------------------- producer (cp.async)
     prim::setMaxRegistersDecrease<RegisterSplit<ConsumerGroups>::kProducer>();
     const int thread = int(threadIdx.x);
     int kSlot = 0, vSlot = 0;
@@ -436,10 +504,11 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
     const uint64_t qDescriptor = prim::wgmmaDescriptorSw128(sQ + uint32_t(group) * 64 * 128, 16, 1024);
     auto kDescriptor = [&](int slot) { return prim::wgmmaDescriptorSw128(sK(slot), 16, 1024); };
     auto vDescriptor = [&](int slot) { return prim::wgmmaDescriptorSw128(sV(slot), BlockN * 128, 1024); };
-    // cp.async lands through the generic proxy; wgmma reads through the async proxy.
-    auto waitFull = [&](uint32_t full, uint32_t phase) {
+    // cp.async lands through the generic proxy; wgmma reads through the async proxy. Tensor-map copies write
+    // through the async proxy, except a tile's tail block of V (copyTail: the first V block the tile reads).
+    auto waitFull = [&](uint32_t full, uint32_t phase, bool copied = !Tma && AsyncArrive) {
       prim::mbarrierWait(full, phase);
-      if constexpr (AsyncArrive) prim::fenceProxyAsyncShared();
+      if (copied) prim::fenceProxyAsyncShared();
     };
 
     if constexpr (PingPong) {
@@ -466,6 +535,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
         return;
       }
       const int numBlocks = t.lastKeyBlock - t.firstKeyBlock + 1;
+      const bool copyTail = Tma && kp.copyTailBlock && (t.lastKeyBlock + 1) * BlockN > t.seq.seqK;
       const int row0 = t.m0 + rowInBlock;
       const Diagonals diagonals = forward::diagonalsOf(p, t.seq.seqQ, t.seq.seqK);
       const int allLo = t.allRows.lo;
@@ -518,7 +588,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
         prim::wgmmaFence();
         issueS(kSlot);
         prim::wgmmaCommitGroup();
-        waitFull(vFull(vSlot), vPhase);
+        waitFull(vFull(vSlot), vPhase, Tma ? it == 1 && copyTail : AsyncArrive);
         prim::wgmmaFence();  // the wait loop sits between: keep O and P ordered before the P V reads
         issuePV<Element, D, BlockN>(o, pFragments, vDescriptor(vSlot));
         prim::wgmmaCommitGroup();
@@ -542,7 +612,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1) forwardSm90Kern
         convertP<Element, BlockN>(s, pFragments);
       }
 
-      waitFull(vFull(vSlot), vPhase);
+      waitFull(vFull(vSlot), vPhase, Tma ? numBlocks == 1 && copyTail : AsyncArrive);
       prim::wgmmaFence();
       issuePV<Element, D, BlockN>(o, pFragments, vDescriptor(vSlot));
       prim::wgmmaCommitGroup();

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kernels/forward_sm90/forward_sm90_kernel.cuh"
 #include "cuda/kernels/forward_sm90/forward_sm90_params.hpp"
@@ -26,7 +27,7 @@ inline int64_t pairsPerSectionFor(const ForwardParams &params, std::size_t l2Byt
 }
 
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
-          bool QInRegisters, bool Paged>
+          bool QInRegisters, bool Paged, bool Tma = false>
 cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &options, int device, cudaStream_t stream) {
   using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged>;
   static std::atomic<uint64_t> configured{0};
@@ -35,13 +36,19 @@ cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &optio
   kp.f.queryBlocks = int32_t((int64_t(params.seqQ) + Layout::kBlockM - 1) / Layout::kBlockM);
   kp.totalTiles = int64_t(kp.f.queryBlocks) * params.heads * params.batch;
   if (kp.totalTiles <= 0) return cudaSuccess;
+  if constexpr (Tma) {
+    // The plan encoded the same maps at a stand-in address (tmaServes): only the addresses differ here.
+    constexpr DType kDtype = std::is_same_v<Element, __half> ? DType::FP16 : DType::BF16;
+    if (!encodeForwardMaps(params, kDtype, D, Layout::kBlockM, BlockN, &kp)) return cudaErrorInvalidValue;
+    kp.copyTailBlock = params.ragged || params.seqlensK != nullptr;
+  }
   kp.pairsPerSection = options.pairsPerSection > 0 ? std::min<int64_t>(options.pairsPerSection,
                                                                         int64_t(params.batch) * params.heads)
                                                    : pairsPerSectionFor(params, options.l2Bytes);
   const int64_t ctas =
       options.persistent && options.numSMs > 0 ? std::min<int64_t>(kp.totalTiles, options.numSMs) : kp.totalTiles;
   const auto kernel =
-      forwardSm90Kernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, Paged>;
+      forwardSm90Kernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, Paged, Tma>;
   const cudaError_t err = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured);
   if (err != cudaSuccess) return err;
   kernel<<<dim3(unsigned(ctas)), dim3((ConsumerGroups + 1) * 128), Layout::kDynamicBytes, stream>>>(kp);
@@ -55,6 +62,9 @@ cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions
                                 cudaStream_t stream) {
   if (params.paged)
     return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, true>(
+        params, options, device, stream);
+  if (options.tma)
+    return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false, true>(
         params, options, device, stream);
   return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false>(
       params, options, device, stream);

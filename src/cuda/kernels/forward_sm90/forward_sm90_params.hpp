@@ -4,12 +4,14 @@
 // ForwardParams, so masks, windows, ragged batches and seqlensK mean exactly what they mean there.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
 
 #include "cuda/kernels/forward/forward_params.hpp"
+#include "cuda/tensor_map.hpp"
 
 namespace flashattn::cuda::forward_sm90 {
 
@@ -17,10 +19,18 @@ using forward::ForwardParams;
 
 // What a kernel receives: the portable family's parameters (queryBlocks counted in this kernel's BlockM) plus the
 // order in which the CTAs walk the (sequence, head, query block) tiles.
+// With tensor-map loads (Tma), the maps of Q, K and V: [D][rows][heads][batch] of 64-column boxes, BlockM rows (Q) or
+// BlockN keys (K, V) each; a ragged tensor is [D][tokens][heads] with a batch of one.
 struct KernelParams {
+  CUtensorMap qMap = {};
+  CUtensorMap kMap = {};
+  CUtensorMap vMap = {};
   ForwardParams f;
   int64_t totalTiles = 0;       // batch * heads * queryBlocks
   int64_t pairsPerSection = 1;  // tiles run section by section: this many (sequence, head) pairs, longest first
+  // Tma: a sequence's keys may end before the map's rows do (ragged, seqlensK), so the V rows past its end in its last
+  // key block are not zeros of the copy engine but whatever memory holds: that block comes by cp.async, zero-filled.
+  bool copyTailBlock = false;
 };
 
 // BlockM = 64 * consumerGroups query rows per CTA, BlockN keys per step, stages K and V slots each,
@@ -39,6 +49,7 @@ struct TileConfig {
 // pairs as keep their K and V within half the L2, so the CTAs running together share K/V in the cache.
 struct LaunchOptions {
   bool persistent = true;
+  bool tma = false;  // Q, K and V by tensor-map copies (the plan checked that the maps encode)
   int64_t pairsPerSection = 0;
   int numSMs = 0;
   std::size_t l2Bytes = 0;
@@ -78,6 +89,32 @@ template <int D, bool Paged = false>
 constexpr std::size_t instanceSharedBytes() {
   constexpr TileConfig t = tileFor(D);
   return SharedLayout<D, t.blockN, t.consumerGroups, t.stages, Paged>::kDynamicBytes;
+}
+
+// The tensor maps of the Tma kernels (KernelParams): BlockM-row boxes of Q, BlockN-key boxes of K and V, 64 columns
+// each. dtype FP16 or BF16; false when the driver refuses one.
+inline bool encodeForwardMaps(const ForwardParams &p, DType dtype, int headDim, int blockM, int blockN, KernelParams *kp) {
+  auto spec = [&](const void *base, int64_t rows, int64_t heads, int64_t rowStride, int64_t headStride,
+                  int64_t batchStride, int boxRows) {
+    TiledMapSpec s;
+    s.base = base;
+    s.dtype = dtype;
+    s.rank = 4;
+    const int64_t batch = p.ragged ? 1 : p.batch;
+    // A dimension of one is never stepped: any valid stride serves.
+    auto stride = [](int64_t size, int64_t elements) { return uint64_t(size > 1 ? elements * 2 : 16); };
+    s.dims[0] = uint64_t(headDim), s.boxes[0] = 64;
+    s.dims[1] = uint64_t(rows), s.strides[1] = stride(rows, rowStride), s.boxes[1] = uint32_t(boxRows);
+    s.dims[2] = uint64_t(heads), s.strides[2] = stride(heads, headStride), s.boxes[2] = 1;
+    s.dims[3] = uint64_t(batch), s.strides[3] = stride(batch, batchStride), s.boxes[3] = 1;
+    return s;
+  };
+  const int64_t kvHeads = p.heads / p.headsPerKvHead;
+  const int64_t qRows = p.ragged ? p.totalQ : p.seqQ;
+  const int64_t kRows = p.ragged ? p.totalK : p.seqK;
+  return encodeTiledMap(spec(p.q, qRows, p.heads, p.qRow, p.qHead, p.qBatch, blockM), &kp->qMap) &&
+         encodeTiledMap(spec(p.k, kRows, kvHeads, p.kRow, p.kHead, p.kBatch, blockN), &kp->kMap) &&
+         encodeTiledMap(spec(p.v, kRows, kvHeads, p.vRow, p.vHead, p.vBatch, blockN), &kp->vMap);
 }
 
 // Defined once per (Element, D) by the generated instance files; Element is __half or __nv_bfloat16.

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Tiled tensor maps (the descriptors of Hopper's bulk tensor copies, TMA) of 16-bit tensors: 128-byte swizzle, so a
+// box of 64 columns lands in the layout the wgmma descriptors read (primitives/slab_copy.cuh), and zeros for every
+// element of a box outside the tensor. Encoded on the host through the runtime's driver entry point, so the library
+// links no driver library.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+#include "core/problem.hpp"
+
+namespace flashattn::cuda {
+
+struct TiledMapSpec {
+  const void *base = nullptr;  // 16-byte aligned
+  DType dtype = DType::BF16;   // FP16 or BF16
+  int rank = 0;                // 2..5
+  uint64_t dims[5] = {};       // elements; dimension 0 is contiguous
+  uint64_t strides[5] = {};    // bytes, of dimensions 1..rank-1 (strides[0] is not read): multiples of 16
+  uint32_t boxes[5] = {};      // the box, per dimension (box[0] * 2 <= 128 bytes)
+  bool l2Promotion256 = false;  // promote L2 fills to 256 bytes instead of 128
+
+  bool operator==(const TiledMapSpec &o) const;
+};
+
+// Encodes the map (kept in a small per-thread cache, since steps of a model reuse their tensors). False, with *map
+// untouched, when the driver has no encoder or refuses the spec.
+bool encodeTiledMap(const TiledMapSpec &spec, CUtensorMap *map);
+
+}  // namespace flashattn::cuda
