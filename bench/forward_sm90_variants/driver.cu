@@ -3,7 +3,7 @@
 // batch = 16384 / S, heads = 2048 / D; GQA 32/8 rows at D128), each with one CTA per tile and persistent, in
 // interleaved rounds, and checks every configuration: a few rows against a float64 reference on the host, the whole
 // output against the first configuration of its head dim (bitwise where the tiles are the same).
-//   driver [--dims 64,128,256] [--seqs 512,...] [--rounds 2] [--iters 20] [--causal 0|1|2(both)]
+//   driver [--dims 64,96,128,192,256] [--seqs 512,...] [--rounds 2] [--iters 20] [--causal 0|1|2(both)]
 // Prints one line per (shape, configuration, schedule): TFLOP/s (median per-launch event time, best round), its ratio
 // to the first configuration's one-CTA-per-tile figure, and the errors.
 #include <cuda_bf16.h>
@@ -72,7 +72,7 @@ struct Shape {
 }  // namespace
 
 int main(int argc, char **argv) {
-  std::vector<int> dims = {64, 128, 256};
+  std::vector<int> dims = {64, 96, 128, 192, 256};
   std::vector<int> seqs = {512, 1024, 2048, 4096, 8192, 16384};
   int rounds = 2, iters = 20, causalSel = 2;
   bool gqa = true;
@@ -88,6 +88,7 @@ int main(int argc, char **argv) {
   std::vector<variants::Variant> all;
   variants::addD64(all);
   variants::addD128(all);
+  variants::addD192(all);
   variants::addD256(all);
 
   int device = 0;

@@ -9,7 +9,7 @@ mkdir -p "$B"
 FLAGS=(-std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a --expt-relaxed-constexpr -I src -I bench/forward_sm90_variants)
 pids=()
 for f in bench/forward_sm90_variants/variants_d64.cu bench/forward_sm90_variants/variants_d128.cu \
-         bench/forward_sm90_variants/variants_d256.cu bench/forward_sm90_variants/driver.cu; do
+         bench/forward_sm90_variants/variants_d192.cu bench/forward_sm90_variants/variants_d256.cu bench/forward_sm90_variants/driver.cu; do
   nvcc "${FLAGS[@]}" -c "$f" -o "$B/$(basename "$f" .cu).o" &
   pids+=($!)
 done

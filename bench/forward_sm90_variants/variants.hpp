@@ -18,7 +18,7 @@ using LaunchFn = cudaError_t (*)(const ForwardParams &, const LaunchOptions &, i
 
 struct Variant {
   const char *name;
-  int headDim;
+  int headDim;  // of the problems it is timed on (the kernel's D may be wider: zero-filled columns)
   int blockM;
   bool tma;
   LaunchFn launch;
@@ -27,13 +27,17 @@ struct Variant {
 // Filled by the variants_d*.cu files (one per head dim, so they compile in parallel).
 void addD64(std::vector<Variant> &out);
 void addD128(std::vector<Variant> &out);
+void addD192(std::vector<Variant> &out);
 void addD256(std::vector<Variant> &out);
 
 }  // namespace variants
 
-// One configuration: the template arguments of forward_sm90::launchKernel after Element and D.
-#define FA_VARIANT(out, NAME, D, BLOCKN, GROUPS, STAGES, PINGPONG, ASYNC, QREG, TMA)                              \
+// One configuration: the template arguments of forward_sm90::launchKernel after Element and D, timed on problems of
+// head dim PROBLEM_D.
+#define FA_VARIANT_FOR(out, NAME, PROBLEM_D, D, BLOCKN, GROUPS, STAGES, PINGPONG, ASYNC, QREG, TMA)               \
   (out).push_back(variants::Variant{                                                                              \
-      NAME, D, 64 * (GROUPS), TMA,                                                                                \
+      NAME, PROBLEM_D, 64 * (GROUPS), TMA,                                                                        \
       &flashattn::cuda::forward_sm90::launchKernel<__nv_bfloat16, D, BLOCKN, GROUPS, STAGES, PINGPONG, ASYNC, QREG, \
                                                    false, TMA>})
+#define FA_VARIANT(out, NAME, D, BLOCKN, GROUPS, STAGES, PINGPONG, ASYNC, QREG, TMA) \
+  FA_VARIANT_FOR(out, NAME, D, D, BLOCKN, GROUPS, STAGES, PINGPONG, ASYNC, QREG, TMA)

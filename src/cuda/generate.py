@@ -30,7 +30,7 @@ FAMILIES = {
     "backward": ("portable", ALL_DTYPES, (64, 96, 128, 192, 256), "kernels/backward/backward_instance.cu.in"),
     "decode": ("portable", ALL_DTYPES, (32, 64, 80, 96, 128, 160, 192, 224, 256),
                "kernels/decode/decode_instance.cu.in"),
-    "forward_sm90": ("sm90a", HALF_DTYPES, (64, 128, 256), "kernels/forward_sm90/forward_sm90_instance.cu.in"),
+    "forward_sm90": ("sm90a", HALF_DTYPES, (64, 128, 192, 256), "kernels/forward_sm90/forward_sm90_instance.cu.in"),
     "backward_sm90": ("sm90a", HALF_DTYPES, (64, 128, 256), "kernels/backward_sm90/backward_sm90_instance.cu.in"),
 }
 

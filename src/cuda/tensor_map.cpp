@@ -38,6 +38,8 @@ uint64_t hashOf(const TiledMapSpec &s) {
 
 }  // namespace
 
+bool tensorMapEncoderAvailable() { return tensorMapEncoder() != nullptr; }
+
 bool TiledMapSpec::operator==(const TiledMapSpec &o) const {
   if (base != o.base || dtype != o.dtype || rank != o.rank || l2Promotion256 != o.l2Promotion256) return false;
   for (int i = 0; i < 5; ++i)

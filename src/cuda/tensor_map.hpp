@@ -25,6 +25,9 @@ struct TiledMapSpec {
   bool operator==(const TiledMapSpec &o) const;
 };
 
+// Whether the driver has the encoder (a machine without a driver has none: plans that need maps are not made there).
+bool tensorMapEncoderAvailable();
+
 // Encodes the map (kept in a small per-thread cache, since steps of a model reuse their tensors). False, with *map
 // untouched, when the driver has no encoder or refuses the spec.
 bool encodeTiledMap(const TiledMapSpec &spec, CUtensorMap *map);

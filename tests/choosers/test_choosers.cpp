@@ -10,6 +10,7 @@
 #include "core/plan.hpp"
 #include "core/problem.hpp"
 #include "cuda/family.hpp"
+#include "cuda/tensor_map.hpp"
 
 namespace {
 
@@ -99,42 +100,6 @@ TEST(Choosers, ForwardPicks) {
   EXPECT_NE(padded.plan.description.find("zero-padded"), std::string::npos) << padded.plan.description;
 }
 
-TEST(Choosers, ForwardOnHopper) {
-  AttnProblem p = dense(Op::Forward, DType::BF16, 16, 4, 1024, 1024, 128);
-  const Pick r = pick(kH100, p);
-  ASSERT_TRUE(r.served) << r.why;
-  if (flashattn::cuda::findFamily(KernelId::ForwardWgmma) == nullptr)
-    GTEST_SKIP() << "this build has no sm_90a forward family";
-  EXPECT_EQ(r.plan.kernel, flashattn::cuda::portableOnly() ? KernelId::ForwardMma : KernelId::ForwardWgmma)
-      << r.plan.description;
-  // What the wgmma family leaves to the portable one, each with its reason in the description.
-  struct Case {
-    const char *name;
-    AttnProblem problem;
-    const char *reason;
-  };
-  AttnProblem softcap = p;
-  softcap.softcap = 30.f;
-  AttnProblem unaligned = p;
-  unaligned.buffersAligned16 = false;
-  AttnProblem oddStride = p;
-  oddStride.q.row += 4;
-  const Case cases[] = {{"d96", dense(Op::Forward, DType::BF16, 16, 4, 512, 512, 96), "headDim 96"},
-                        {"softcap", softcap, "softcap"},
-                        {"unaligned pointers", unaligned, "16-byte aligned"},
-                        {"Q row stride", oddStride, "Q row stride"}};
-  for (const Case &c : cases) {
-    const Pick q = pick(kH100, c.problem);
-    ASSERT_TRUE(q.served) << c.name << ": " << q.why;
-    EXPECT_EQ(q.plan.kernel, KernelId::ForwardMma) << c.name << ": " << q.plan.description;
-    if (flashattn::cuda::portableOnly()) continue;  // the wgmma family was never asked
-    const std::string described = q.plan.description;
-    const std::size_t at = described.find("wgmma kernel not used: ");
-    ASSERT_NE(at, std::string::npos) << c.name << ": " << described;
-    EXPECT_NE(described.find(c.reason, at), std::string::npos) << c.name << ": " << described;
-  }
-}
-
 // The problem's K and V moved into a paged cache [numPages, pageSize, kvHeads, headDim] of pagesPerSeq pages per
 // sequence (packed pages; pageStridePad extra elements per page), under a dense Q or, with `ragged`, a ragged one.
 AttnProblem pagedCache(AttnProblem p, int64_t pageSize, int64_t pagesPerSeq, bool ragged, int64_t pageStridePad = 0) {
@@ -157,6 +122,62 @@ AttnProblem pagedCache(AttnProblem p, int64_t pageSize, int64_t pagesPerSeq, boo
   }
   return p;
 }
+
+TEST(Choosers, ForwardOnHopper) {
+  AttnProblem p = dense(Op::Forward, DType::BF16, 16, 4, 1024, 1024, 128);
+  const Pick r = pick(kH100, p);
+  ASSERT_TRUE(r.served) << r.why;
+  if (flashattn::cuda::findFamily(KernelId::ForwardWgmma) == nullptr)
+    GTEST_SKIP() << "this build has no sm_90a forward family";
+  EXPECT_EQ(r.plan.kernel, flashattn::cuda::portableOnly() ? KernelId::ForwardMma : KernelId::ForwardWgmma)
+      << r.plan.description;
+  // Head dims between the wgmma instances run zero-padded on the next one (96 on 128).
+  const Pick d96 = pick(kH100, dense(Op::Forward, DType::BF16, 16, 4, 512, 512, 96));
+  ASSERT_TRUE(d96.served) << d96.why;
+  if (!flashattn::cuda::portableOnly()) {
+    EXPECT_EQ(d96.plan.kernel, KernelId::ForwardWgmma) << d96.plan.description;
+    EXPECT_GE(d96.plan.as<flashattn::ForwardConfig>().instance.headDim, 128);
+    EXPECT_NE(d96.plan.description.find("zero-padded"), std::string::npos) << d96.plan.description;
+  }
+  // Softcap and ALiBi run on the wgmma kernel's tensor-map path; where the driver has no tensor-map encoder (a
+  // machine without a GPU) they fall to the portable kernels, saying why.
+  AttnProblem softcap = p;
+  softcap.softcap = 30.f;
+  const Pick sc = pick(kH100, softcap);
+  ASSERT_TRUE(sc.served) << sc.why;
+  if (!flashattn::cuda::portableOnly() && flashattn::cuda::tensorMapEncoderAvailable()) {
+    EXPECT_EQ(sc.plan.kernel, KernelId::ForwardWgmma) << sc.plan.description;
+    EXPECT_NE(sc.plan.description.find("softcap"), std::string::npos) << sc.plan.description;
+  } else {
+    EXPECT_EQ(sc.plan.kernel, KernelId::ForwardMma) << sc.plan.description;
+  }
+  // What the wgmma family leaves to the portable one, each with its reason in the description.
+  struct Case {
+    const char *name;
+    AttnProblem problem;
+    const char *reason;
+  };
+  AttnProblem unaligned = p;
+  unaligned.buffersAligned16 = false;
+  AttnProblem oddStride = p;
+  oddStride.q.row += 4;
+  AttnProblem pagedSoftcap = pagedCache(softcap, 16, 64, false);
+  const Case cases[] = {{"d40 fp32", dense(Op::Forward, DType::FP32, 16, 4, 512, 512, 40), "FP16/BF16 only"},
+                        {"paged softcap", pagedSoftcap, "softcap runs on the portable forward kernels"},
+                        {"unaligned pointers", unaligned, "16-byte aligned"},
+                        {"Q row stride", oddStride, "Q row stride"}};
+  for (const Case &c : cases) {
+    const Pick q = pick(kH100, c.problem);
+    ASSERT_TRUE(q.served) << c.name << ": " << q.why;
+    EXPECT_NE(q.plan.kernel, KernelId::ForwardWgmma) << c.name << ": " << q.plan.description;
+    if (flashattn::cuda::portableOnly()) continue;  // the wgmma family was never asked
+    const std::string described = q.plan.description;
+    const std::size_t at = described.find("wgmma kernel not used: ");
+    ASSERT_NE(at, std::string::npos) << c.name << ": " << described;
+    EXPECT_NE(described.find(c.reason, at), std::string::npos) << c.name << ": " << described;
+  }
+}
+
 
 // A paged cache runs on the forward families themselves: the portable ones anywhere, the wgmma one on sm90 where the
 // page, row and head strides are whole 16-byte vectors; its plan says so.

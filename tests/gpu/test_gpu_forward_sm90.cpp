@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The Hopper forward family (src/cuda/kernels/forward_sm90) through the public API on a CUDA handle: on an sm90 device
-// the chooser must pick it (flashAttnCheckSupport's description names "cuda.fwd.wgmma") for FP16/BF16 at head dims
-// 64/128/256, and its results must pass both gates of docs/testing.md against the float64 oracle (relative to attention
+// the chooser must pick it (flashAttnCheckSupport's description names "cuda.fwd.wgmma") for FP16/BF16 at every head
+// dim up to 256 (64/128/192/256 natively, the others zero-padded to the next), softcap included, and its results must
+// pass both gates of docs/testing.md against the float64 oracle (relative to attention
 // computed in the storage precision, and normwise), the LSE gate, NaN-poisoned outputs, untouched padding, bitwise
 // repeatability and graph-capture replay. Buffers that are not 16-byte aligned must still give the right answer (the
 // launch falls back to the portable kernel).
@@ -50,21 +51,24 @@ struct Sm90Case {
   bool withLse = true;
   double valueScale = 1.0;
   bool misaligned = false;  // every data pointer 2 bytes past a 16-byte boundary
-  float softcap = 0.f;      // served by the portable kernels (the chooser must say so)
+  float softcap = 0.f;      // the tensor-map kernels' logit transform
+  int alibi = 0;            // the same: 0 off, 1 slopes [heads], 2 [batch, heads]
 
   std::string name() const {
     char text[400];
-    std::snprintf(text, sizeof text, "%s d%lld b%lld h%lld/%lld sq%lld sk%lld mask%d window(%lld,%lld) %s%s%s%s%s%s x%g",
+    std::snprintf(text, sizeof text,
+                  "%s d%lld b%lld h%lld/%lld sq%lld sk%lld mask%d window(%lld,%lld) softcap%g alibi%d %s%s%s%s%s%s x%g",
                   fa_test::typeName(dtype), (long long)headDim, (long long)batch, (long long)heads,
                   (long long)kvHeads, (long long)sq, (long long)sk, int(mask),
-                  (long long)windowLeft, (long long)windowRight, bshd ? "BSHD" : "BHSD", ragged ? " ragged" : "",
+                  (long long)windowLeft, (long long)windowRight, double(softcap), alibi, bshd ? "BSHD" : "BHSD", ragged ? " ragged" : "",
                   usedK.empty() ? "" : " seqlensK", broadcastKv ? " kv-broadcast" : "", withLse ? "" : " no-LSE",
                   misaligned ? " misaligned" : "", valueScale);
     return text;
   }
-  // What the wgmma family serves (the rest of the API runs on the portable kernels).
+  // What the wgmma family serves (the rest of the API runs on the portable kernels): softcap needs tensor-map loads,
+  // which a broadcast KV head (head stride 0) does not have.
   bool servedBySm90() const {
-    return (headDim == 64 || headDim == 128 || headDim == 256) && softcap == 0.f;
+    return headDim % 8 == 0 && headDim <= 256 && !((softcap > 0.f || alibi != 0) && broadcastKv);
   }
 };
 
@@ -145,6 +149,14 @@ Run runOnGpu(const Sm90Case &c, uint64_t seed, flashAttnHandle_t handle) {
   } else if (!c.usedK.empty()) {
     p.sk = c.usedK;
   }
+  std::vector<float> slopes;
+  if (c.alibi != 0) {
+    std::uniform_real_distribution<double> u(0.01, 0.5);
+    for (int64_t i = 0; i < (c.alibi == 1 ? c.heads : c.batch * c.heads); ++i) {
+      slopes.push_back(float(u(rng)));
+      p.alibi.push_back(double(slopes.back()));
+    }
+  }
   const int64_t storedKv = c.broadcastKv ? 1 : c.kvHeads;
   const int64_t kvHeadsDesc = c.broadcastKv ? c.heads : c.kvHeads;
   run.q = fa_test::randomValues(rng, p.qSize(), c.dtype, c.valueScale);
@@ -216,7 +228,7 @@ Run runOnGpu(const Sm90Case &c, uint64_t seed, flashAttnHandle_t handle) {
   std::vector<int32_t> cuQ32(cuQ.begin(), cuQ.end()), cuK32(cuK.begin(), cuK.end());
   std::vector<int32_t> used32(c.usedK.begin(), c.usedK.end());
   DeviceBuffer bcuQ(cuQ32.data(), cuQ32.size() * 4), bcuK(cuK32.data(), cuK32.size() * 4);
-  DeviceBuffer bused(used32.data(), used32.size() * 4);
+  DeviceBuffer bused(used32.data(), used32.size() * 4), bslopes(slopes.data(), slopes.size() * 4);
 
   fa_test::AttnDesc attn;
   const float scale = float(1.0 / std::sqrt(double(c.headDim)));
@@ -225,6 +237,7 @@ Run runOnGpu(const Sm90Case &c, uint64_t seed, flashAttnHandle_t handle) {
   check(flashAttnSetAttentionMask(attn, c.mask), "mask");
   check(flashAttnSetAttentionWindow(attn, c.windowLeft, c.windowRight), "window");
   check(flashAttnSetAttentionSoftcap(attn, c.softcap), "softcap");
+  if (c.alibi != 0) check(flashAttnSetAttentionAlibiSlopes(attn, bslopes.get<float>(), c.alibi == 2 ? 1 : 0), "alibi");
   fa_test::SeqDesc seq;
   flashAttnSeqDescriptor_t seqDesc = nullptr;
   if (c.ragged) {
@@ -373,7 +386,8 @@ void runCases(const std::vector<Sm90Case> &cases) {
 }
 
 const flashAttnDataType_t kTypes[] = {FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16};
-const int64_t kHeadDims[] = {64, 128, 256};
+// The instances (64, 128, 192, 256) and head dims between them (96 on 128, 160 on 192: zero-padded columns).
+const int64_t kHeadDims[] = {64, 96, 128, 160, 192, 256};
 
 std::vector<Sm90Case> edgeCases() {
   std::vector<Sm90Case> cases;
@@ -415,6 +429,10 @@ std::vector<Sm90Case> edgeCases() {
       w.usedK = {170, 0};
       w.windowLeft = 5;
       w.windowRight = 0;
+      cases.push_back(w);
+      w.windowLeft = -1;  // the same with softcap and ALiBi: the logit-transform kernel, its V tail by cp.async
+      w.softcap = 10.f;
+      w.alibi = 2;
       cases.push_back(w);
       Sm90Case m;
       m.dtype = t;
@@ -482,7 +500,17 @@ std::vector<Sm90Case> gridCases() {
       c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.bshd = true;
       add(c);
       c = Sm90Case{};
-      c.batch = 2, c.heads = 6, c.kvHeads = 2, c.sq = 512, c.sk = 256, c.softcap = 20.f;  // portable kernels
+      c.batch = 2, c.heads = 6, c.kvHeads = 2, c.sq = 512, c.sk = 256, c.softcap = 20.f;
+      add(c);
+      c = Sm90Case{};
+      c.batch = 2, c.heads = 4, c.kvHeads = 2, c.sq = 300, c.sk = 777, c.alibi = 1, c.usedK = {777, 500};
+      c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.bshd = true;
+      add(c);
+      c = Sm90Case{};
+      c.ragged = true, c.batch = 3, c.heads = 4, c.kvHeads = 1, c.softcap = 5.f, c.alibi = 2;
+      c.lenQ = {70, 1, 200};
+      c.lenK = {300, 5, 129};
+      c.sq = 200, c.sk = 300, c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
       add(c);
     }
   return cases;
@@ -508,14 +536,11 @@ TEST(GpuForwardSm90, ChooserPicksWgmmaOnSm90) {
         continue;  // a development build without this head dim
       ASSERT_EQ(s, FLASHATTN_STATUS_SUCCESS) << fa_test::lastError();
       const std::string description = text;
-      if (d == 96) {
-        EXPECT_EQ(description.find("cuda.fwd.wgmma"), std::string::npos) << description;
-        EXPECT_NE(description.find("wgmma kernel not used: headDim 96"), std::string::npos) << description;
-      } else {
-        EXPECT_NE(description.find("cuda.fwd.wgmma sm90a"), std::string::npos) << description;
-        EXPECT_NE(description.find("tile"), std::string::npos) << description;
-        EXPECT_NE(description.find("fp32 accumulate"), std::string::npos) << description;
-      }
+      EXPECT_NE(description.find("cuda.fwd.wgmma sm90a"), std::string::npos) << description;
+      EXPECT_NE(description.find("tile"), std::string::npos) << description;
+      EXPECT_NE(description.find("tensor-map producer"), std::string::npos) << description;
+      EXPECT_NE(description.find("fp32 accumulate"), std::string::npos) << description;
+      if (d == 96) EXPECT_NE(description.find("(headDim 96 zero-padded)"), std::string::npos) << description;
       EXPECT_EQ(deterministic, 1);
     }
   // Row strides that are not whole 16-byte vectors stay on the portable kernels.

@@ -15,6 +15,7 @@
 #include "cuda/family.hpp"
 #include "cuda/generated/forward_sm90_instance_list.hpp"
 #include "cuda/instances.hpp"
+#include "cuda/tensor_map.hpp"
 #include "cuda/kernels/forward_sm90/forward_sm90.hpp"
 #include "cuda/kernels/forward_sm90/forward_sm90_params.hpp"
 #include "cuda/vector_rule.hpp"
@@ -24,13 +25,16 @@ namespace {
 
 const InstanceList &kSm90Instances = generated::kForwardSm90Instances;
 
-std::size_t sharedBytesFor(int64_t headDim, bool paged) {
+// An instance's shared memory (its paged kernel's, which adds the row tables; head dim 192 has none).
+std::size_t sharedBytesFor(int32_t instance, bool paged) {
   if (paged)
-    return headDim <= 64    ? instanceSharedBytes<64, true>()
-           : headDim <= 128 ? instanceSharedBytes<128, true>()
-                            : instanceSharedBytes<256, true>();
-  return headDim <= 64 ? instanceSharedBytes<64>() : headDim <= 128 ? instanceSharedBytes<128>()
-                                                                     : instanceSharedBytes<256>();
+    return instance <= 64    ? instanceSharedBytes<64, true>()
+           : instance <= 128 ? instanceSharedBytes<128, true>()
+                             : instanceSharedBytes<256, true>();
+  return instance <= 64    ? instanceSharedBytes<64>()
+         : instance <= 128 ? instanceSharedBytes<128>()
+         : instance <= 192 ? instanceSharedBytes<192>()
+                           : instanceSharedBytes<256>();
 }
 
 // Persistent CTAs (one per SM, looping over tiles: the next tile's loads overlap the current one's tail) against one
@@ -39,26 +43,27 @@ std::size_t sharedBytesFor(int64_t headDim, bool paged) {
 // is 1-2% ahead); with a causal mask or a window tiles differ in length and static waves balance them worse than the
 // hardware's CTA scheduler from S 8k at d64/d128 and from 1k at d256 (d256 causal 16k: 435 against 769 TFLOP/s).
 // The cp.async producer (paged caches, strides no tensor map takes) loses 5-10% persistent from S 8k without a mask.
-bool runsPersistent(const AttnProblem &p, bool tma) {
+bool runsPersistent(const AttnProblem &p, int32_t instance, bool tma) {
   const bool equalTiles = p.mask == Mask::None && p.windowLeft < 0 && p.windowRight < 0;
-  if (equalTiles) return tma ? p.headDim <= 128 || p.seqK <= 4096 : p.seqK <= 4096;
-  return p.headDim <= 128 && p.seqK <= 4096;
+  if (equalTiles) return tma ? instance <= 128 || p.seqK <= 4096 : p.seqK <= 4096;
+  return instance <= 128 && p.seqK <= 4096;
 }
 
-bool sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot) {
+// The instance head dim that serves the problem (the narrowest compiled one at least as wide: columns in between are
+// zeros in shared memory and never stored), or 0 with *whyNot naming the argument.
+int32_t sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot) {
   auto refuse = [&](const std::string &reason) {
     if (whyNot != nullptr) *whyNot = reason;
-    return false;
+    return 0;
   };
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16)
     return refuse(std::string("data type ") + dtypeName(p.dtype) + " has no sm90 forward kernel (FP16/BF16 only)");
-  if (p.headDimV != p.headDim)
-    return refuse("headDimV " + std::to_string(p.headDimV) + " differs from headDim " + std::to_string(p.headDim));
-  if (!kSm90Instances.has(p.dtype, p.headDim))
-    return refuse("headDim " + std::to_string(p.headDim) + " has no sm90 forward instance in this build (" +
-                  dtypeName(p.dtype) + ": " + kSm90Instances.headDims(p.dtype) + ")");
-  if (p.softcap > 0.f) return refuse("softcap runs on the portable forward kernels");
-  if (p.alibiSlopes != nullptr) return refuse("ALiBi runs on the portable forward kernels");
+  std::string why;
+  const int32_t instance = kSm90Instances.paddedInstanceFor(p, "sm90 forward kernels", &why);
+  if (instance == 0) return refuse(why);
+  // The paged producer gives each 8-element chunk of a row one thread of its 128: head dims 64, 128 and 256.
+  if (p.paged && 128 % (instance / 8) != 0)
+    return refuse("a paged K/V on the d" + std::to_string(instance) + " instance runs on the portable kernels");
   // A paged cache's page stride (its Layout.batch) is walked whatever the batch.
   const bool batchUsed = !p.ragged && p.batch > 1;
   if (!vectorStridesFit(p.dtype,
@@ -68,27 +73,27 @@ bool sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot
                          {"O", p.o, batchUsed, p.heads > 1}},
                         "sm90 forward kernels", whyNot))
     return false;
-  const std::size_t shared = sharedBytesFor(p.headDim, p.paged);
+  const std::size_t shared = sharedBytesFor(instance, p.paged);
   if (shared > dev.smemPerBlockOptin)
-    return refuse("the sm90 d" + std::to_string(p.headDim) + " forward tile needs " + std::to_string(shared) +
+    return refuse("the sm90 d" + std::to_string(instance) + " forward tile needs " + std::to_string(shared) +
                   " bytes of shared memory per block; the device allows " + std::to_string(dev.smemPerBlockOptin));
   constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
   if (p.seqQ > kMaxSeq || p.seqK > kMaxSeq)
     return refuse("sequence lengths above " + std::to_string(kMaxSeq) + " run on the portable kernels");
-  const TileConfig t = tileFor(int(p.headDim));
+  const TileConfig t = tileFor(instance);
   const int64_t blockM = 64 * t.consumerGroups;
   const int64_t ctas = (p.seqQ + blockM - 1) / blockM * p.heads * p.batch;
   if (p.heads > std::numeric_limits<int32_t>::max() || p.batch > std::numeric_limits<int32_t>::max() ||
       ctas > int64_t(std::numeric_limits<int32_t>::max()))
     return refuse("batch x heads x query blocks exceeds the sm90 forward grid limit of 2^31 - 1 blocks");
   if (!p.buffersAligned16) return refuse("a data pointer is not 16-byte aligned");
-  return true;
+  return instance;
 }
 
 // Q, K and V by tensor-map copies where their maps encode: the same maps as the launch's at a stand-in address (the
 // call's pointers are 16-byte aligned, which sm90Serves checked), with row coordinates in 32 bits. Not for a paged
 // cache, whose rows come through row tables.
-bool tmaServes(const AttnProblem &p) {
+bool tmaServes(const AttnProblem &p, int32_t instance) {
   if (p.paged) return false;
   constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max() - 1024;
   if (p.ragged ? std::max(p.totalQ, p.totalK) > kMaxRows : std::max(p.seqQ, p.seqK) > kMaxRows) return false;
@@ -96,31 +101,43 @@ bool tmaServes(const AttnProblem &p) {
   void *const address = reinterpret_cast<void *>(uintptr_t(1) << 20);
   standIn.q = standIn.k = standIn.v = address;
   standIn.o = address;
-  const TileConfig t = tileFor(int(p.headDim));
+  const TileConfig t = tileFor(instance);
   KernelParams scratch;
-  return encodeForwardMaps(sm90Params(p, standIn), p.dtype, int(p.headDim), 64 * t.consumerGroups, t.blockN,
-                           &scratch);
+  return encodeForwardMaps(sm90Params(p, standIn), p.dtype, 64 * t.consumerGroups, t.blockN, &scratch);
 }
 
 Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
-  if (!sm90Serves(dev, p, whyNot)) return Verdict::Refused;
-  const TileConfig t = tileFor(int(p.headDim));
-  const bool tma = tmaServes(p);
+  const int32_t instance = sm90Serves(dev, p, whyNot);
+  if (instance == 0) return Verdict::Refused;
+  const TileConfig t = tileFor(instance);
+  const bool tma = tmaServes(p, instance);
+  const bool transformsLogits = p.softcap > 0.f || p.alibiSlopes != nullptr;
+  if (transformsLogits && !tma) {
+    if (whyNot != nullptr)
+      *whyNot = concat(p.softcap > 0.f ? "softcap" : "ALiBi", " runs on the portable forward kernels ",
+                       p.paged                        ? "with a paged K/V"
+                       : !tensorMapEncoderAvailable() ? "without the driver's tensor-map encoder"
+                                                      : "with strides no tensor map takes");
+    return Verdict::Refused;
+  }
+  const bool persistent = runsPersistent(p, instance, tma);
   std::ostringstream description;
-  description << kernelIdName(KernelId::ForwardWgmma) << " sm90a " << dtypeName(p.dtype) << " d" << p.headDim
-              << " tile " << 64 * t.consumerGroups << "x" << t.blockN << " " << t.consumerGroups
+  description << kernelIdName(KernelId::ForwardWgmma) << " sm90a " << dtypeName(p.dtype) << " d" << instance;
+  if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
+  description << " tile " << 64 * t.consumerGroups << "x" << t.blockN << " " << t.consumerGroups
               << " consumer warpgroups + " << (tma ? "tensor-map" : "cp.async") << " producer, " << t.stages
               << " stages"
-              << (t.pingPong ? ", ping-pong" : "") << (runsPersistent(p, tma) ? ", persistent" : "")
+              << (t.pingPong ? ", ping-pong" : "") << (persistent ? ", persistent" : "")
               << (p.paged ? ", paged K/V through per-block row tables" : "")
+              << (p.softcap > 0.f ? ", softcap" : "") << (p.alibiSlopes != nullptr ? ", ALiBi" : "")
               << ", longest tiles first; fp32 accumulate; deterministic";
   ForwardConfig config;
-  config.instance = InstanceKey{p.dtype, int32_t(p.headDim)};
+  config.instance = InstanceKey{p.dtype, instance};
   config.blockM = 64 * t.consumerGroups;
   config.blockN = t.blockN;
   config.warps = 4 * (t.consumerGroups + 1);
-  config.persistent = runsPersistent(p, tma);
+  config.persistent = persistent;
   config.tma = tma;
   plan->config = config;
   plan->description = description.str();
@@ -130,8 +147,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
 
 }  // namespace
 
-// Softcap and ALiBi never reach this family (sm90Serves leaves them to the portable kernels), and rows are
-// 16-byte vectors by the same check.
+// Rows are 16-byte vectors (sm90Serves checked).
 ForwardParams sm90Params(const AttnProblem &p, const AttnBuffers &buf) {
   ForwardParams params = forward::makeForwardParams(p, buf);
   params.vectorAccess = true;

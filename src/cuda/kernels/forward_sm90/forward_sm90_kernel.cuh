@@ -54,11 +54,13 @@ using forward::ForwardParams;
 __device__ __forceinline__ float negativeInfinity() { return __int_as_float(0xff800000u); }
 
 // A Rows x D tile into the swizzled slab stack at `tile` with the 128 producer threads (thread 0..127); rows >=
-// validRows are zero-filled and read nothing.
+// validRows and columns past the problem's head dim (a narrower problem on this instance) are zero-filled and read
+// nothing.
 template <typename Element, int D, int Rows>
 __device__ __forceinline__ void loadTileAsync(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
-                                              int thread, const void *safeAddress) {
-  prim::cpAsyncTileToSlabs<Element, D, Rows, 128, 4>(tile, rows, rowStride, validRows, thread, safeAddress);
+                                              int thread, const void *safeAddress, int headDim) {
+  prim::cpAsyncTileToSlabs<Element, D, Rows, 128, 4>(tile, rows, rowStride, validRows, thread, safeAddress,
+                                                     headDim / 8);
 }
 
 // S = Q K^T for one consumer warpgroup: D / 16 k-steps; step ks reads slab ks / 4 at byte 32 * (ks % 4) of each row.
@@ -120,6 +122,32 @@ __device__ __forceinline__ void maskBlock(float (&s)[BlockN / 2], int n0, int ro
       for (int e = 0; e < 2; ++e) {
         const int j = n0 + nt * 8 + 2 * quad + e;
         if (!visibleOnDiagonals(diagonals, row0 + 8 * h, j, seqK)) s[4 * nt + 2 * h + e] = negativeInfinity();
+      }
+}
+
+// Softcap and ALiBi (the TransformLogits kernels): S becomes log2-domain logits, so that the softmax that follows
+// runs with a unit scale. Row i's ALiBi distance to key j is |j - i'|, i' = i + shift (the bottom-right diagonal).
+struct LogitTransform {
+  float softcapLog2;       // softcap * log2(e), or 0 without softcap
+  float scaleOverSoftcap;  // scale / softcap
+  float scaleLog2;         // scale * log2(e)
+  float slopeLog2;         // ALiBi slope * log2(e), 0 without ALiBi
+  int shift;               // seqK - seqQ of the sequence
+};
+
+template <int BlockN>
+__device__ __forceinline__ void transformLogits(float (&s)[BlockN / 2], int n0, int row0, int quad,
+                                                const LogitTransform &t) {
+#pragma unroll
+  for (int nt = 0; nt < BlockN / 8; ++nt)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float &x = s[4 * nt + 2 * h + e];
+        x = t.softcapLog2 > 0.f ? t.softcapLog2 * tanhf(x * t.scaleOverSoftcap) : x * t.scaleLog2;
+        const int j = n0 + nt * 8 + 2 * quad + e;
+        x -= t.slopeLog2 * fabsf(float(j - (row0 + 8 * h + t.shift)));
       }
 }
 
@@ -188,13 +216,13 @@ __device__ __forceinline__ void releaseSlot(uint32_t emptyBarrier, int lane) {
 
 // No visible key for any of these rows: O = 0, LSE = the sink or -inf (16-byte stores: the launcher checked
 // alignment).
-template <typename Element, int D>
+template <typename Element>
 __device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *oRows, float *lseRows, int rows,
                                                int thread, int threads, float emptyLse) {
-  constexpr int kChunks = D / 8;
-  for (int idx = thread; idx < rows * kChunks; idx += threads) {
-    const int r = idx / kChunks;
-    const int c = idx - r * kChunks;
+  const int chunks = p.headDim / 8;
+  for (int idx = thread; idx < rows * chunks; idx += threads) {
+    const int r = idx / chunks;
+    const int c = idx - r * chunks;
     *reinterpret_cast<uint4 *>(oRows + int64_t(r) * p.oRow + c * 8) = make_uint4(0u, 0u, 0u, 0u);
   }
   if (lseRows != nullptr)
@@ -277,7 +305,7 @@ __device__ __forceinline__ void forEachTile(int64_t totalTiles, Body &&body) {
 }
 
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
-          bool QInRegisters, bool Paged, bool Tma>
+          bool QInRegisters, bool Paged, bool Tma, bool TransformLogits>
 __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     forwardSm90Kernel(const __grid_constant__ KernelParams kp) {
   using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged>;
@@ -358,7 +386,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
           const Element *vRows = static_cast<const Element *>(p.v) + int64_t(t.work.batch) * p.vBatch +
                                  int64_t(kvHead) * p.vHead + (t.seq.kStart + int64_t(n) * BlockN) * p.vRow;
           prim::cpAsyncTileToSlabs<Element, D, BlockN, 32, 4>(sV(vSlot), vRows, p.vRow, t.seq.seqK - n * BlockN, lane,
-                                                              p.v);
+                                                              p.v, p.headDim / 8);
           prim::cpAsyncMbarrierArriveTracked(vFull(vSlot));
           __syncwarp();
           if (issuer) prim::mbarrierArrive(vFull(vSlot));
@@ -442,11 +470,11 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
           const int64_t *rows = stageRows(lookupK, p.kBatch, p.kRow, int64_t(kvHead) * p.kHead);
           prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
           prim::cpAsyncTableRowsToSlabs<Element, D, BlockN, 128, 4>(sK(kSlot), static_cast<const Element *>(p.k),
-                                                                    rows, thread, p.k);
+                                                                    rows, thread, p.k, p.headDim / 8);
         } else {
           prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
           loadTileAsync<Element, D, BlockN>(sK(kSlot), kRows + int64_t(n) * BlockN * p.kRow, p.kRow,
-                                            t.seq.seqK - n * BlockN, thread, p.k);
+                                            t.seq.seqK - n * BlockN, thread, p.k, p.headDim);
         }
         handOver(kFull(kSlot));
         if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
@@ -459,11 +487,11 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
           const int64_t *rows = stageRows(l, p.vBatch, p.vRow, int64_t(kvHead) * p.vHead);
           prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
           prim::cpAsyncTableRowsToSlabs<Element, D, BlockN, 128, 4>(sV(vSlot), static_cast<const Element *>(p.v),
-                                                                    rows, thread, p.v);
+                                                                    rows, thread, p.v, p.headDim / 8);
         } else {
           prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
           loadTileAsync<Element, D, BlockN>(sV(vSlot), vRows + int64_t(n) * BlockN * p.vRow, p.vRow,
-                                            t.seq.seqK - n * BlockN, thread, p.v);
+                                            t.seq.seqK - n * BlockN, thread, p.v, p.headDim);
         }
         handOver(vFull(vSlot));
         if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
@@ -471,7 +499,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
       // The first K block can land while the consumers still read the previous tile's Q.
       loadK(t.lastKeyBlock);
       prim::mbarrierWait(qEmpty, qPhase ^ 1u);
-      loadTileAsync<Element, D, kBlockM>(sQ, qRows, p.qRow, t.rowsHere, thread, p.q);
+      loadTileAsync<Element, D, kBlockM>(sQ, qRows, p.qRow, t.rowsHere, thread, p.q, p.headDim);
       handOver(qFull);
       qPhase ^= 1u;
       // Order of use by the consumers: K(n), then K(n - 1) together with V(n), ...
@@ -499,7 +527,8 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     const int lane = thread % 32;
     const int quad = lane % 4;
     const int rowInBlock = group * 64 + warp * 16 + lane / 4;  // this thread's rows: rowInBlock and rowInBlock + 8
-    const float scaleLog2 = p.scale * prim::kLog2e;
+    // With TransformLogits, S is turned into log2-domain logits before the softmax, which then scales by one.
+    const float scaleLog2 = TransformLogits ? 1.f : p.scale * prim::kLog2e;
 
     const uint64_t qDescriptor = prim::wgmmaDescriptorSw128(sQ + uint32_t(group) * 64 * 128, 16, 1024);
     auto kDescriptor = [&](int slot) { return prim::wgmmaDescriptorSw128(sK(slot), 16, 1024); };
@@ -529,7 +558,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
       if (t.empty) {
         const int first = group * 64;
         if (first < t.rowsHere)
-          writeEmptyRows<Element, D>(p, oRows + int64_t(first) * p.oRow,
+          writeEmptyRows<Element>(p, oRows + int64_t(first) * p.oRow,
                                      lseRows == nullptr ? nullptr : lseRows + int64_t(first) * p.lseRow,
                                      min(64, t.rowsHere - first), thread, 128, forward::sinkOf(p, t.work.head));
         return;
@@ -540,6 +569,14 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
       const Diagonals diagonals = forward::diagonalsOf(p, t.seq.seqQ, t.seq.seqK);
       const int allLo = t.allRows.lo;
       const int allHi = t.allRows.hi;
+      LogitTransform logits{};
+      if constexpr (TransformLogits) {
+        logits.softcapLog2 = p.softcap * prim::kLog2e;
+        logits.scaleOverSoftcap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
+        logits.scaleLog2 = p.scale * prim::kLog2e;
+        logits.slopeLog2 = forward::alibiSlope(p, t.work.batch, t.work.head) * prim::kLog2e;
+        logits.shift = t.seq.seqK - t.seq.seqQ;
+      }
 
       float o[D / 2];
       float s[BlockN / 2];
@@ -575,6 +612,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         releaseSlot(kEmpty(kSlot), lane);
         if (!QInRegisters && numBlocks == 1) releaseSlot(qEmpty, lane);
         if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
+        if constexpr (TransformLogits) transformLogits<BlockN>(s, n0, row0, quad, logits);
         if (n0 < allLo || n0 + BlockN - 1 > allHi) maskBlock<BlockN>(s, n0, row0, quad, diagonals, t.seq.seqK);
         softmaxBlock<BlockN>(s, rowMax, rowSum, correction, scaleLog2);
         convertP<Element, BlockN>(s, pFragments);
@@ -600,6 +638,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         releaseSlot(kEmpty(kSlot), lane);
         if (!QInRegisters && it == numBlocks - 1) releaseSlot(qEmpty, lane);
         if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
+        if constexpr (TransformLogits) transformLogits<BlockN>(s, n0, row0, quad, logits);
         if (n0 < allLo || n0 + BlockN - 1 > allHi) maskBlock<BlockN>(s, n0, row0, quad, diagonals, t.seq.seqK);
         const bool moved = softmaxBlock<BlockN>(s, rowMax, rowSum, correction, scaleLog2);
 
@@ -636,8 +675,9 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         Element *oRow = oRows + int64_t(localRow) * p.oRow + 2 * quad;
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt)
-          *reinterpret_cast<uint32_t *>(oRow + dt * 8) =
-              prim::packFloat2<Element>(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);
+          if (dt * 8 < p.headDim)  // the columns of the problem's head dim
+            *reinterpret_cast<uint32_t *>(oRow + dt * 8) =
+                prim::packFloat2<Element>(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);
         if (lseRows != nullptr && quad == 0)
           lseRows[int64_t(localRow) * p.lseRow] =
               empty ? negativeInfinity() : (maxLog2 + __log2f(total)) * prim::kLn2;

@@ -27,7 +27,7 @@ inline int64_t pairsPerSectionFor(const ForwardParams &params, std::size_t l2Byt
 }
 
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
-          bool QInRegisters, bool Paged, bool Tma = false>
+          bool QInRegisters, bool Paged, bool Tma = false, bool TransformLogits = false>
 cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &options, int device, cudaStream_t stream) {
   using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged>;
   static std::atomic<uint64_t> configured{0};
@@ -39,7 +39,7 @@ cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &optio
   if constexpr (Tma) {
     // The plan encoded the same maps at a stand-in address (tmaServes): only the addresses differ here.
     constexpr DType kDtype = std::is_same_v<Element, __half> ? DType::FP16 : DType::BF16;
-    if (!encodeForwardMaps(params, kDtype, D, Layout::kBlockM, BlockN, &kp)) return cudaErrorInvalidValue;
+    if (!encodeForwardMaps(params, kDtype, Layout::kBlockM, BlockN, &kp)) return cudaErrorInvalidValue;
     kp.copyTailBlock = params.ragged || params.seqlensK != nullptr;
   }
   kp.pairsPerSection = options.pairsPerSection > 0 ? std::min<int64_t>(options.pairsPerSection,
@@ -48,7 +48,8 @@ cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &optio
   const int64_t ctas =
       options.persistent && options.numSMs > 0 ? std::min<int64_t>(kp.totalTiles, options.numSMs) : kp.totalTiles;
   const auto kernel =
-      forwardSm90Kernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, Paged, Tma>;
+      forwardSm90Kernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, Paged, Tma,
+                        TransformLogits>;
   const cudaError_t err = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured);
   if (err != cudaSuccess) return err;
   kernel<<<dim3(unsigned(ctas)), dim3((ConsumerGroups + 1) * 128), Layout::kDynamicBytes, stream>>>(kp);
@@ -60,12 +61,23 @@ template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, b
           bool QInRegisters>
 cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions &options, int device,
                                 cudaStream_t stream) {
-  if (params.paged)
-    return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, true>(
-        params, options, device, stream);
-  if (options.tma)
+  if (params.paged) {
+    // The paged producer gives each 8-element chunk of a row one of its 128 threads (the plan keeps others away).
+    if constexpr (128 % (D / 8) == 0)
+      return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, true>(
+          params, options, device, stream);
+    else
+      return cudaErrorInvalidValue;
+  }
+  if (options.tma) {
+    // Softcap and ALiBi have a kernel of their own, so the plain one carries none of their code (tensor-map loads
+    // only: the plan leaves them to the portable kernels otherwise).
+    if (params.softcap > 0.f || params.alibiSlopes != nullptr)
+      return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false,
+                          true, true>(params, options, device, stream);
     return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false, true>(
         params, options, device, stream);
+  }
   return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false>(
       params, options, device, stream);
 }

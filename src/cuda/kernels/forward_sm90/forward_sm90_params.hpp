@@ -59,6 +59,7 @@ struct LaunchOptions {
 constexpr TileConfig tileFor(int headDim) {
   return headDim <= 64    ? TileConfig{128, 3, 2, true, true, false}     // TILE_D64: 192 x 128
          : headDim <= 128 ? TileConfig{128, 2, 2, true, true, false}     // TILE_D128: 128 x 128
+         : headDim <= 192 ? TileConfig{112, 2, 2, true, true, false}     // TILE_D192: 128 x 112
                           : TileConfig{80, 2, 2, false, false, false};   // TILE_D256: 128 x 80
 }
 
@@ -92,8 +93,9 @@ constexpr std::size_t instanceSharedBytes() {
 }
 
 // The tensor maps of the Tma kernels (KernelParams): BlockM-row boxes of Q, BlockN-key boxes of K and V, 64 columns
-// each. dtype FP16 or BF16; false when the driver refuses one.
-inline bool encodeForwardMaps(const ForwardParams &p, DType dtype, int headDim, int blockM, int blockN, KernelParams *kp) {
+// each, over the problem's head dim (the copy engine zero-fills the columns of a wider instance). dtype FP16 or BF16;
+// false when the driver refuses one.
+inline bool encodeForwardMaps(const ForwardParams &p, DType dtype, int blockM, int blockN, KernelParams *kp) {
   auto spec = [&](const void *base, int64_t rows, int64_t heads, int64_t rowStride, int64_t headStride,
                   int64_t batchStride, int boxRows) {
     TiledMapSpec s;
@@ -103,7 +105,7 @@ inline bool encodeForwardMaps(const ForwardParams &p, DType dtype, int headDim, 
     const int64_t batch = p.ragged ? 1 : p.batch;
     // A dimension of one is never stepped: any valid stride serves.
     auto stride = [](int64_t size, int64_t elements) { return uint64_t(size > 1 ? elements * 2 : 16); };
-    s.dims[0] = uint64_t(headDim), s.boxes[0] = 64;
+    s.dims[0] = uint64_t(p.headDim), s.boxes[0] = 64;
     s.dims[1] = uint64_t(rows), s.strides[1] = stride(rows, rowStride), s.boxes[1] = uint32_t(boxRows);
     s.dims[2] = uint64_t(heads), s.strides[2] = stride(heads, headStride), s.boxes[2] = 1;
     s.dims[3] = uint64_t(batch), s.strides[3] = stride(batch, batchStride), s.boxes[3] = 1;

@@ -1,0 +1,12 @@
+// SPDX-License-Identifier: BSD-3-Clause
+#include <cuda_bf16.h>
+
+#include "cuda/kernels/forward_sm90/forward_sm90_launch.cuh"
+#include "variants.hpp"
+
+void variants::addD192(std::vector<Variant> &out) {
+  FA_VARIANT(out, "d192 128x112 tma", 192, 112, 2, 2, true, true, false, true);
+  FA_VARIANT(out, "d192 128x96 tma", 192, 96, 2, 2, true, true, false, true);
+  FA_VARIANT(out, "d192 128x112 tma no-pp", 192, 112, 2, 2, false, true, false, true);
+  FA_VARIANT(out, "d192 128x112 cp.async", 192, 112, 2, 2, true, true, false, false);
+}
