@@ -38,7 +38,20 @@ uint64_t hashOf(const TiledMapSpec &s) {
 
 }  // namespace
 
-bool tensorMapEncoderAvailable() { return tensorMapEncoder() != nullptr; }
+bool tensorMapEncoderAvailable() {
+  // A trial encode, not only the entry point: before the driver is initialised in the process the encoder refuses
+  // every map (a planner run from a process that never touched the GPU, as the chooser tests are).
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = tensorMapEncoder();
+  if (encode == nullptr) return false;
+  alignas(64) CUtensorMap map;
+  cuuint64_t dims[2] = {64, 64};
+  cuuint64_t strides[1] = {128};
+  cuuint32_t boxes[2] = {64, 64};
+  cuuint32_t elementStrides[2] = {1, 1};
+  return encode(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, reinterpret_cast<void *>(uintptr_t(1) << 20), dims, strides,
+                boxes, elementStrides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
 
 bool TiledMapSpec::operator==(const TiledMapSpec &o) const {
   if (base != o.base || dtype != o.dtype || rank != o.rank || l2Promotion256 != o.l2Promotion256) return false;

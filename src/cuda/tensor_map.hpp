@@ -25,7 +25,8 @@ struct TiledMapSpec {
   bool operator==(const TiledMapSpec &o) const;
 };
 
-// Whether the driver has the encoder (a machine without a driver has none: plans that need maps are not made there).
+// Whether maps can be encoded in this process now: the driver has the encoder and has been initialised (a machine
+// without a driver has none, and plans that need maps are not made there).
 bool tensorMapEncoderAvailable();
 
 // Encodes the map (kept in a small per-thread cache, since steps of a model reuse their tensors). False, with *map

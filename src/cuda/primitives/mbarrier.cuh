@@ -97,13 +97,6 @@ __device__ __forceinline__ void cpAsyncMbarrierArrive(uint32_t barrier) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
 }
 
-// The same without .noinc: the barrier's expected arrivals grow by one now and that one arrives once this thread's
-// earlier cp.async copies have landed, so copies can join a phase whose count was set for other arrivals (one
-// ordinary arrive after every copying thread has executed this completes the phase when the copies land).
-__device__ __forceinline__ void cpAsyncMbarrierArriveTracked(uint32_t barrier) {
-  asm volatile("cp.async.mbarrier.arrive.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
-}
-
 // Named barriers 1..15 (0 is __syncthreads). `threads` counts every participant, arriving or syncing; a multiple of 32.
 __device__ __forceinline__ void namedBarrierSync(uint32_t id, uint32_t threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

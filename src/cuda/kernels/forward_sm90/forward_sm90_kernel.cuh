@@ -385,9 +385,10 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         if (kp.copyTailBlock && (n + 1) * BlockN > t.seq.seqK) {
           const Element *vRows = static_cast<const Element *>(p.v) + int64_t(t.work.batch) * p.vBatch +
                                  int64_t(kvHead) * p.vHead + (t.seq.kStart + int64_t(n) * BlockN) * p.vRow;
+          // Landed before the one arrival the barrier expects (the warp waits once per tile, for this block only).
           prim::cpAsyncTileToSlabs<Element, D, BlockN, 32, 4>(sV(vSlot), vRows, p.vRow, t.seq.seqK - n * BlockN, lane,
                                                               p.v, p.headDim / 8);
-          prim::cpAsyncMbarrierArriveTracked(vFull(vSlot));
+          prim::cpAsyncWaitAll();
           __syncwarp();
           if (issuer) prim::mbarrierArrive(vFull(vSlot));
         } else {
@@ -406,7 +407,6 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
       }
       loadV(t.firstKeyBlock);
     });
-    prim::cpAsyncWaitAll();  // no copy outlives its issuing thread
   } else if (warpGroup == 0) {
     // ------------------------------------------------------------------------------------- producer (cp.async)
     prim::setMaxRegistersDecrease<RegisterSplit<ConsumerGroups>::kProducer>();
