@@ -802,6 +802,7 @@ struct Options {
   std::string backend = "auto";
   int device = -1;
   bool demo = true;  // until an option names a shape, an operation or a sweep
+  bool list = false;  // --list: print the planned rows and run none
 };
 
 void usage(FILE *f) {
@@ -834,6 +835,7 @@ void usage(FILE *f) {
                "  --sinks                     attention sinks (a fixed logit in [-1, 1] per query head) on every\n"
                "                              fwd, bwd, bwd-det and decode call, dSinks from every backward (checked\n"
                "                              against the oracle); rows say \"sinks\": time a run with and one without\n"
+               "  --list                      print the rows the other options plan, one per line, and run none\n"
                "  --backend auto|cuda|host    handle to benchmark (default auto)\n"
                "  --device N                  CUDA device to use\n"
                "Without shape, operation or sweep options a short demo runs (small shapes when no GPU is usable).\n"
@@ -945,6 +947,8 @@ Options parseOptions(int argc, char **argv) {
       o.sinks = true;
     else if (a == "--no-check")
       o.check = false;
+    else if (a == "--list")
+      o.list = true;
     else if (a == "--backend") {
       o.backend = value();
       if (o.backend != "auto" && o.backend != "cuda" && o.backend != "host")
@@ -984,6 +988,58 @@ struct ChunkedShape {
   bool causal;
   int64_t pageSize;
 };
+
+// The shape fields of a shape's rows, shared by the run and by --list, so both name a row alike.
+Row prefillRow(const PrefillShape &s, const char *op, bool sinks) {
+  Row r;
+  r.kind = "prefill";
+  r.op = op;
+  r.dtype = s.dtype;
+  r.B = s.B;
+  r.H = s.H;
+  r.HK = s.HK;
+  r.Sq = s.Sq;
+  r.Sk = s.Sk;
+  r.D = s.D;
+  r.causal = s.causal;
+  r.sinks = sinks;
+  return r;
+}
+
+Row decodeRow(const DecodeShape &s, bool sinks) {
+  Row r;
+  r.kind = "decode";
+  r.op = "decode";
+  r.dtype = s.dtype;
+  r.B = s.B;
+  r.H = s.H;
+  r.HK = s.HK;
+  r.Sq = s.T;
+  r.Sk = s.L;
+  r.D = s.D;
+  r.causal = s.causal;
+  r.sinks = sinks;
+  r.chunks = s.chunks;
+  r.pageSize = s.pageSize;
+  return r;
+}
+
+// The paged row of a chunked shape; its dense-cache row is the same with page size 0.
+Row chunkedRow(const ChunkedShape &s, bool paged) {
+  Row r;
+  r.kind = "chunked";
+  r.op = "fwd";
+  r.dtype = s.dtype;
+  r.B = s.B;
+  r.H = s.H;
+  r.HK = s.HK;
+  r.Sq = s.T;
+  r.Sk = s.L;
+  r.D = s.D;
+  r.causal = s.causal;
+  r.pageSize = paged ? s.pageSize : 0;
+  return r;
+}
 
 // Key-query pairs that do work: the papers count half of the square for causal Sq == Sk, so figures compare with
 // theirs; otherwise the exact number of visible pairs under the bottom-right mask.
@@ -1240,20 +1296,7 @@ std::string pickText(const char *one, const char *many, const Pick &p, int64_t n
 // Prefill: forward and backward
 
 void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
-  Row base;
-  base.kind = "prefill";
-  base.dtype = s.dtype;
-  base.B = s.B;
-  base.H = s.H;
-  base.HK = s.HK;
-  base.Sq = s.Sq;
-  base.Sk = s.Sk;
-  base.D = s.D;
-  base.causal = s.causal;
-  base.sinks = opt_.sinks;
-  Row fwd = base, bwd = base;
-  fwd.op = "fwd";
-  bwd.op = "bwd";
+  Row fwd = prefillRow(s, "fwd", opt_.sinks), bwd = prefillRow(s, "bwd", opt_.sinks);
   const size_t es = elementBytes(s.dtype);
   const double fwdFlops = 2.0 * double(s.B) * double(s.H) * visiblePairs(s.Sq, s.Sk, s.causal) * double(2 * s.D);
 
@@ -1581,8 +1624,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
   };
   backward(bwd, *bwdAttn);
   if (!opt_.deterministic) return;
-  Row det = base;
-  det.op = "bwd-det";
+  Row det = prefillRow(s, "bwd-det", opt_.sinks);
   std::unique_ptr<AttnDesc> detAttn;
   try {
     detAttn = std::make_unique<AttnDesc>(s.causal, true, sinksPtr, dSinksPtr);
@@ -1602,20 +1644,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
 constexpr double kRotationBytes = 512.0 * 1024 * 1024;
 
 void Bench::decode(const DecodeShape &s) {
-  Row row;
-  row.kind = "decode";
-  row.op = "decode";
-  row.dtype = s.dtype;
-  row.B = s.B;
-  row.H = s.H;
-  row.HK = s.HK;
-  row.Sq = s.T;
-  row.Sk = s.L;
-  row.D = s.D;
-  row.causal = s.causal;
-  row.sinks = opt_.sinks;
-  row.chunks = s.chunks;
-  row.pageSize = s.pageSize;
+  Row row = decodeRow(s, opt_.sinks);
   const size_t es = elementBytes(s.dtype);
   const bool paged = s.pageSize > 0;
   const double kvBytes = 2.0 * double(s.B) * double(s.HK) * double(s.L) * double(s.D) * double(es);
@@ -1799,19 +1828,7 @@ void Bench::decode(const DecodeShape &s) {
 // row's output (bitwise where one kernel family serves both, else by the gates); the dense problem is a plain ragged
 // forward, checked by the fwd rows.
 void Bench::chunked(const ChunkedShape &s) {
-  Row base;
-  base.kind = "chunked";
-  base.op = "fwd";
-  base.dtype = s.dtype;
-  base.B = s.B;
-  base.H = s.H;
-  base.HK = s.HK;
-  base.Sq = s.T;
-  base.Sk = s.L;
-  base.D = s.D;
-  base.causal = s.causal;
-  Row pagedRow = base, denseRow = base;
-  pagedRow.pageSize = s.pageSize;
+  Row pagedRow = chunkedRow(s, true), denseRow = chunkedRow(s, false);
   const size_t es = elementBytes(s.dtype);
   const double flops = 2.0 * double(s.B) * double(s.H) * visiblePairs(s.T, s.L, s.causal) * double(2 * s.D);
   try {
@@ -2003,6 +2020,22 @@ Plan makePlan(const Options &o, bool cuda) {
   return p;
 }
 
+// The rows a run of the plan records, in its order.
+std::vector<Row> plannedRows(const Plan &p, const Options &o) {
+  std::vector<Row> rows;
+  for (const PrefillShape &s : p.prefill) {
+    if (p.fwd) rows.push_back(prefillRow(s, "fwd", o.sinks));
+    if (p.bwd) rows.push_back(prefillRow(s, "bwd", o.sinks));
+    if (p.bwd && p.bwdDet) rows.push_back(prefillRow(s, "bwd-det", o.sinks));
+  }
+  for (const DecodeShape &s : p.decode) rows.push_back(decodeRow(s, o.sinks));
+  for (const ChunkedShape &s : p.chunked) {
+    rows.push_back(chunkedRow(s, false));
+    rows.push_back(chunkedRow(s, true));
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -2067,6 +2100,21 @@ int main(int argc, char **argv) {
     }
   }
 #endif
+  if (opt.list) {
+    // The plan depends on the backend (the demo's and the single shape's defaults), so it is listed only now.
+    int status = 0;
+    try {
+      resolveShape(opt, cuda);
+      const Plan plan = makePlan(opt, cuda);
+      for (const Row &r : plannedRows(plan, opt)) std::printf("%s\n", shapeText(r).c_str());
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "flashattn-bench: %s\n", e.what());
+      status = 1;
+    }
+    flashAttnDestroy(host);
+    flashAttnDestroy(handle);
+    return status;
+  }
   const int32_t version = flashAttnGetVersion();
   std::printf("flashattn-bench: libflashattn %d.%d.%d (header %d.%d.%d), backend %s on %s\n", version / 10000,
               version / 100 % 100, version % 100, FLASHATTN_VERSION / 10000, FLASHATTN_VERSION / 100 % 100,
