@@ -823,10 +823,12 @@ void usage(FILE *f) {
                "  --layout bhsd|bshd          memory order of Q, K, V, O (default bhsd)\n"
                "  --iters N --warmup N        timed calls (median reported) and untimed calls before them\n"
                "  --sweep prefill|decode|chunked|all\n"
-               "                              the kernel-target sweeps: prefill B*S=16k, H*D=2048, D 64/128/256,\n"
-               "                              S 512..16k; decode GQA 32/8 D128 (--dim, --dtype, --op filter them);\n"
-               "                              chunked B4 H32/8 D128 causal, 512 new tokens over 4k..16k cached keys,\n"
-               "                              paged (page 16) and dense (all: prefill and decode only)\n"
+               "                              the kernel-target sweeps: prefill B*S=16k, S 512..16k, causal and not,\n"
+               "                              H=2048/D (rounded down) at D 64/128/256 bf16 and fp16, D 96/192 bf16,\n"
+               "                              and GQA 32/8 D128 bf16 at S 2k/8k/16k (--dim and --dtype filter it);\n"
+               "                              decode GQA 32/8 D128 bf16, 1 query token; chunked B4 H32/8 D128\n"
+               "                              causal, 512 new tokens over 4k..16k cached keys, paged (page 16) and\n"
+               "                              dense (all: prefill and decode only; --op fwd|bwd|decode filters)\n"
                "  --json FILE                 write the result rows (rewritten after every shape)\n"
                "  --check-gflop G             host work allowed per correctness check (default 2)\n"
                "  --no-check                  skip the correctness check (rows say \"not checked\")\n"
@@ -1996,12 +1998,20 @@ Plan makePlan(const Options &o, bool cuda) {
     if (o.sweep == "prefill" || o.sweep == "all") {
       std::vector<flashAttnDataType_t> types{FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16};
       if (o.dtypeGiven) types = {o.dtype};
-      for (flashAttnDataType_t t : types)
-        for (int64_t D : {64, 128, 256}) {
+      for (flashAttnDataType_t t : types) {
+        // Heads 2048 / D rounded down as peers.py has them (21 at D96, 10 at D192), so the rows join the peers'.
+        // The peers time D96 and D192 in bf16 only.
+        for (int64_t D : {64, 96, 128, 192, 256}) {
           if (o.dim && D != o.dim) continue;
+          if ((D == 96 || D == 192) && t != FLASHATTN_DATA_BF16) continue;
           for (int64_t S = 512; S <= 16384; S *= 2)
             for (bool causal : {false, true}) p.prefill.push_back({t, 16384 / S, 2048 / D, 2048 / D, S, S, D, causal});
         }
+        // GQA 32/8 at D128 (Llama-3-8B's attention), in bf16 as the peers time it.
+        if (t == FLASHATTN_DATA_BF16 && (!o.dim || o.dim == 128))
+          for (int64_t S : {2048, 8192, 16384})
+            for (bool causal : {false, true}) p.prefill.push_back({t, 16384 / S, 32, 8, S, S, 128, causal});
+      }
     }
     if (o.sweep == "decode" || o.sweep == "all") {
       const std::pair<int64_t, int64_t> shapes[] = {{1, 8192},  {1, 65536}, {1, 131072}, {8, 8192},
