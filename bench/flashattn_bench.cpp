@@ -822,13 +822,17 @@ void usage(FILE *f) {
                "  --page-size P               decode from a paged cache with P rows per page (0 = dense)\n"
                "  --layout bhsd|bshd          memory order of Q, K, V, O (default bhsd)\n"
                "  --iters N --warmup N        timed calls (median reported) and untimed calls before them\n"
-               "  --sweep prefill|decode|chunked|all\n"
+               "  --sweep prefill|decode|serving|chunked|all\n"
                "                              the kernel-target sweeps: prefill B*S=16k, S 512..16k, causal and not,\n"
                "                              H=2048/D (rounded down) at D 64/128/256 bf16 and fp16, D 96/192 bf16,\n"
                "                              and GQA 32/8 D128 bf16 at S 2k/8k/16k (--dim and --dtype filter it);\n"
-               "                              decode GQA 32/8 D128 bf16, 1 query token; chunked B4 H32/8 D128\n"
-               "                              causal, 512 new tokens over 4k..16k cached keys, paged (page 16) and\n"
-               "                              dense (all: prefill and decode only; --op fwd|bwd|decode filters)\n"
+               "                              decode GQA 32/8 D128 bf16, 1 query token, (B,L) = (1,8k) (1,64k)\n"
+               "                              (1,128k) (8,8k) (8,32k) (32,4k) (64,8k); serving: those shapes dense\n"
+               "                              and paged (pages of 1, 16, 64 rows), and 2/4/8/16 query tokens\n"
+               "                              (causal) on the dense caches of 256 MiB and more; chunked B4 H32/8\n"
+               "                              D128 causal, 512 new tokens over 4k..16k cached keys, paged (page 16)\n"
+               "                              and dense (all: prefill, decode and serving; --op fwd|bwd|decode\n"
+               "                              filters)\n"
                "  --json FILE                 write the result rows (rewritten after every shape)\n"
                "  --check-gflop G             host work allowed per correctness check (default 2)\n"
                "  --no-check                  skip the correctness check (rows say \"not checked\")\n"
@@ -927,8 +931,9 @@ Options parseOptions(int argc, char **argv) {
       o.json = value();
     else if (a == "--sweep") {
       o.sweep = value();
-      if (o.sweep != "prefill" && o.sweep != "decode" && o.sweep != "chunked" && o.sweep != "all")
-        throw std::invalid_argument("--sweep " + o.sweep + ": expected prefill, decode, chunked or all");
+      if (o.sweep != "prefill" && o.sweep != "decode" && o.sweep != "serving" && o.sweep != "chunked" &&
+          o.sweep != "all")
+        throw std::invalid_argument("--sweep " + o.sweep + ": expected prefill, decode, serving, chunked or all");
     } else if (a == "--layout") {
       const std::string v = value();
       if (v == "bhsd")
@@ -2013,11 +2018,32 @@ Plan makePlan(const Options &o, bool cuda) {
             for (bool causal : {false, true}) p.prefill.push_back({t, 16384 / S, 32, 8, S, S, 128, causal});
       }
     }
-    if (o.sweep == "decode" || o.sweep == "all") {
-      const std::pair<int64_t, int64_t> shapes[] = {{1, 8192},  {1, 65536}, {1, 131072}, {8, 8192},
-                                                    {8, 32768}, {32, 4096}, {64, 8192}};
-      for (const auto &[B, L] : shapes)
-        p.decode.push_back({FLASHATTN_DATA_BF16, B, 32, 8, 1, L, 128, false, o.chunks, o.pageSize});
+    // (batch, cache length) of the decode rows, GQA 32/8 D128 bf16, as peers.py times them.
+    const std::pair<int64_t, int64_t> decodeShapes[] = {{1, 8192},  {1, 65536}, {1, 131072}, {8, 8192},
+                                                        {8, 32768}, {32, 4096}, {64, 8192}};
+    // `all` runs the decode sweep and the serving sweep, whose dense one-token rows are the same problems.
+    auto addDecode = [&](const DecodeShape &d) {
+      for (const DecodeShape &e : p.decode)
+        if (e.dtype == d.dtype && e.B == d.B && e.H == d.H && e.HK == d.HK && e.T == d.T && e.L == d.L &&
+            e.D == d.D && e.causal == d.causal && e.chunks == d.chunks && e.pageSize == d.pageSize)
+          return;
+      p.decode.push_back(d);
+    };
+    if (o.sweep == "decode" || o.sweep == "all")
+      for (const auto &[B, L] : decodeShapes)
+        addDecode({FLASHATTN_DATA_BF16, B, 32, 8, 1, L, 128, false, o.chunks, o.pageSize});
+    if (o.sweep == "serving" || o.sweep == "all") {
+      // Each shape from a dense cache and from paged caches (a shuffled block table), for report.py's paged/dense.
+      for (const auto &[B, L] : decodeShapes)
+        for (int64_t page : {0, 1, 16, 64})
+          addDecode({FLASHATTN_DATA_BF16, B, 32, 8, 1, L, 128, false, o.chunks, page});
+      // Speculative decoding's verify step and the like: several new tokens per sequence, each seeing the cached
+      // prefix and the new tokens up to itself (bottom-right causal). Only caches of 256 MiB and more: the K+V read
+      // stays the cost there, so GB/s and its share of the copy bandwidth remain the measure.
+      for (const auto &[B, L] : decodeShapes) {
+        if (2.0 * double(B) * 8 * double(L) * 128 * 2 < 256.0 * 1024 * 1024) continue;
+        for (int64_t T : {2, 4, 8, 16}) addDecode({FLASHATTN_DATA_BF16, B, 32, 8, T, L, 128, true, o.chunks, 0});
+      }
     }
     if (o.op == "decode") p.prefill.clear();
     if (o.op == "fwd" || o.op == "bwd") p.decode.clear();
