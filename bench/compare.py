@@ -6,8 +6,10 @@ usage: compare.py --new A.json [A2.json ...] --old B.json [B2.json ...] [--toler
 
 Each build may have been run several times (interleaved with the other's runs); a shape's figure is its best run,
 for both builds alike. Prints new/old per shape (TFLOP/s for prefill rows, KV-read GB/s for decode) and exits 1 when
-a shape of the new build is slower than the old by more than the tolerance. Chunked-prefill rows (paged and
-dense-cache alike) count as prefill rows.
+a shape of the new build is slower than the old by more than the tolerance, or has no figure (failed or not
+supported) where the old build has one. Chunked-prefill rows (paged and dense-cache alike) count as prefill rows.
+Decode rows are told apart by their query tokens, causal mask, page size and chunk count too (the serving sweep
+times one cache shape several ways).
 """
 import argparse
 import json
@@ -22,27 +24,33 @@ def rows(path):
 
 def key(r):
     return (r["kind"], r["op"], r["dtype"], r["D"], r.get("S"), r.get("Sk", r.get("L")), r["B"], r["H"], r.get("HK"),
-            r.get("causal"), r.get("Sq", 0), r.get("page_size", 0), r.get("sinks", False))
+            r.get("causal"), r.get("Sq", 0), r.get("page_size", 0), r.get("sinks", False), r.get("chunks", 0))
 
 
 def figure(r):
-    return r["kv_GBps"] if r["kind"] == "decode" else r["tflops"]
+    """The row's TFLOP/s or GB/s; None for a row that failed or was not supported."""
+    if "error" in r:
+        return None
+    return r.get("kv_GBps") if r["kind"] == "decode" else r.get("tflops")
 
 
 def best(paths):
+    """key -> the best figure of the shape over the runs, None where no run has one."""
     out = {}
     for p in paths:
         for r in rows(p):
-            k = key(r)
-            if k not in out or figure(r) > figure(out[k]):
-                out[k] = r
+            k, f = key(r), figure(r)
+            if out.get(k) is None or (f is not None and f > out[k]):
+                out[k] = f
     return out
 
 
 def name(k):
-    kind, op, dtype, d, s, sk, b, h, hk, causal, sq, page, sinks = k
+    kind, op, dtype, d, s, sk, b, h, hk, causal, sq, page, sinks, chunks = k
     if kind == "decode":
-        return f"decode {dtype} B{b} L{sk} H{h}/{hk} D{d}" + (f" page {page}" if page else "") + (" sinks" if sinks else "")
+        return (f"decode {dtype} B{b} L{sk} H{h}/{hk} D{d}" + (f" T{sq}" if sq and sq > 1 else "") +
+                (" causal" if causal and sq and sq > 1 else "") + (f" page {page}" if page else "") +
+                (f" chunks {chunks}" if chunks else "") + (" sinks" if sinks else ""))
     if kind == "chunked":
         return (f"chunked {dtype} D{d} new {s} keys {sk} B{b} H{h}/{hk}" + (" causal" if causal else "") +
                 (f" page {page}" if page else " dense cache"))
@@ -64,27 +72,39 @@ def main():
     lines = ["| shape | new | old | new/old |", "|---|---:|---:|---:|"]
     slower = []
     ratios = []
+    lost = [k for k in common if new[k] is None and old[k] is not None]
+    for k in lost:
+        lines.append(f"| {name(k)} | - | {old[k]:.1f} | no figure **lost** |")
     for k in common:
-        n, o = figure(new[k]), figure(old[k])
+        n, o = new[k], old[k]
+        if n is None or o is None:
+            continue
         r = n / o if o else float("inf")
         ratios.append(r)
         flag = " **slower**" if r < 1 - a.tolerance else ""
         if flag:
             slower.append(name(k))
         lines.append(f"| {name(k)} | {n:.1f} | {o:.1f} | {r:.3f}{flag} |")
-    geo = 1.0
-    for r in ratios:
-        geo *= r
-    geo **= 1 / len(ratios)
     lines.append("")
-    lines.append(f"{len(common)} shapes, geometric mean new/old {geo:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}; "
-                 f"{len(slower)} more than {a.tolerance:.0%} slower" + (": " + ", ".join(slower) if slower else ""))
+    if ratios:
+        geo = 1.0
+        for r in ratios:
+            geo *= r
+        geo **= 1 / len(ratios)
+        lines.append(f"{len(ratios)} shapes, geometric mean new/old {geo:.3f}, min {min(ratios):.3f}, "
+                     f"max {max(ratios):.3f}; {len(slower)} more than {a.tolerance:.0%} slower" +
+                     (": " + ", ".join(slower) if slower else ""))
+    else:
+        lines.append("no shape with a figure in both builds")
+    if lost:
+        lines.append(f"{len(lost)} shapes without a figure in the new build (failed or not supported) that the old "
+                     "build measured: " + ", ".join(name(k) for k in lost))
     text = "\n".join(lines)
     print(text)
     if a.markdown:
         with open(a.markdown, "w") as f:
             f.write(text + "\n")
-    return 1 if slower else 0
+    return 1 if slower or lost else 0
 
 
 if __name__ == "__main__":

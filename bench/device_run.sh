@@ -22,7 +22,8 @@
 #   fa3                  FlashAttention-3's JAX wheel (.peers/flash_attn3_jax-*.whl, installed into /tmp) timed by
 #                        .peers/fa3_jax.py: head dim 128, MHA and GQA 32/8 (FA3_SEQS, FA3_HEADS narrow it; the full
 #                        set takes about 4 minutes); the report then shows ours / FA3 and ours / the best peer
-#   bench [SWEEP]        build, then flashattn-bench --sweep SWEEP --json $OUT/ours.json (default $BENCH_SWEEP or all)
+#   bench [SWEEP]        build, then flashattn-bench --sweep SWEEP --json $OUT/ours.json (default $BENCH_SWEEP or all;
+#                        serving: paged and multi-token decode, whose report wants the peers' decode rows)
 #   report               bench/report.py over $OUT/ours.json, $OUT/peers.json (and $OUT/fa3.json when there)
 #   variants             bench/forward_sm90_variants/run.sh $VARIANT_ARGS: forward_sm90 kernel configurations timed
 #                        side by side (its own small build); the table goes to $OUT/variants.txt
@@ -69,7 +70,8 @@ while [ $i -lt ${#args[@]} ]; do
     info | build | tests | sanitize | report | ptx80 | baseline | fa3 | variants) parts+=("$a") ;;
     peers | bench)
       parts+=("$a")
-      if [ "$next" = prefill ] || [ "$next" = decode ] || [ "$next" = all ]; then
+      if [ "$next" = prefill ] || [ "$next" = decode ] || [ "$next" = all ] ||
+        { [ "$a" = bench ] && [ "$next" = serving ]; }; then
         if [ "$a" = peers ]; then sweep_peers="$next"; else sweep_bench="$next"; fi
         i=$((i + 1))
       fi

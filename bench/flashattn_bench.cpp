@@ -802,6 +802,7 @@ struct Options {
   std::string backend = "auto";
   int device = -1;
   bool demo = true;  // until an option names a shape, an operation or a sweep
+  bool list = false;  // --list: print the planned rows and run none
 };
 
 void usage(FILE *f) {
@@ -821,11 +822,17 @@ void usage(FILE *f) {
                "  --page-size P               decode from a paged cache with P rows per page (0 = dense)\n"
                "  --layout bhsd|bshd          memory order of Q, K, V, O (default bhsd)\n"
                "  --iters N --warmup N        timed calls (median reported) and untimed calls before them\n"
-               "  --sweep prefill|decode|chunked|all\n"
-               "                              the kernel-target sweeps: prefill B*S=16k, H*D=2048, D 64/128/256,\n"
-               "                              S 512..16k; decode GQA 32/8 D128 (--dim, --dtype, --op filter them);\n"
-               "                              chunked B4 H32/8 D128 causal, 512 new tokens over 4k..16k cached keys,\n"
-               "                              paged (page 16) and dense (all: prefill and decode only)\n"
+               "  --sweep prefill|decode|serving|chunked|all\n"
+               "                              the kernel-target sweeps: prefill B*S=16k, S 512..16k, causal and not,\n"
+               "                              H=2048/D (rounded down) at D 64/128/256 bf16 and fp16, D 96/192 bf16,\n"
+               "                              and GQA 32/8 D128 bf16 at S 2k/8k/16k (--dim and --dtype filter it);\n"
+               "                              decode GQA 32/8 D128 bf16, 1 query token, (B,L) = (1,8k) (1,64k)\n"
+               "                              (1,128k) (8,8k) (8,32k) (32,4k) (64,8k); serving: those shapes dense\n"
+               "                              and paged (pages of 1, 16, 64 rows), and 2/4/8/16 query tokens\n"
+               "                              (causal) on the dense caches of 256 MiB and more; chunked B4 H32/8\n"
+               "                              D128 causal, 512 new tokens over 4k..16k cached keys, paged (page 16)\n"
+               "                              and dense (all: prefill, decode and serving; --op fwd|bwd|decode\n"
+               "                              filters)\n"
                "  --json FILE                 write the result rows (rewritten after every shape)\n"
                "  --check-gflop G             host work allowed per correctness check (default 2)\n"
                "  --no-check                  skip the correctness check (rows say \"not checked\")\n"
@@ -834,6 +841,7 @@ void usage(FILE *f) {
                "  --sinks                     attention sinks (a fixed logit in [-1, 1] per query head) on every\n"
                "                              fwd, bwd, bwd-det and decode call, dSinks from every backward (checked\n"
                "                              against the oracle); rows say \"sinks\": time a run with and one without\n"
+               "  --list                      print the rows the other options plan, one per line, and run none\n"
                "  --backend auto|cuda|host    handle to benchmark (default auto)\n"
                "  --device N                  CUDA device to use\n"
                "Without shape, operation or sweep options a short demo runs (small shapes when no GPU is usable).\n"
@@ -923,8 +931,9 @@ Options parseOptions(int argc, char **argv) {
       o.json = value();
     else if (a == "--sweep") {
       o.sweep = value();
-      if (o.sweep != "prefill" && o.sweep != "decode" && o.sweep != "chunked" && o.sweep != "all")
-        throw std::invalid_argument("--sweep " + o.sweep + ": expected prefill, decode, chunked or all");
+      if (o.sweep != "prefill" && o.sweep != "decode" && o.sweep != "serving" && o.sweep != "chunked" &&
+          o.sweep != "all")
+        throw std::invalid_argument("--sweep " + o.sweep + ": expected prefill, decode, serving, chunked or all");
     } else if (a == "--layout") {
       const std::string v = value();
       if (v == "bhsd")
@@ -945,6 +954,8 @@ Options parseOptions(int argc, char **argv) {
       o.sinks = true;
     else if (a == "--no-check")
       o.check = false;
+    else if (a == "--list")
+      o.list = true;
     else if (a == "--backend") {
       o.backend = value();
       if (o.backend != "auto" && o.backend != "cuda" && o.backend != "host")
@@ -984,6 +995,58 @@ struct ChunkedShape {
   bool causal;
   int64_t pageSize;
 };
+
+// The shape fields of a shape's rows, shared by the run and by --list, so both name a row alike.
+Row prefillRow(const PrefillShape &s, const char *op, bool sinks) {
+  Row r;
+  r.kind = "prefill";
+  r.op = op;
+  r.dtype = s.dtype;
+  r.B = s.B;
+  r.H = s.H;
+  r.HK = s.HK;
+  r.Sq = s.Sq;
+  r.Sk = s.Sk;
+  r.D = s.D;
+  r.causal = s.causal;
+  r.sinks = sinks;
+  return r;
+}
+
+Row decodeRow(const DecodeShape &s, bool sinks) {
+  Row r;
+  r.kind = "decode";
+  r.op = "decode";
+  r.dtype = s.dtype;
+  r.B = s.B;
+  r.H = s.H;
+  r.HK = s.HK;
+  r.Sq = s.T;
+  r.Sk = s.L;
+  r.D = s.D;
+  r.causal = s.causal;
+  r.sinks = sinks;
+  r.chunks = s.chunks;
+  r.pageSize = s.pageSize;
+  return r;
+}
+
+// The paged row of a chunked shape; its dense-cache row is the same with page size 0.
+Row chunkedRow(const ChunkedShape &s, bool paged) {
+  Row r;
+  r.kind = "chunked";
+  r.op = "fwd";
+  r.dtype = s.dtype;
+  r.B = s.B;
+  r.H = s.H;
+  r.HK = s.HK;
+  r.Sq = s.T;
+  r.Sk = s.L;
+  r.D = s.D;
+  r.causal = s.causal;
+  r.pageSize = paged ? s.pageSize : 0;
+  return r;
+}
 
 // Key-query pairs that do work: the papers count half of the square for causal Sq == Sk, so figures compare with
 // theirs; otherwise the exact number of visible pairs under the bottom-right mask.
@@ -1240,20 +1303,7 @@ std::string pickText(const char *one, const char *many, const Pick &p, int64_t n
 // Prefill: forward and backward
 
 void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
-  Row base;
-  base.kind = "prefill";
-  base.dtype = s.dtype;
-  base.B = s.B;
-  base.H = s.H;
-  base.HK = s.HK;
-  base.Sq = s.Sq;
-  base.Sk = s.Sk;
-  base.D = s.D;
-  base.causal = s.causal;
-  base.sinks = opt_.sinks;
-  Row fwd = base, bwd = base;
-  fwd.op = "fwd";
-  bwd.op = "bwd";
+  Row fwd = prefillRow(s, "fwd", opt_.sinks), bwd = prefillRow(s, "bwd", opt_.sinks);
   const size_t es = elementBytes(s.dtype);
   const double fwdFlops = 2.0 * double(s.B) * double(s.H) * visiblePairs(s.Sq, s.Sk, s.causal) * double(2 * s.D);
 
@@ -1581,8 +1631,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
   };
   backward(bwd, *bwdAttn);
   if (!opt_.deterministic) return;
-  Row det = base;
-  det.op = "bwd-det";
+  Row det = prefillRow(s, "bwd-det", opt_.sinks);
   std::unique_ptr<AttnDesc> detAttn;
   try {
     detAttn = std::make_unique<AttnDesc>(s.causal, true, sinksPtr, dSinksPtr);
@@ -1602,20 +1651,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
 constexpr double kRotationBytes = 512.0 * 1024 * 1024;
 
 void Bench::decode(const DecodeShape &s) {
-  Row row;
-  row.kind = "decode";
-  row.op = "decode";
-  row.dtype = s.dtype;
-  row.B = s.B;
-  row.H = s.H;
-  row.HK = s.HK;
-  row.Sq = s.T;
-  row.Sk = s.L;
-  row.D = s.D;
-  row.causal = s.causal;
-  row.sinks = opt_.sinks;
-  row.chunks = s.chunks;
-  row.pageSize = s.pageSize;
+  Row row = decodeRow(s, opt_.sinks);
   const size_t es = elementBytes(s.dtype);
   const bool paged = s.pageSize > 0;
   const double kvBytes = 2.0 * double(s.B) * double(s.HK) * double(s.L) * double(s.D) * double(es);
@@ -1799,19 +1835,7 @@ void Bench::decode(const DecodeShape &s) {
 // row's output (bitwise where one kernel family serves both, else by the gates); the dense problem is a plain ragged
 // forward, checked by the fwd rows.
 void Bench::chunked(const ChunkedShape &s) {
-  Row base;
-  base.kind = "chunked";
-  base.op = "fwd";
-  base.dtype = s.dtype;
-  base.B = s.B;
-  base.H = s.H;
-  base.HK = s.HK;
-  base.Sq = s.T;
-  base.Sk = s.L;
-  base.D = s.D;
-  base.causal = s.causal;
-  Row pagedRow = base, denseRow = base;
-  pagedRow.pageSize = s.pageSize;
+  Row pagedRow = chunkedRow(s, true), denseRow = chunkedRow(s, false);
   const size_t es = elementBytes(s.dtype);
   const double flops = 2.0 * double(s.B) * double(s.H) * visiblePairs(s.T, s.L, s.causal) * double(2 * s.D);
   try {
@@ -1979,18 +2003,47 @@ Plan makePlan(const Options &o, bool cuda) {
     if (o.sweep == "prefill" || o.sweep == "all") {
       std::vector<flashAttnDataType_t> types{FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16};
       if (o.dtypeGiven) types = {o.dtype};
-      for (flashAttnDataType_t t : types)
-        for (int64_t D : {64, 128, 256}) {
+      for (flashAttnDataType_t t : types) {
+        // Heads 2048 / D rounded down as peers.py has them (21 at D96, 10 at D192), so the rows join the peers'.
+        // The peers time D96 and D192 in bf16 only.
+        for (int64_t D : {64, 96, 128, 192, 256}) {
           if (o.dim && D != o.dim) continue;
+          if ((D == 96 || D == 192) && t != FLASHATTN_DATA_BF16) continue;
           for (int64_t S = 512; S <= 16384; S *= 2)
             for (bool causal : {false, true}) p.prefill.push_back({t, 16384 / S, 2048 / D, 2048 / D, S, S, D, causal});
         }
+        // GQA 32/8 at D128 (Llama-3-8B's attention), in bf16 as the peers time it.
+        if (t == FLASHATTN_DATA_BF16 && (!o.dim || o.dim == 128))
+          for (int64_t S : {2048, 8192, 16384})
+            for (bool causal : {false, true}) p.prefill.push_back({t, 16384 / S, 32, 8, S, S, 128, causal});
+      }
     }
-    if (o.sweep == "decode" || o.sweep == "all") {
-      const std::pair<int64_t, int64_t> shapes[] = {{1, 8192},  {1, 65536}, {1, 131072}, {8, 8192},
-                                                    {8, 32768}, {32, 4096}, {64, 8192}};
-      for (const auto &[B, L] : shapes)
-        p.decode.push_back({FLASHATTN_DATA_BF16, B, 32, 8, 1, L, 128, false, o.chunks, o.pageSize});
+    // (batch, cache length) of the decode rows, GQA 32/8 D128 bf16, as peers.py times them.
+    const std::pair<int64_t, int64_t> decodeShapes[] = {{1, 8192},  {1, 65536}, {1, 131072}, {8, 8192},
+                                                        {8, 32768}, {32, 4096}, {64, 8192}};
+    // `all` runs the decode sweep and the serving sweep, whose dense one-token rows are the same problems.
+    auto addDecode = [&](const DecodeShape &d) {
+      for (const DecodeShape &e : p.decode)
+        if (e.dtype == d.dtype && e.B == d.B && e.H == d.H && e.HK == d.HK && e.T == d.T && e.L == d.L &&
+            e.D == d.D && e.causal == d.causal && e.chunks == d.chunks && e.pageSize == d.pageSize)
+          return;
+      p.decode.push_back(d);
+    };
+    if (o.sweep == "decode" || o.sweep == "all")
+      for (const auto &[B, L] : decodeShapes)
+        addDecode({FLASHATTN_DATA_BF16, B, 32, 8, 1, L, 128, false, o.chunks, o.pageSize});
+    if (o.sweep == "serving" || o.sweep == "all") {
+      // Each shape from a dense cache and from paged caches (a shuffled block table), for report.py's paged/dense.
+      for (const auto &[B, L] : decodeShapes)
+        for (int64_t page : {0, 1, 16, 64})
+          addDecode({FLASHATTN_DATA_BF16, B, 32, 8, 1, L, 128, false, o.chunks, page});
+      // Speculative decoding's verify step and the like: several new tokens per sequence, each seeing the cached
+      // prefix and the new tokens up to itself (bottom-right causal). Only caches of 256 MiB and more: the K+V read
+      // stays the cost there, so GB/s and its share of the copy bandwidth remain the measure.
+      for (const auto &[B, L] : decodeShapes) {
+        if (2.0 * double(B) * 8 * double(L) * 128 * 2 < 256.0 * 1024 * 1024) continue;
+        for (int64_t T : {2, 4, 8, 16}) addDecode({FLASHATTN_DATA_BF16, B, 32, 8, T, L, 128, true, o.chunks, 0});
+      }
     }
     if (o.op == "decode") p.prefill.clear();
     if (o.op == "fwd" || o.op == "bwd") p.decode.clear();
@@ -2001,6 +2054,22 @@ Plan makePlan(const Options &o, bool cuda) {
   if (decodeOp)
     p.decode.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.qTokens, o.seqK, dim, o.causal, o.chunks, o.pageSize});
   return p;
+}
+
+// The rows a run of the plan records, in its order.
+std::vector<Row> plannedRows(const Plan &p, const Options &o) {
+  std::vector<Row> rows;
+  for (const PrefillShape &s : p.prefill) {
+    if (p.fwd) rows.push_back(prefillRow(s, "fwd", o.sinks));
+    if (p.bwd) rows.push_back(prefillRow(s, "bwd", o.sinks));
+    if (p.bwd && p.bwdDet) rows.push_back(prefillRow(s, "bwd-det", o.sinks));
+  }
+  for (const DecodeShape &s : p.decode) rows.push_back(decodeRow(s, o.sinks));
+  for (const ChunkedShape &s : p.chunked) {
+    rows.push_back(chunkedRow(s, false));
+    rows.push_back(chunkedRow(s, true));
+  }
+  return rows;
 }
 
 }  // namespace
@@ -2067,6 +2136,21 @@ int main(int argc, char **argv) {
     }
   }
 #endif
+  if (opt.list) {
+    // The plan depends on the backend (the demo's and the single shape's defaults), so it is listed only now.
+    int status = 0;
+    try {
+      resolveShape(opt, cuda);
+      const Plan plan = makePlan(opt, cuda);
+      for (const Row &r : plannedRows(plan, opt)) std::printf("%s\n", shapeText(r).c_str());
+    } catch (const std::exception &e) {
+      std::fprintf(stderr, "flashattn-bench: %s\n", e.what());
+      status = 1;
+    }
+    flashAttnDestroy(host);
+    flashAttnDestroy(handle);
+    return status;
+  }
   const int32_t version = flashAttnGetVersion();
   std::printf("flashattn-bench: libflashattn %d.%d.%d (header %d.%d.%d), backend %s on %s\n", version / 10000,
               version / 100 % 100, version % 100, FLASHATTN_VERSION / 10000, FLASHATTN_VERSION / 100 % 100,

@@ -12,6 +12,13 @@ fraction of the measured copy bandwidth (peers.py's device-to-device copy, read 
 reaches. Chunked-prefill rows (flashattn-bench --op chunked / --sweep chunked, "kind": "chunked") have no peers: each
 shape's paged-cache row is shown beside its dense-cache row, with their ratio (column "paged/dense").
 
+The decode table holds the dense one-token rows, the peers' problem. The serving sweep's other decode rows
+(flashattn-bench --sweep serving) have tables of their own: paged rows ("page_size" > 0) under their dense row of the
+same problem, with the ratio paged/dense; multi-token rows ("Sq" > 1, dense cache) with the number of tokens and the
+ratio to our one-token row of the shape ("vs 1 token"). Both show the fraction of the copy bandwidth and the ratio to
+the best peer's dense one-token decode of the same (B, L, heads, KV heads, D), the best of every peer backend measured
+(EFFICIENT included), column "ours/best": the peers read the cache once per call too, so GB/s compare across them.
+
 FlashAttention-3 rows (fa3_jax.py's fa3.json, backend "fa3") are peers like the others: give them as one more --peers
 file (by default $OUT/fa3.json is read when it exists); prefill rows then also show ours / the best peer of cuDNN and
 FA3 (column "ours/best"), the bar the kernels are held to.
@@ -60,6 +67,15 @@ def decode_key(r, heads_field, kv_field):
     return (int(r["B"]), int(r["L"]), int(r.get(heads_field, 32)), int(r.get(kv_field, 8)), int(r.get("D", 128)))
 
 
+def tokens(r):
+    """Query tokens per sequence of a decode row (rows written before the field was there had one)."""
+    return int(r.get("Sq") or 1)
+
+
+def page_size(r):
+    return int(r.get("page_size") or 0)
+
+
 def ratio(a, b):
     if a is None or b is None or b <= 0:
         return None
@@ -98,10 +114,15 @@ def check_cell(r):
     return ("PASS" if r["pass"] else "FAIL") + (f" {nw:.1e}" if isinstance(nw, (int, float)) else "")
 
 
+def copy_bandwidth(ceiling):
+    """peers.py's device-to-device copy in GB/s (read + write counted), or None without a ceiling row."""
+    return ceiling.get("copy_TBps", 0) * 1000 or None
+
+
 def build(ours, peers):
     meta = next((r for r in ours if r.get("kind") == "meta"), {})
     ceiling = next((r for r in peers if r.get("kind") == "ceiling"), {})
-    copy_gbps = ceiling.get("copy_TBps", 0) * 1000 or None
+    copy_gbps = copy_bandwidth(ceiling)
 
     peer_prefill, peer_decode = {}, {}
     for r in peers:
@@ -118,8 +139,8 @@ def build(ours, peers):
         if r.get("kind") == "prefill":
             # Sinks rows (--sinks) are their own operation, so a run with them and one without join side by side.
             our_prefill[(prefill_key(r), r.get("op") + (" sinks" if r.get("sinks") else ""))] = r
-        elif r.get("kind") == "decode":
-            # Several of our decode variants (paged, chunk counts) may share one peer shape.
+        elif r.get("kind") == "decode" and tokens(r) == 1 and not page_size(r):
+            # Several of our decode variants (chunk counts, sinks) may share one peer shape.
             our_decode.setdefault(decode_key(r, "H", "HK"), []).append(r)
 
     prefill_rows = []
@@ -164,8 +185,6 @@ def build(ours, peers):
             vs = {p: None if mine and mine.get("sinks") else ratio(value, peer_vals[p]) for p in PEERS}
             extra = ""
             if mine is not None:
-                if mine.get("page_size"):
-                    extra += f" page{mine['page_size']}"
                 if mine.get("chunks"):
                     extra += f" chunks{mine['chunks']}"
                 if mine.get("sinks"):
@@ -218,6 +237,124 @@ def chunked_rows(ours):
         rows.append({"shape": f"{dtype} B={b} H={h}/{hk} new={new} keys={keys} D={d}{' causal' if causal else ''}{page}",
                      "paged": p_val, "dense": d_val, "ratio": ratio(p_val, d_val), "check": check})
     return rows
+
+
+def best_peer_decode(peers):
+    """(B, L, heads, KV heads, D) -> (GB/s, backend) of the fastest peer's dense one-token decode, over every peer
+    backend measured."""
+    best = {}
+    for r in peers:
+        if r.get("kind") != "decode" or "error" in r or not r.get("kv_GBps"):
+            continue
+        key = decode_key(r, "Hq", "Hkv")
+        if key not in best or r["kv_GBps"] > best[key][0]:
+            best[key] = (r["kv_GBps"], str(r.get("backend", "?")))
+    return best
+
+
+def variant_key(r):
+    """Everything that names one of our decode problems but the page size: a paged row and its dense row share it.
+    With one query token the causal mask changes nothing, so it is not part of the key then."""
+    t = tokens(r)
+    return (DTYPE_NAMES.get(str(r.get("dtype")), str(r.get("dtype"))), int(r["B"]), int(r["L"]), int(r["H"]),
+            int(r["HK"]), int(r["D"]), t, bool(r.get("causal")) and t > 1, int(r.get("chunks") or 0),
+            bool(r.get("sinks")))
+
+
+def decode_label(key, with_tokens=True):
+    dtype, b, length, h, hk, d, t, causal, chunks, sinks = key
+    text = f"B{b} L{length} H{h}/{hk} D{d}" + ("" if dtype == "bf16" else f" {dtype}")
+    if with_tokens and t > 1:
+        text += f" T{t}"
+    if causal:
+        text += " causal"
+    if chunks:
+        text += f" chunks{chunks}"
+    if sinks:
+        text += " sinks"
+    return text
+
+
+def serving_rows(ours, peers, copy_gbps):
+    """The serving sweep's decode rows: (paged rows, each problem's dense row first; dense multi-token rows)."""
+    best_peer = best_peer_decode(peers)
+    by_variant = {}
+    for r in ours:
+        if r.get("kind") == "decode":
+            by_variant.setdefault(variant_key(r), {})[page_size(r)] = r
+
+    def line(key, r):
+        value, text = ours_cell(r, "kv_GBps")
+        dtype, b, length, h, hk, d = key[:6]
+        peer, backend = best_peer.get((b, length, h, hk, d), (None, None))
+        if dtype != "bf16" or key[-1]:  # the peers time bf16 without sinks: no like-for-like match
+            peer = backend = None
+        return dict(ours=value, ours_text=text, of_copy=ratio(value, copy_gbps), best=peer, best_backend=backend,
+                    vs_best=ratio(value, peer), check=check_cell(r))
+
+    paged, multi = [], []
+    for key in sorted(by_variant):
+        pages = by_variant[key]
+        dense_value = ours_cell(pages.get(0), "kv_GBps")[0]
+        if any(pages):
+            for page in sorted(pages):
+                row = line(key, pages[page])
+                row.update(shape=decode_label(key), page=page,
+                           vs_dense=ratio(row["ours"], dense_value) if page else None)
+                paged.append(row)
+        if key[6] > 1 and 0 in pages:
+            one = by_variant.get(key[:6] + (1, False) + key[8:], {}).get(0)
+            row = line(key, pages[0])
+            row.update(shape=decode_label(key, with_tokens=False), tokens=key[6],
+                       vs_one=ratio(row["ours"], ours_cell(one, "kv_GBps")[0]))
+            multi.append(row)
+    return paged, multi
+
+
+def percent(x):
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def best_cell(r):
+    return "-" if r["best"] is None else f"{r['best']:.0f} {r['best_backend'].upper()}"
+
+
+def spread_text(values):
+    return (f"geometric mean {geomean(values):.2f} over {len(values)} shapes, "
+            f"range {min(values):.2f}..{max(values):.2f}")
+
+
+def serving_summary(paged, multi):
+    lines = []
+    for page in sorted({r["page"] for r in paged if r["page"]}):
+        rows = [r for r in paged if r["page"] == page]
+        vs_dense = [r["vs_dense"] for r in rows if r["vs_dense"] is not None]
+        vs_best = [r["vs_best"] for r in rows if r["vs_best"] is not None]
+        parts = [f"page {page} / dense: " + (spread_text(vs_dense) if vs_dense else "no pair")]
+        if vs_best:
+            parts.append("ours/best peer " + spread_text(vs_best))
+        lines.append("; ".join(parts))
+    for t in sorted({r["tokens"] for r in multi}):
+        rows = [r for r in multi if r["tokens"] == t]
+        shares = [r["of_copy"] for r in rows if r["of_copy"] is not None]
+        vs_one = [r["vs_one"] for r in rows if r["vs_one"] is not None]
+        vs_best = [r["vs_best"] for r in rows if r["vs_best"] is not None]
+        parts = [f"{t} tokens: {len(rows)} shapes"]
+        if shares:
+            parts.append(f"{percent(min(shares))}..{percent(max(shares))} of copy BW")
+        if vs_one:
+            parts.append("vs 1 token " + spread_text(vs_one))
+        if vs_best:
+            parts.append("ours/best peer " + spread_text(vs_best))
+        lines.append("; ".join(parts))
+    rows = paged + multi
+    missing = sum(1 for r in rows if r["ours"] is None)
+    if missing:
+        lines.append(f"{missing} serving rows without a figure of ours (not supported or failed)")
+    failed = sum(1 for r in rows if r["check"].startswith("FAIL"))
+    if failed:
+        lines.append(f"{failed} serving rows FAILED the correctness check")
+    return lines
 
 
 def summary_lines(rows, unit):
@@ -298,6 +435,15 @@ def main():
     c_ratios = [r["ratio"] for r in c_rows if r["ratio"] is not None]
     c_summary = [f"paged / dense cache: geometric mean {geomean(c_ratios):.2f} over {len(c_ratios)} shapes, "
                  f"range {min(c_ratios):.2f}..{max(c_ratios):.2f}"] if c_ratios else []
+    paged_rows, multi_rows = serving_rows(ours, peers, copy_bandwidth(ceiling))
+    pg_header = ["shape", "cache", "ours GB/s", "of copy BW", "paged/dense", "best peer", "ours/best", "check"]
+    pg_cells = [[r["shape"], f"page {r['page']}" if r["page"] else "dense", r["ours_text"], percent(r["of_copy"]),
+                 fmt(r["vs_dense"], 2), best_cell(r), fmt(r["vs_best"], 2), r["check"]] for r in paged_rows]
+    mt_header = ["shape", "tokens", "ours GB/s", "of copy BW", "vs 1 token", "best peer (1 token)", "ours/best",
+                 "check"]
+    mt_cells = [[r["shape"], str(r["tokens"]), r["ours_text"], percent(r["of_copy"]), fmt(r["vs_one"], 2),
+                 best_cell(r), fmt(r["vs_best"], 2), r["check"]] for r in multi_rows]
+    s_summary = serving_summary(paged_rows, multi_rows)
     d_header = ["shape", "ours GB/s", "FLASH", "CUDNN", "ours/FLASH", "ours/CUDNN", "of copy BW", "check"]
     d_cells = [[r["shape"], r["ours_text"], fmt(r["flash"]), fmt(r["cudnn"]), fmt(r["vs_flash"], 2),
                 fmt(r["vs_cudnn"], 2), fmt(None if r["of_copy"] is None else 100 * r["of_copy"]) +
@@ -312,16 +458,25 @@ def main():
         for line in summary_lines(prefill_rows, "prefill"):
             print(line)
     if d_cells:
-        print("\nDecode (KV bytes read / time)")
+        print("\nDecode (KV bytes read / time; dense cache, 1 query token)")
         print(table(d_header, d_cells))
         for line in summary_lines(decode_rows, "decode"):
             print(line)
+    if pg_cells:
+        print("\nDecode from a paged cache beside the dense cache (KV bytes read / time; best peer: dense, 1 token)")
+        print(table(pg_header, pg_cells))
+    if mt_cells:
+        print("\nMulti-token decode (query tokens per sequence, causal bottom-right; dense cache; KV bytes read / "
+              "time)")
+        print(table(mt_header, mt_cells))
+    for line in s_summary:
+        print(line)
     if c_cells:
         print("\nChunked prefill (TFLOP/s of the visible pairs; a ragged Q over a paged cache and over a dense one)")
         print(table(c_header, c_cells))
         for line in c_summary:
             print(line)
-    if not p_cells and not d_cells and not c_cells:
+    if not p_cells and not d_cells and not c_cells and not pg_cells and not mt_cells:
         print("\nno rows on either side")
 
     if args.markdown:
@@ -330,8 +485,16 @@ def main():
             md += ["", "## Prefill (TFLOP/s)", "", markdown_table(p_header, p_cells), ""]
             md += [f"- {line}" for line in summary_lines(prefill_rows, "prefill")]
         if d_cells:
-            md += ["", "## Decode (KV-read GB/s)", "", markdown_table(d_header, d_cells), ""]
+            md += ["", "## Decode (KV-read GB/s, dense cache, 1 query token)", "", markdown_table(d_header, d_cells),
+                   ""]
             md += [f"- {line}" for line in summary_lines(decode_rows, "decode")]
+        if pg_cells:
+            md += ["", "## Decode, paged cache beside dense (KV-read GB/s)", "", markdown_table(pg_header, pg_cells)]
+        if mt_cells:
+            md += ["", "## Multi-token decode (KV-read GB/s, causal, dense cache)", "",
+                   markdown_table(mt_header, mt_cells)]
+        if s_summary:
+            md += [""] + [f"- {line}" for line in s_summary]
         if c_cells:
             md += ["", "## Chunked prefill (TFLOP/s, paged vs dense cache)", "", markdown_table(c_header, c_cells), ""]
             md += [f"- {line}" for line in c_summary]

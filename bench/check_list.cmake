@@ -1,0 +1,38 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# `flashattn-bench --list --sweep all` plans the sweep the project is judged on, without running it: every kind of row
+# is there, the count is the sweep's, and no row is planned twice (the decode and serving sweeps share their dense
+# one-token rows, which `all` must time once).
+cmake_policy(VERSION 3.25)
+execute_process(COMMAND "${BENCH}" --backend host --list --sweep all RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "flashattn-bench --list --sweep all exited with ${rc}: ${err}")
+endif()
+string(REPLACE "\n" ";" lines "${out}")
+list(REMOVE_ITEM lines "")
+list(LENGTH lines count)
+set(unique ${lines})
+list(REMOVE_DUPLICATES unique)
+list(LENGTH unique distinct)
+if(NOT count EQUAL distinct)
+  message(FATAL_ERROR "--list --sweep all plans ${count} rows, only ${distinct} of them distinct")
+endif()
+# Prefill: 102 shapes (bf16 at D 64/96/128/192/256 and fp16 at D 64/128/256, 6 lengths, causal and not; bf16 GQA
+# 32/8 D128 at 3 lengths, causal and not), fwd and bwd each. Decode and serving: 7 shapes dense and at 3 page sizes,
+# and 4 query-token counts on the 6 shapes whose cache is 256 MiB or more.
+if(NOT count EQUAL 256)
+  message(FATAL_ERROR "--list --sweep all plans ${count} rows, not 204 prefill + 28 one-token decode + 24 multi-token")
+endif()
+foreach(want "fwd bf16 B=32 H=21/21 S=512/512 D=96" "bwd bf16 B=1 H=10/10 S=16384/16384 D=192 causal"
+             "fwd bf16 B=8 H=32/8 S=2048/2048 D=128 causal" "bwd fp16 B=1 H=8/8 S=16384/16384 D=256"
+             "decode bf16 B=1 H=32/8 Sq=1 L=8192 D=128" "decode bf16 B=64 H=32/8 Sq=1 L=8192 D=128 page=1"
+             "decode bf16 B=1 H=32/8 Sq=16 L=65536 D=128 causal" "decode bf16 B=64 H=32/8 Sq=2 L=8192 D=128 causal")
+  list(FIND lines "${want}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "--list --sweep all does not plan \"${want}\"")
+  endif()
+endforeach()
+# (1, 8k) holds 32 MiB of K+V: one query token only.
+if(out MATCHES "B=1 H=32/8 Sq=[0-9]+ L=8192 D=128 causal")
+  message(FATAL_ERROR "--list --sweep all plans multi-token rows on the 32 MiB cache of (1, 8k)")
+endif()
