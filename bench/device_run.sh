@@ -18,7 +18,8 @@
 #                        this GPU: the decode planner must plan only what that code has (test_gpu_decode)
 #   sanitize             build, then compute-sanitizer memcheck/racecheck/initcheck/synccheck over the GPU tests
 #                        with FLASHATTN_TEST_SLICE=edge
-#   peers [SWEEP]        python3 .peers/peers.py (SWEEP prefill|decode|all sets PEERS; default $PEERS or all)
+#   peers [SWEEP]        python3 .peers/peers.py (SWEEP prefill|decode|all sets PEERS; default $PEERS or all), or
+#                        $PEERS_SCRIPT instead (bench/peers_forward.py: the prefill sweep's forward only)
 #   fa3                  FlashAttention-3's JAX wheel (.peers/flash_attn3_jax-*.whl, installed into /tmp) timed by
 #                        .peers/fa3_jax.py: head dim 128, MHA and GQA 32/8 (FA3_SEQS, FA3_HEADS narrow it; the full
 #                        set takes about 4 minutes); the report then shows ours / FA3 and ours / the best peer
@@ -249,7 +250,8 @@ fi
 # ---------------------------------------------------------------------------------------------------------- peers
 if wants peers; then
   if [ -f .peers/peers.py ]; then
-    step "peers-$sweep_peers" 540 env PEERS="$sweep_peers" OUT="$OUT" python3 .peers/peers.py
+    step "peers-$sweep_peers" 540 env PEERS="$sweep_peers" OUT="$OUT" PYTHONPATH="$ROOT/.peers" \
+      python3 "${PEERS_SCRIPT:-.peers/peers.py}"
   else
     printf '%-24s SKIPPED (.peers/peers.py missing)\n' "peers-$sweep_peers" | tee -a "$STEPS"
   fi
