@@ -58,7 +58,11 @@ struct DeviceBuffer {
   template <typename T = void>
   T *get() const { return static_cast<T *>(ptr); }
   // 0xFF bytes are NaN in FP16, BF16 and FP32: an element the kernel never writes fails the finiteness check.
-  void poison() { if (bytes) FA_CUDA_CHECK(cudaMemset(ptr, 0xFF, bytes)); }
+  // 0xFF in every byte once it returns (a memset is asynchronous, and work on a non-blocking stream would not wait).
+  void poison() {
+    if (bytes) FA_CUDA_CHECK(cudaMemset(ptr, 0xFF, bytes));
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   void download(HostTensor &t) const { FA_CUDA_CHECK(cudaMemcpy(t.bytes.data(), ptr, t.bytes.size(), cudaMemcpyDeviceToHost)); }
   std::vector<uint8_t> raw() const {
     std::vector<uint8_t> out(bytes);

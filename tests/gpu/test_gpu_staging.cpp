@@ -201,6 +201,9 @@ Counts runCase(const Case &c, uint32_t room, uint32_t expectStaged, uint64_t see
   ws.poison();
   cudaStream_t stream = nullptr;
   FA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // The uploads and the poison went through the legacy stream, which a non-blocking stream does not wait for (a
+  // pageable upload returns before its DMA lands): the copies must not start before they are done.
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
   AttnBuffers kernel;
   EXPECT_EQ(flashattn::cuda::stageIn(plan, withArrays, buffers, ws.ptr, &kernel, stream), cudaSuccess);
   FA_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -257,7 +260,7 @@ Counts runCase(const Case &c, uint32_t room, uint32_t expectStaged, uint64_t see
     fillRandom(fresh, e, rng);
     std::copy(fresh.begin(), fresh.end(), written.begin() + std::ptrdiff_t(st.offset));
   }
-  FA_CUDA_CHECK(cudaMemcpy(ws.ptr, written.data(), written.size(), cudaMemcpyHostToDevice));
+  FA_CUDA_CHECK(cudaMemcpyAsync(ws.ptr, written.data(), written.size(), cudaMemcpyHostToDevice, stream));
   EXPECT_EQ(flashattn::cuda::stageOut(plan, withArrays, buffers, ws.ptr, stream), cudaSuccess);
   FA_CUDA_CHECK(cudaStreamSynchronize(stream));
   FA_CUDA_CHECK(cudaStreamDestroy(stream));
@@ -534,6 +537,7 @@ TEST(GpuStaging, GraphCaptureReplaysTheSameCopies) {
   AttnBuffers user{q.ptr, k.ptr, v.ptr, o.ptr, nullptr, dO.ptr, dQ.ptr, dK.ptr, dV.ptr};
   cudaStream_t stream = nullptr;
   FA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  FA_CUDA_CHECK(cudaDeviceSynchronize());  // dO's upload (legacy stream) has landed before the copies read it
   auto both = [&]() {
     AttnBuffers kernel;
     EXPECT_EQ(flashattn::cuda::stageIn(s, p, user, ws.ptr, &kernel, stream), cudaSuccess);
