@@ -1031,7 +1031,7 @@ Row decodeRow(const DecodeShape &s, bool sinks) {
   return r;
 }
 
-// The paged row of a chunked shape; its dense-cache row is the same with page size 0.
+// A chunked shape's paged-cache row, or its dense-cache row: report.py pairs them by page size 0.
 Row chunkedRow(const ChunkedShape &s, bool paged) {
   Row r;
   r.kind = "chunked";
