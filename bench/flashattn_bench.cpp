@@ -997,35 +997,29 @@ struct ChunkedShape {
 };
 
 // The shape fields of a shape's rows, shared by the run and by --list, so both name a row alike.
-Row prefillRow(const PrefillShape &s, const char *op, bool sinks) {
+Row shapeRow(const char *kind, const char *op, flashAttnDataType_t dtype, int64_t B, int64_t H, int64_t HK,
+             int64_t Sq, int64_t Sk, int64_t D, bool causal, bool sinks) {
   Row r;
-  r.kind = "prefill";
+  r.kind = kind;
   r.op = op;
-  r.dtype = s.dtype;
-  r.B = s.B;
-  r.H = s.H;
-  r.HK = s.HK;
-  r.Sq = s.Sq;
-  r.Sk = s.Sk;
-  r.D = s.D;
-  r.causal = s.causal;
+  r.dtype = dtype;
+  r.B = B;
+  r.H = H;
+  r.HK = HK;
+  r.Sq = Sq;
+  r.Sk = Sk;
+  r.D = D;
+  r.causal = causal;
   r.sinks = sinks;
   return r;
 }
 
+Row prefillRow(const PrefillShape &s, const char *op, bool sinks) {
+  return shapeRow("prefill", op, s.dtype, s.B, s.H, s.HK, s.Sq, s.Sk, s.D, s.causal, sinks);
+}
+
 Row decodeRow(const DecodeShape &s, bool sinks) {
-  Row r;
-  r.kind = "decode";
-  r.op = "decode";
-  r.dtype = s.dtype;
-  r.B = s.B;
-  r.H = s.H;
-  r.HK = s.HK;
-  r.Sq = s.T;
-  r.Sk = s.L;
-  r.D = s.D;
-  r.causal = s.causal;
-  r.sinks = sinks;
+  Row r = shapeRow("decode", "decode", s.dtype, s.B, s.H, s.HK, s.T, s.L, s.D, s.causal, sinks);
   r.chunks = s.chunks;
   r.pageSize = s.pageSize;
   return r;
@@ -1033,17 +1027,7 @@ Row decodeRow(const DecodeShape &s, bool sinks) {
 
 // A chunked shape's paged-cache row, or its dense-cache row: report.py pairs them by page size 0.
 Row chunkedRow(const ChunkedShape &s, bool paged) {
-  Row r;
-  r.kind = "chunked";
-  r.op = "fwd";
-  r.dtype = s.dtype;
-  r.B = s.B;
-  r.H = s.H;
-  r.HK = s.HK;
-  r.Sq = s.T;
-  r.Sk = s.L;
-  r.D = s.D;
-  r.causal = s.causal;
+  Row r = shapeRow("chunked", "fwd", s.dtype, s.B, s.H, s.HK, s.T, s.L, s.D, s.causal, false);
   r.pageSize = paged ? s.pageSize : 0;
   return r;
 }
