@@ -162,6 +162,18 @@ inline void expectForwardGraphReplayBitwise(std::initializer_list<flashAttnDataT
   cudaStreamDestroy(stream);
 }
 
+// Random ALiBi slopes in [0.01, 0.5), `count` of them ([heads] or [batch, heads]), as the device buffer takes them;
+// the oracle's copy goes into p.alibi.
+inline std::vector<float> randomAlibiSlopes(std::mt19937_64 &rng, int64_t count, fa_ref::Problem &p) {
+  std::vector<float> slopes;
+  std::uniform_real_distribution<double> u(0.01, 0.5);
+  for (int64_t i = 0; i < count; ++i) {
+    slopes.push_back(float(u(rng)));
+    p.alibi.push_back(double(slopes.back()));
+  }
+  return slopes;
+}
+
 // fa_ref::forward over independent (sequence, KV head) groups on all host cores: the long caches and prefixes of the
 // GPU grids would take minutes on one. Each group is the same oracle on a slice of the inputs (canonical dense
 // layouts of fa_ref::Problem), with the sequence's own query and key counts.

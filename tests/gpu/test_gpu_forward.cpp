@@ -156,14 +156,8 @@ Run runOnGpu(const FwdCase &c, uint64_t seed, flashAttnHandle_t handle) {
   } else if (!c.usedK.empty()) {
     p.sk = c.usedK;
   }
-  std::vector<float> slopes;
-  if (c.alibi != 0) {
-    std::uniform_real_distribution<double> u(0.01, 0.5);
-    for (int64_t i = 0; i < (c.alibi == 1 ? c.heads : c.batch * c.heads); ++i) {
-      slopes.push_back(float(u(rng)));
-      p.alibi.push_back(double(slopes.back()));
-    }
-  }
+  const std::vector<float> slopes =
+      c.alibi == 0 ? std::vector<float>{} : fa_test::randomAlibiSlopes(rng, c.alibi == 1 ? c.heads : c.batch * c.heads, p);
   run.q = fa_test::randomValues(rng, p.qSize(), c.dtype, c.valueScale);
   run.k = fa_test::randomValues(rng, p.kSize(), c.dtype, c.valueScale);
   run.v = fa_test::randomValues(rng, p.vSize(), c.dtype, c.valueScale);

@@ -149,14 +149,8 @@ Run runOnGpu(const Sm90Case &c, uint64_t seed, flashAttnHandle_t handle) {
   } else if (!c.usedK.empty()) {
     p.sk = c.usedK;
   }
-  std::vector<float> slopes;
-  if (c.alibi != 0) {
-    std::uniform_real_distribution<double> u(0.01, 0.5);
-    for (int64_t i = 0; i < (c.alibi == 1 ? c.heads : c.batch * c.heads); ++i) {
-      slopes.push_back(float(u(rng)));
-      p.alibi.push_back(double(slopes.back()));
-    }
-  }
+  const std::vector<float> slopes =
+      c.alibi == 0 ? std::vector<float>{} : fa_test::randomAlibiSlopes(rng, c.alibi == 1 ? c.heads : c.batch * c.heads, p);
   const int64_t storedKv = c.broadcastKv ? 1 : c.kvHeads;
   const int64_t kvHeadsDesc = c.broadcastKv ? c.heads : c.kvHeads;
   run.q = fa_test::randomValues(rng, p.qSize(), c.dtype, c.valueScale);
