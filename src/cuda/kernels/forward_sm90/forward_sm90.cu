@@ -25,16 +25,13 @@ namespace {
 
 const InstanceList &kSm90Instances = generated::kForwardSm90Instances;
 
-// An instance's shared memory (its paged kernel's, which adds the row tables; head dim 192 has none).
+// An instance's shared memory (its paged kernel's adds the row tables), from the generated list of instances.
 std::size_t sharedBytesFor(int32_t instance, bool paged) {
-  if (paged)
-    return instance <= 64    ? instanceSharedBytes<64, true>()
-           : instance <= 128 ? instanceSharedBytes<128, true>()
-                             : instanceSharedBytes<256, true>();
-  return instance <= 64    ? instanceSharedBytes<64>()
-         : instance <= 128 ? instanceSharedBytes<128>()
-         : instance <= 192 ? instanceSharedBytes<192>()
-                           : instanceSharedBytes<256>();
+#define FLASHATTN_INSTANCE(DT, CT, HD) \
+  if (instance == HD) return paged ? instanceSharedBytes<HD, true>() : instanceSharedBytes<HD>();
+#include "cuda/generated/forward_sm90_instances.inc"
+#undef FLASHATTN_INSTANCE
+  return 0;  // unreachable: instances come from the same list
 }
 
 // Persistent CTAs (one per SM, looping over tiles: the next tile's loads overlap the current one's tail) against one

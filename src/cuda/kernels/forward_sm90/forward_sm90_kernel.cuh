@@ -304,6 +304,20 @@ __device__ __forceinline__ void forEachTile(int64_t totalTiles, Body &&body) {
   }
 }
 
+// A tile's loads in the order the consumers use them: K of the last visible block, Q, then K(n - 1) together with
+// V(n), ..., the first block's V last. Both producers walk it.
+template <typename LoadK, typename LoadQ, typename LoadV>
+__device__ __forceinline__ void issueTileLoads(const Tile &t, LoadK &&loadK, LoadQ &&loadQ, LoadV &&loadV) {
+  loadK(t.lastKeyBlock);  // the first K block can land while the consumers still read the previous tile's Q
+  loadQ();
+#pragma unroll 1
+  for (int n = t.lastKeyBlock - 1; n >= t.firstKeyBlock; --n) {
+    loadK(n);
+    loadV(n + 1);
+  }
+  loadV(t.firstKeyBlock);
+}
+
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
           bool QInRegisters, bool Paged, bool Tma, bool TransformLogits>
 __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
@@ -396,16 +410,12 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         }
         if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
       };
-      loadK(t.lastKeyBlock);
-      prim::mbarrierWait(qEmpty, qPhase ^ 1u);
-      copyTile(sQ, &kp.qMap, kBlockM, int(t.seq.qStart + t.m0), t.work.head, qFull);
-      qPhase ^= 1u;
-#pragma unroll 1
-      for (int n = t.lastKeyBlock - 1; n >= t.firstKeyBlock; --n) {
-        loadK(n);
-        loadV(n + 1);
-      }
-      loadV(t.firstKeyBlock);
+      auto loadQ = [&]() {
+        prim::mbarrierWait(qEmpty, qPhase ^ 1u);
+        copyTile(sQ, &kp.qMap, kBlockM, int(t.seq.qStart + t.m0), t.work.head, qFull);
+        qPhase ^= 1u;
+      };
+      issueTileLoads(t, loadK, loadQ, loadV);
     });
   } else if (warpGroup == 0) {
     // ------------------------------------------------------------------------------------- producer (cp.async)
@@ -496,19 +506,13 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         handOver(vFull(vSlot));
         if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
       };
-      // The first K block can land while the consumers still read the previous tile's Q.
-      loadK(t.lastKeyBlock);
-      prim::mbarrierWait(qEmpty, qPhase ^ 1u);
-      loadTileAsync<Element, D, kBlockM>(sQ, qRows, p.qRow, t.rowsHere, thread, p.q, p.headDim);
-      handOver(qFull);
-      qPhase ^= 1u;
-      // Order of use by the consumers: K(n), then K(n - 1) together with V(n), ...
-#pragma unroll 1
-      for (int n = t.lastKeyBlock - 1; n >= t.firstKeyBlock; --n) {
-        loadK(n);
-        loadV(n + 1);
-      }
-      loadV(t.firstKeyBlock);
+      auto loadQ = [&]() {
+        prim::mbarrierWait(qEmpty, qPhase ^ 1u);
+        loadTileAsync<Element, D, kBlockM>(sQ, qRows, p.qRow, t.rowsHere, thread, p.q, p.headDim);
+        handOver(qFull);
+        qPhase ^= 1u;
+      };
+      issueTileLoads(t, loadK, loadQ, loadV);
     });
     if constexpr (!AsyncArrive) {
       if (pending != 0) {
