@@ -69,7 +69,7 @@ int32_t sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *why
                          {"V", p.v, batchUsed || p.paged, p.kvHeads > 1},
                          {"O", p.o, batchUsed, p.heads > 1}},
                         "sm90 forward kernels", whyNot))
-    return false;
+    return 0;
   const std::size_t shared = sharedBytesFor(instance, p.paged);
   if (shared > dev.smemPerBlockOptin)
     return refuse("the sm90 d" + std::to_string(instance) + " forward tile needs " + std::to_string(shared) +
