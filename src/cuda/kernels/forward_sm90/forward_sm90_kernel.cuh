@@ -109,20 +109,25 @@ __device__ __forceinline__ void issuePV(float (&o)[D / 2], const uint32_t (&p)[B
     prim::WgmmaOp<Element, D>::rsTransB(o, p[kk], prim::wgmmaDescriptorAdvance(vDescriptor, uint32_t(kk) * 2048));
 }
 
-// The mask rule's diagonal form (core/mask.hpp) per element. This thread holds rows row0 (h = 0) and row0 + 8 (h = 1),
-// keys n0 + 8 * nt + 2 * quad + e.
-template <int BlockN>
-__device__ __forceinline__ void maskBlock(float (&s)[BlockN / 2], int n0, int row0, int quad, Diagonals diagonals,
-                                          int seqK) {
+// f(x, row, key) on every element of this thread's S accumulator: rows row0 (h = 0) and row0 + 8 (h = 1), keys
+// n0 + 8 * nt + 2 * quad + e.
+template <int BlockN, typename F>
+__device__ __forceinline__ void forEachElement(float (&s)[BlockN / 2], int n0, int row0, int quad, F &&f) {
 #pragma unroll
   for (int nt = 0; nt < BlockN / 8; ++nt)
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int j = n0 + nt * 8 + 2 * quad + e;
-        if (!visibleOnDiagonals(diagonals, row0 + 8 * h, j, seqK)) s[4 * nt + 2 * h + e] = negativeInfinity();
-      }
+      for (int e = 0; e < 2; ++e) f(s[4 * nt + 2 * h + e], row0 + 8 * h, n0 + nt * 8 + 2 * quad + e);
+}
+
+// The mask rule's diagonal form (core/mask.hpp) per element.
+template <int BlockN>
+__device__ __forceinline__ void maskBlock(float (&s)[BlockN / 2], int n0, int row0, int quad, Diagonals diagonals,
+                                          int seqK) {
+  forEachElement<BlockN>(s, n0, row0, quad, [&](float &x, int i, int j) {
+    if (!visibleOnDiagonals(diagonals, i, j, seqK)) x = negativeInfinity();
+  });
 }
 
 // Softcap and ALiBi (the TransformLogits kernels): S becomes log2-domain logits, so that the softmax that follows
@@ -138,17 +143,10 @@ struct LogitTransform {
 template <int BlockN>
 __device__ __forceinline__ void transformLogits(float (&s)[BlockN / 2], int n0, int row0, int quad,
                                                 const LogitTransform &t) {
-#pragma unroll
-  for (int nt = 0; nt < BlockN / 8; ++nt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        float &x = s[4 * nt + 2 * h + e];
-        x = t.softcapLog2 > 0.f ? t.softcapLog2 * tanhf(x * t.scaleOverSoftcap) : x * t.scaleLog2;
-        const int j = n0 + nt * 8 + 2 * quad + e;
-        x -= t.slopeLog2 * fabsf(float(j - (row0 + 8 * h + t.shift)));
-      }
+  forEachElement<BlockN>(s, n0, row0, quad, [&](float &x, int i, int j) {
+    x = t.softcapLog2 > 0.f ? t.softcapLog2 * tanhf(x * t.scaleOverSoftcap) : x * t.scaleLog2;
+    x -= t.slopeLog2 * fabsf(float(j - (i + t.shift)));
+  });
 }
 
 // Online softmax of one block: new row maxima, the factor for what was accumulated so far, P = exp2(S * scale - max)
