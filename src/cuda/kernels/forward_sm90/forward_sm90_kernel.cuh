@@ -561,8 +561,8 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         const int first = group * 64;
         if (first < t.rowsHere)
           writeEmptyRows<Element>(p, oRows + int64_t(first) * p.oRow,
-                                     lseRows == nullptr ? nullptr : lseRows + int64_t(first) * p.lseRow,
-                                     min(64, t.rowsHere - first), thread, 128, forward::sinkOf(p, t.work.head));
+                                  lseRows == nullptr ? nullptr : lseRows + int64_t(first) * p.lseRow,
+                                  min(64, t.rowsHere - first), thread, 128, forward::sinkOf(p, t.work.head));
         return;
       }
       const int numBlocks = t.lastKeyBlock - t.firstKeyBlock + 1;
