@@ -13,6 +13,13 @@
 
 namespace flashattn::cuda {
 
+// Which head dims a family takes: anyWidth, every width from 1 (else multiples of 8, the 16-byte copies' unit);
+// distinctV, a V/O head dim other than Q/K's (both padded to one instance: the narrower's extra columns are zeros).
+struct HeadDimRule {
+  bool anyWidth = false;
+  bool distinctV = false;
+};
+
 struct InstanceList {
   const InstanceKey *keys;
   int count;
@@ -42,23 +49,30 @@ struct InstanceList {
     return list.empty() ? "none" : list;
   }
 
-  // The instance head dim that serves the problem under the portable families' rule (equal head dims for Q/K and
-  // V/O, a multiple of 8 up to 256, padded to the next compiled instance), or 0 with *whyNot naming the argument.
-  // `kernels` names the family in the message ("forward kernels").
-  int32_t paddedInstanceFor(const AttnProblem &p, const char *kernels, std::string *whyNot) const {
-    if (p.headDimV != p.headDim)
+  // The instance head dim that serves the problem (the narrowest compiled one at least as wide as both head dims, the
+  // columns in between zero-filled), or 0 with *whyNot naming the argument. `kernels` names the family in the
+  // message ("forward kernels").
+  int32_t paddedInstanceFor(const AttnProblem &p, const char *kernels, std::string *whyNot,
+                            HeadDimRule rule = {}) const {
+    auto widthRefused = [&](const char *name, int64_t width) {
+      if (width >= 1 && width <= 256 && (rule.anyWidth || width % 8 == 0)) return false;
+      *whyNot = concat(name, " ", width, " is not supported by the ", kernels, ": it must be ",
+                       rule.anyWidth ? "in [1, 256]" : "a multiple of 8 in [8, 256]");
+      return true;
+    };
+    if (p.headDimV != p.headDim && !rule.distinctV)
       *whyNot = concat("headDimV ", p.headDimV, " differs from headDim ", p.headDim, ": the ", kernels,
                        " need equal head dims for Q/K and V/O");
-    else if (p.headDim < 8 || p.headDim > 256 || p.headDim % 8 != 0)
-      *whyNot = concat("headDim ", p.headDim, " is not supported by the ", kernels,
-                       ": it must be a multiple of 8 in [8, 256]");
+    else if (widthRefused("headDim", p.headDim) || widthRefused("headDimV", p.headDimV))
+      return 0;
     else if (!hasDtype(p.dtype))
       *whyNot = concat("data type ", dtypeName(p.dtype), " has no ", kernels, " in this build (FLASHATTN_DTYPES)");
-    else if (const int32_t instance = headDimFor(p.dtype, p.headDim))
+    else if (const int32_t instance = headDimFor(p.dtype, p.headDim > p.headDimV ? p.headDim : p.headDimV))
       return instance;
     else
-      *whyNot = concat("headDim ", p.headDim, ": this build does not have ", kernels, " at least as wide (",
-                       dtypeName(p.dtype), " head dims: ", headDims(p.dtype), "; FLASHATTN_HEAD_DIMS)");
+      *whyNot = concat("headDim ", p.headDim, p.headDimV != p.headDim ? concat(" / headDimV ", p.headDimV) : "",
+                       ": this build does not have ", kernels, " at least as wide (", dtypeName(p.dtype),
+                       " head dims: ", headDims(p.dtype), "; FLASHATTN_HEAD_DIMS)");
     return 0;
   }
 };

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The portable forward families (src/cuda/family.hpp): cuda.fwd.mma_sync for FP16/BF16 (forward_mma_kernel.cuh) and
 // cuda.fwd.ffma for FP32 (forward_fp32_kernel.cuh), sm80 and newer. Instances are (storage type, instance head dim)
-// pairs from the generated list (src/cuda/generate.py); a head dim that is a multiple of 8 but not an instance runs on
-// the next larger instance with zero-filled columns.
+// pairs from the generated list (src/cuda/generate.py); head dims (Q/K's and V/O's, equal or not) that are not an
+// instance run on the next larger one with zero-filled columns.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -53,7 +53,8 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
   if (dev.arch() < 80)
     return refuse(concat("the forward kernels need compute capability 8.0 or newer; device ", dev.device, " is sm",
                          dev.arch()));
-  const int instance = kForwardInstances.paddedInstanceFor(p, "forward kernels", whyNot);
+  // Any head dims up to 256, Q/K's and V/O's apart: rows that are not whole 16-byte vectors load element by element.
+  const int instance = kForwardInstances.paddedInstanceFor(p, "forward kernels", whyNot, {true, true});
   if (instance == 0) return Verdict::Refused;
 
   const TileShape tile = tileFor(p.dtype, instance);
@@ -78,7 +79,8 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
   std::ostringstream description;
   description << (fp32 ? kernelIdName(KernelId::ForwardFfma) : kernelIdName(KernelId::ForwardMma)) << " sm"
               << dev.arch() << " " << dtypeName(p.dtype) << " d" << instance;
-  if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
+  if (p.headDimV != p.headDim) description << " (headDim " << p.headDim << ", headDimV " << p.headDimV << ")";
+  else if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
   description << " tile " << tile.blockM << "x" << tile.blockN << " " << tile.warps << " warps";
   if (p.paged) description << ", paged K/V (page size " << p.pageSize << ", row table per key block)";
   description << "; ";
@@ -116,7 +118,7 @@ cudaError_t launchPortable(const DeviceInfo &dev, const AttnProblem &p, const Pl
   params.vectorAccess = isAligned16(buf.q) && isAligned16(buf.k) && isAligned16(buf.v) && isAligned16(buf.o) &&
                         layoutVectorFriendly(p.q, elementsPer16) && layoutVectorFriendly(p.k, elementsPer16) &&
                         layoutVectorFriendly(p.v, elementsPer16) && layoutVectorFriendly(p.o, elementsPer16) &&
-                        p.headDim % elementsPer16 == 0;
+                        p.headDim % elementsPer16 == 0 && p.headDimV % elementsPer16 == 0;
   const InstanceKey key = config.instance;
 #define FLASHATTN_INSTANCE(DT, CT, HD) \
   if (key.dtype == DType::DT && key.headDim == HD) return launchInstance<CT, HD>(params, dev.device, stream);

@@ -136,10 +136,10 @@ __global__ void __launch_bounds__(Warps * 32) forwardFp32Kernel(const ForwardPar
           storeRow(p, kvHead, lookupRow(p, work.batch, n0 + int(threadIdx.x), seq.seqK), sRowTable + 2 * threadIdx.x);
         __syncthreads();
         loadPagedTileFp32<D, BlockN, kThreads>(sK, static_cast<const float *>(p.k), sRowTable, p.headDim);
-        loadPagedTileFp32<D, BlockN, kThreads>(sV, static_cast<const float *>(p.v), sRowTable + 1, p.headDim);
+        loadPagedTileFp32<D, BlockN, kThreads>(sV, static_cast<const float *>(p.v), sRowTable + 1, p.headDimV);
       } else {
         loadTileFp32<D, BlockN, kThreads>(sK, kRows + int64_t(n0) * p.kRow, p.kRow, seq.seqK - n0, p.headDim);
-        loadTileFp32<D, BlockN, kThreads>(sV, vRows + int64_t(n0) * p.vRow, p.vRow, seq.seqK - n0, p.headDim);
+        loadTileFp32<D, BlockN, kThreads>(sV, vRows + int64_t(n0) * p.vRow, p.vRow, seq.seqK - n0, p.headDimV);
       }
       __syncthreads();
 
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(Warps * 32) forwardFp32Kernel(const ForwardPar
 #pragma unroll
   for (int c = 0; c < kColumnsPerLane; ++c) {
     const int column = sub + kLanesPerRow * c;
-    if (column < p.headDim) oRow[column] = acc[c] * inverse;
+    if (column < p.headDimV) oRow[column] = acc[c] * inverse;
   }
   if (lseRows != nullptr && sub == 0)
     lseRows[int64_t(row) * p.lseRow] = empty ? fp32NegativeInfinity() : float(rowMax + log(double(total)));

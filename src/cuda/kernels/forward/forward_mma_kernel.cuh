@@ -176,10 +176,10 @@ template <typename Element>
 __device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *oRows, float *lseRows, int rows,
                                                int threads, float emptyLse) {
   // No visible key for any row of the block: O = 0, LSE = the sink or -inf.
-  const int64_t elements = int64_t(rows) * p.headDim;
+  const int64_t elements = int64_t(rows) * p.headDimV;
   for (int64_t idx = threadIdx.x; idx < elements; idx += threads) {
-    const int64_t r = idx / p.headDim;
-    const int64_t c = idx - r * p.headDim;
+    const int64_t r = idx / p.headDimV;
+    const int64_t c = idx - r * p.headDimV;
     reinterpret_cast<uint16_t *>(oRows)[r * p.oRow + c] = 0;  // +0.0 in FP16 and BF16
   }
   if (lseRows != nullptr)
@@ -314,12 +314,12 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
     __syncthreads();  // K(n) (and Q) landed; every warp is done reading V(n+1)
     if constexpr (Paged)
       loadTile<Element, D, BlockN, kThreads>(
-          sV, pagedRows<Element, D, BlockN, kThreads>(vCache, sRowTable + (n & 1) * BlockN * 2, 1), p.headDim,
+          sV, pagedRows<Element, D, BlockN, kThreads>(vCache, sRowTable + (n & 1) * BlockN * 2, 1), p.headDimV,
           p.vectorAccess, p.v);
     else
       loadTile<Element, D, BlockN, kThreads>(
-          sV, denseRows<Element, D, BlockN, kThreads>(vRows + int64_t(n0) * p.vRow, p.vRow, seq.seqK - n0), p.headDim,
-          p.vectorAccess, p.v);
+          sV, denseRows<Element, D, BlockN, kThreads>(vRows + int64_t(n0) * p.vRow, p.vRow, seq.seqK - n0),
+          p.headDimV, p.vectorAccess, p.v);
     prim::cpAsyncCommit();
     // Paged: the block table entry of this thread's key of block n - 1 is read now and its offsets are stored
     // before the barrier that precedes K(n - 1), into the parity block n + 1 used: V(n + 1) read it before this
@@ -491,14 +491,15 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
       Element *oRow = oRows + int64_t(localRow) * p.oRow + 2 * quad;
 #pragma unroll
       for (int dt = 0; dt < kDTiles; ++dt) {
-        if (dt * 8 + 2 * quad >= p.headDim) continue;
+        const int column = dt * 8 + 2 * quad;
+        if (column >= p.headDimV) continue;
         const uint32_t packed =
             prim::packFloat2<Element>(acc[mt][dt][2 * half] * inverse, acc[mt][dt][2 * half + 1] * inverse);
         if (p.vectorAccess) {
           *reinterpret_cast<uint32_t *>(oRow + dt * 8) = packed;
         } else {
           reinterpret_cast<uint16_t *>(oRow + dt * 8)[0] = uint16_t(packed);
-          reinterpret_cast<uint16_t *>(oRow + dt * 8)[1] = uint16_t(packed >> 16);
+          if (column + 1 < p.headDimV) reinterpret_cast<uint16_t *>(oRow + dt * 8)[1] = uint16_t(packed >> 16);
         }
       }
       if (lseRows != nullptr && quad == 0) {

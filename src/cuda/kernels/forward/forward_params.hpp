@@ -36,7 +36,8 @@ struct ForwardParams {
   int32_t headsPerKvHead = 1;  // query head h reads KV head h / headsPerKvHead
   int32_t seqQ = 0;            // dense length, or the ragged bound maxSeqlenQ (clamps every sequence)
   int32_t seqK = 0;
-  int32_t headDim = 0;         // the problem's; the instance's D may be larger (zero-filled columns)
+  int32_t headDim = 0;         // of Q and K: the problem's; the instance's D may be larger (zero-filled columns)
+  int32_t headDimV = 0;        // of V and O, at most the instance's D as well
   int32_t queryBlocks = 0;     // ceil(seqQ / BlockM): the fastest-varying part of the 1-D grid
 
   bool ragged = false;
@@ -59,7 +60,7 @@ struct ForwardParams {
   int64_t alibiBatchStride = 0;
   const float *sinks = nullptr;  // [heads]: joins each row's denominator in the epilogue (merge_state.cuh foldSink)
 
-  // True when every base pointer is 16-byte aligned and every stride and the head dim are multiples of 16 bytes:
+  // True when every base pointer is 16-byte aligned and every stride and both head dims are multiples of 16 bytes:
   // then tiles move by 16-byte cp.async; otherwise by element loads (same kernel, uniform branch).
   bool vectorAccess = false;
 };
@@ -140,6 +141,7 @@ inline ForwardParams makeForwardParams(const AttnProblem &p, const AttnBuffers &
   params.seqQ = int32_t(p.seqQ);
   params.seqK = int32_t(p.seqK);
   params.headDim = int32_t(p.headDim);
+  params.headDimV = int32_t(p.headDimV);
   params.ragged = p.ragged;
   params.cuSeqlensQ = p.cuSeqlensQ;
   params.cuSeqlensK = p.cuSeqlensK;

@@ -56,7 +56,9 @@ int32_t sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *why
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16)
     return refuse(std::string("data type ") + dtypeName(p.dtype) + " has no sm90 forward kernel (FP16/BF16 only)");
   std::string why;
-  const int32_t instance = kSm90Instances.paddedInstanceFor(p, "sm90 forward kernels", &why);
+  // Multiples of 8 only (the copies move 16-byte chunks; other widths run on the portable kernels), Q/K's and V/O's
+  // apart: both pad to the instance of the wider.
+  const int32_t instance = kSm90Instances.paddedInstanceFor(p, "sm90 forward kernels", &why, {false, true});
   if (instance == 0) return refuse(why);
   // The paged producer gives each 8-element chunk of a row one thread of its 128: head dims 64, 128 and 256.
   if (p.paged && 128 % (instance / 8) != 0)
@@ -121,7 +123,8 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   const bool persistent = runsPersistent(p, instance, tma);
   std::ostringstream description;
   description << kernelIdName(KernelId::ForwardWgmma) << " sm90a " << dtypeName(p.dtype) << " d" << instance;
-  if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
+  if (p.headDimV != p.headDim) description << " (headDim " << p.headDim << ", headDimV " << p.headDimV << ")";
+  else if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
   description << " tile " << 64 * t.consumerGroups << "x" << t.blockN << " " << t.consumerGroups
               << " consumer warpgroups + " << (tma ? "tensor-map" : "cp.async") << " producer, " << t.stages
               << " stages"

@@ -217,7 +217,7 @@ __device__ __forceinline__ void releaseSlot(uint32_t emptyBarrier, int lane) {
 template <typename Element>
 __device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *oRows, float *lseRows, int rows,
                                                int thread, int threads, float emptyLse) {
-  const int chunks = p.headDim / 8;
+  const int chunks = p.headDimV / 8;
   for (int idx = thread; idx < rows * chunks; idx += threads) {
     const int r = idx / chunks;
     const int c = idx - r * chunks;
@@ -399,7 +399,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
                                  int64_t(kvHead) * p.vHead + (t.seq.kStart + int64_t(n) * BlockN) * p.vRow;
           // Landed before the one arrival the barrier expects (the warp waits once per tile, for this block only).
           prim::cpAsyncTileToSlabs<Element, D, BlockN, 32, 4>(sV(vSlot), vRows, p.vRow, t.seq.seqK - n * BlockN, lane,
-                                                              p.v, p.headDim / 8);
+                                                              p.v, p.headDimV / 8);
           prim::cpAsyncWaitAll();
           __syncwarp();
           if (issuer) prim::mbarrierArrive(vFull(vSlot));
@@ -495,11 +495,11 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
           const int64_t *rows = stageRows(l, p.vBatch, p.vRow, int64_t(kvHead) * p.vHead);
           prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
           prim::cpAsyncTableRowsToSlabs<Element, D, BlockN, 128, 4>(sV(vSlot), static_cast<const Element *>(p.v),
-                                                                    rows, thread, p.v, p.headDim / 8);
+                                                                    rows, thread, p.v, p.headDimV / 8);
         } else {
           prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
           loadTileAsync<Element, D, BlockN>(sV(vSlot), vRows + int64_t(n) * BlockN * p.vRow, p.vRow,
-                                            t.seq.seqK - n * BlockN, thread, p.v, p.headDim);
+                                            t.seq.seqK - n * BlockN, thread, p.v, p.headDimV);
         }
         handOver(vFull(vSlot));
         if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
@@ -677,7 +677,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         Element *oRow = oRows + int64_t(localRow) * p.oRow + 2 * quad;
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt)
-          if (dt * 8 < p.headDim)  // the columns of the problem's head dim
+          if (dt * 8 < p.headDimV)  // the columns of the problem's V/O head dim
             *reinterpret_cast<uint32_t *>(oRow + dt * 8) =
                 prim::packFloat2<Element>(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);
         if (lseRows != nullptr && quad == 0)

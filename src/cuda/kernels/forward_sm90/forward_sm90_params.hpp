@@ -93,11 +93,11 @@ constexpr std::size_t instanceSharedBytes() {
 }
 
 // The tensor maps of the Tma kernels (KernelParams): BlockM-row boxes of Q, BlockN-key boxes of K and V, 64 columns
-// each, over the problem's head dim (the copy engine zero-fills the columns of a wider instance). dtype FP16 or BF16;
-// false when the driver refuses one.
+// each, over the problem's head dims (Q/K's, V's: the copy engine zero-fills the columns of a wider instance, whole
+// boxes past a narrower V included). dtype FP16 or BF16; false when the driver refuses one.
 inline bool encodeForwardMaps(const ForwardParams &p, DType dtype, int blockM, int blockN, KernelParams *kp) {
-  auto spec = [&](const void *base, int64_t rows, int64_t heads, int64_t rowStride, int64_t headStride,
-                  int64_t batchStride, int boxRows) {
+  auto spec = [&](const void *base, int64_t columns, int64_t rows, int64_t heads, int64_t rowStride,
+                  int64_t headStride, int64_t batchStride, int boxRows) {
     TiledMapSpec s;
     s.base = base;
     s.dtype = dtype;
@@ -105,7 +105,7 @@ inline bool encodeForwardMaps(const ForwardParams &p, DType dtype, int blockM, i
     const int64_t batch = p.ragged ? 1 : p.batch;
     // A dimension of one is never stepped: any valid stride serves.
     auto stride = [](int64_t size, int64_t elements) { return uint64_t(size > 1 ? elements * 2 : 16); };
-    s.dims[0] = uint64_t(p.headDim), s.boxes[0] = 64;
+    s.dims[0] = uint64_t(columns), s.boxes[0] = 64;
     s.dims[1] = uint64_t(rows), s.strides[1] = stride(rows, rowStride), s.boxes[1] = uint32_t(boxRows);
     s.dims[2] = uint64_t(heads), s.strides[2] = stride(heads, headStride), s.boxes[2] = 1;
     s.dims[3] = uint64_t(batch), s.strides[3] = stride(batch, batchStride), s.boxes[3] = 1;
@@ -114,9 +114,9 @@ inline bool encodeForwardMaps(const ForwardParams &p, DType dtype, int blockM, i
   const int64_t kvHeads = p.heads / p.headsPerKvHead;
   const int64_t qRows = p.ragged ? p.totalQ : p.seqQ;
   const int64_t kRows = p.ragged ? p.totalK : p.seqK;
-  return encodeTiledMap(spec(p.q, qRows, p.heads, p.qRow, p.qHead, p.qBatch, blockM), &kp->qMap) &&
-         encodeTiledMap(spec(p.k, kRows, kvHeads, p.kRow, p.kHead, p.kBatch, blockN), &kp->kMap) &&
-         encodeTiledMap(spec(p.v, kRows, kvHeads, p.vRow, p.vHead, p.vBatch, blockN), &kp->vMap);
+  return encodeTiledMap(spec(p.q, p.headDim, qRows, p.heads, p.qRow, p.qHead, p.qBatch, blockM), &kp->qMap) &&
+         encodeTiledMap(spec(p.k, p.headDim, kRows, kvHeads, p.kRow, p.kHead, p.kBatch, blockN), &kp->kMap) &&
+         encodeTiledMap(spec(p.v, p.headDimV, kRows, kvHeads, p.vRow, p.vHead, p.vBatch, blockN), &kp->vMap);
 }
 
 // Defined once per (Element, D) by the generated instance files; Element is __half or __nv_bfloat16.
