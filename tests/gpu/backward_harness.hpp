@@ -30,6 +30,7 @@ struct BwdCase {
   std::string name;
   flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
   int64_t batch = 1, heads = 1, kvHeads = 1, headDim = 64;
+  int64_t headDimV = 0;                   // of V, O, dO, dV; 0: the same as headDim
   int64_t sq = 1, sk = 1;                 // dense lengths, or the maxima of a ragged batch
   std::vector<int64_t> raggedQ, raggedK;  // per-sequence lengths: ragged when non-empty
   std::vector<int64_t> usedK;             // dense: per-sequence KV lengths (seqlensK)
@@ -45,6 +46,7 @@ struct BwdCase {
   double inputScale = 1.0;
   uint64_t seed = 1;
   bool ragged() const { return !raggedQ.empty(); }
+  int64_t dimV() const { return headDimV > 0 ? headDimV : headDim; }
 };
 
 // Worst gate figures per storage type, printed when the test program ends.
@@ -162,7 +164,8 @@ inline std::unique_ptr<Setup> build(const BwdCase &c) {
   r.batch = batch;
   r.heads = c.heads;
   r.kvHeads = c.kvHeads;
-  r.headDim = r.headDimV = c.headDim;
+  r.headDim = c.headDim;
+  r.headDimV = c.dimV();
   r.maxSq = c.sq;
   r.maxSk = c.sk;
   if (c.ragged()) {
@@ -200,16 +203,16 @@ inline std::unique_ptr<Setup> build(const BwdCase &c) {
   const Order dOOrder = c.order == Order::BHSD ? Order::BSHD : Order::BHSD;
   s->pq = makePlacement(c, c.dtype, c.heads, false, c.headDim, c.order, c.rowPad);
   s->pk = makePlacement(c, c.dtype, c.kvHeads, true, c.headDim, c.order, c.rowPad);
-  s->pv = makePlacement(c, c.dtype, c.kvHeads, true, c.headDim, c.order, c.rowPad);
-  s->po = makePlacement(c, c.dtype, c.heads, false, c.headDim, c.order, c.rowPad);
-  s->pdO = makePlacement(c, c.dtype, c.heads, false, c.headDim, dOOrder, c.dOPad);
+  s->pv = makePlacement(c, c.dtype, c.kvHeads, true, c.dimV(), c.order, c.rowPad);
+  s->po = makePlacement(c, c.dtype, c.heads, false, c.dimV(), c.order, c.rowPad);
+  s->pdO = makePlacement(c, c.dtype, c.heads, false, c.dimV(), dOOrder, c.dOPad);
   s->pdQ = makePlacement(c, c.dtype, c.heads, false, c.headDim, c.order, c.rowPad);
   s->pdK = makePlacement(c, c.dtype, c.kvHeads, true, c.headDim, c.order, c.rowPad);
-  s->pdV = makePlacement(c, c.dtype, c.kvHeads, true, c.headDim, c.order, c.rowPad);
+  s->pdV = makePlacement(c, c.dtype, c.kvHeads, true, c.dimV(), c.order, c.rowPad);
   fill(s->pq, s->q, c.heads, c.sq, c.headDim);
   fill(s->pk, s->k, c.kvHeads, c.sk, c.headDim);
-  fill(s->pv, s->v, c.kvHeads, c.sk, c.headDim);
-  fill(s->pdO, s->dO, c.heads, c.sq, c.headDim);
+  fill(s->pv, s->v, c.kvHeads, c.sk, c.dimV());
+  fill(s->pdO, s->dO, c.heads, c.sq, c.dimV());
   s->dq = DeviceBuffer(s->pq.host);
   s->dk = DeviceBuffer(s->pk.host);
   s->dv = DeviceBuffer(s->pv.host);
@@ -359,7 +362,7 @@ inline void runAndCheckAgainstOracle(Handle &h, const BwdCase &c, Setup &s) {
   s.ddV.download(s.pdV.host);
   const std::vector<double> got[3] = {extract(s.pdQ, c.heads, c.sq, c.headDim),
                                       extract(s.pdK, c.kvHeads, c.sk, c.headDim),
-                                      extract(s.pdV, c.kvHeads, c.sk, c.headDim)};
+                                      extract(s.pdV, c.kvHeads, c.sk, c.dimV())};
   const auto ref = exact.get();
   const auto lp = lowp.get();
   const char *names[3] = {"dQ", "dK", "dV"};
@@ -375,7 +378,7 @@ inline void runAndCheckAgainstOracle(Handle &h, const BwdCase &c, Setup &s) {
     fa_ref::forward(s.ref, s.q, s.k, s.v, refO, refLse);
     fa_ref::forward(s.ref, s.q, s.k, s.v, lpO, lpLse, roundingOf(c.dtype));
     s.dout.download(s.po.host);
-    const std::vector<double> gotO = extract(s.po, c.heads, c.sq, c.headDim);
+    const std::vector<double> gotO = extract(s.po, c.heads, c.sq, c.dimV());
     const fa_ref::Gate gateO = fa_ref::checkGates(gotO, refO, lpO, 2.0, fa_ref::normTolerance(roundingOf(c.dtype)));
     EXPECT_TRUE(gateO.pass) << c.name << " forward O with sinks: " << gateO.describe();
     std::vector<float> lse(s.lseBytes / 4);
@@ -455,7 +458,7 @@ inline void expectGraphReplayMatchesEager(const BwdCase &c, const std::string &k
   s->ddK.download(s->pdK.host);
   s->ddV.download(s->pdV.host);
   const std::vector<double> eagerDK = extract(s->pdK, c.kvHeads, c.sk, c.headDim);
-  const std::vector<double> eagerDV = extract(s->pdV, c.kvHeads, c.sk, c.headDim);
+  const std::vector<double> eagerDV = extract(s->pdV, c.kvHeads, c.sk, c.dimV());
   for (size_t i = 0; i < eagerQ.size(); ++i)
     ASSERT_TRUE(std::isfinite(eagerQ[i])) << "eager dQ[" << i << "] is not finite";
   for (size_t i = 0; i < eagerDK.size(); ++i)

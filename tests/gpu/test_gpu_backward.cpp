@@ -80,6 +80,15 @@ std::vector<BwdCase> gridCases() {
     g.usedK = {40};
     g.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
     add(g, "d256_65x65_seqlensK40_causalTL");
+    BwdCase m;  // MLA-style head dims with tails and fully masked rows
+    m.headDim = 192;
+    m.headDimV = 128;
+    m.heads = 4;
+    m.kvHeads = 2;
+    m.sq = 70;
+    m.sk = 45;
+    m.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    add(m, "d192_v128_70x45_causalBR_gqa");
     return cases;
   }
 
@@ -248,6 +257,43 @@ std::vector<BwdCase> gridCases() {
     r.sinks = true;
     r.deterministic = true;
     add(r, "sinks_d128_ragged_causalBR_det");
+  }
+  // Q/K and V/O head dims apart (DeepSeek-style 192/128, a narrower and a wider V), with GQA, masks, ragged batches
+  // and the deterministic mode.
+  {
+    int i = 0;
+    const std::pair<int64_t, int64_t> dims[] = {{192, 128}, {64, 128}, {128, 64}, {40, 24}};
+    for (const flashAttnDataType_t t : types)
+      for (const auto &d : dims) {
+        BwdCase c;
+        c.dtype = t;
+        c.headDim = d.first;
+        c.headDimV = d.second;
+        c.heads = 8;
+        c.kvHeads = i % 2 ? 2 : 8;
+        c.batch = 2;
+        c.sq = 257;
+        c.sk = i % 3 == 0 ? 257 : 513;
+        c.mask = i % 2 ? FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT : FLASHATTN_MASK_NONE;
+        c.deterministic = i % 4 == 3;
+        c.order = i % 2 ? Order::BSHD : Order::BHSD;
+        c.seed = 80 + uint64_t(i++);
+        add(c, "d" + std::to_string(d.first) + "_v" + std::to_string(d.second) + "_b2_h8_" +
+                   std::to_string(c.kvHeads) + "_257x" + std::to_string(c.sk) +
+                   (c.mask == FLASHATTN_MASK_NONE ? "" : "_causalBR") + (c.deterministic ? "_det" : ""));
+      }
+    BwdCase r;
+    r.dtype = FLASHATTN_DATA_BF16;
+    r.headDim = 192;
+    r.headDimV = 128;
+    r.heads = 4;
+    r.kvHeads = 1;
+    r.raggedQ = {37, 0, 190};
+    r.raggedK = {100, 3, 190};
+    r.sq = 190;
+    r.sk = 190;
+    r.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    add(r, "d192_v128_ragged_causalBR_mqa");
   }
   // Strides: BSHD with padded rows, dO in the other order with other padding.
   {

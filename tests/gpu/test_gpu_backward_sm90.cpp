@@ -338,6 +338,10 @@ TEST(BackwardSm90, OutOfScopeRoutesToPortable) {
   c.alibi = 0;
   c.headDim = 96;
   expectPortable(c, "headDim 96");
+  c.headDim = 192;
+  c.headDimV = 128;
+  expectPortable(c, "headDim 192 / headDimV 128");
+  c.headDimV = 0;
   // The portable kernel's d256 result for a problem the d256 wgmma kernel refuses is still checked.
   c.headDim = 256;
   c.softcap = 30.f;

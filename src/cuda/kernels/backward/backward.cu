@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kBackwardThreads) preprocessKernel(const __gri
     const Element *oRow = oHead + int64_t(i) * p.oRow;
     const Element *dORow = dOHead + int64_t(i) * p.dORow;
     float acc = 0.f;
-    for (int c = lane * kVec; c < p.headDim; c += 32 * kVec) {
+    for (int c = lane * kVec; c < p.headDimV; c += 32 * kVec) {
       float o[kVec], g[kVec];
       loadFloats<Element>(oRow + c, o);
       loadFloats<Element>(dORow + c, g);
@@ -288,7 +288,8 @@ Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const Ba
   const int instance = config.instance.headDim;
   std::ostringstream description;
   description << kernelWords << " sm" << dev.arch() << " " << dtypeName(p.dtype) << " d" << instance;
-  if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
+  if (p.headDimV != p.headDim) description << " (headDim " << p.headDim << ", headDimV " << p.headDimV << ")";
+  else if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
   description << " tile " << config.blockM << "x" << config.blockN << " " << config.warps << " warps";
   if (config.ctasPerSM > 1) description << " (" << config.ctasPerSM << " CTAs/SM)";
   description << "; " << (p.dtype == DType::FP32 ? "fp32 arithmetic (no tensor cores)" : "fp32 accumulate")
@@ -318,7 +319,8 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
     return refuse(concat("the backward kernels need compute capability 8.0 or newer; device ", dev.device, " is sm",
                          dev.arch()));
   if (p.paged) return refuse("paged K/V caches are not supported by the backward kernels");
-  const int instance = kBackwardInstances.paddedInstanceFor(p, "backward kernels", whyNot);
+  // Q/K's and V/O's head dims apart pad to the instance of the wider (multiples of 8: the kernels move 16-byte rows).
+  const int instance = kBackwardInstances.paddedInstanceFor(p, "backward kernels", whyNot, {false, true});
   if (instance == 0) return Verdict::Refused;
 
   BackwardConfig config;
@@ -440,6 +442,7 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
   params.seqQ = int32_t(p.seqQ);
   params.seqK = int32_t(p.seqK);
   params.headDim = int32_t(p.headDim);
+  params.headDimV = int32_t(p.headDimV);
   params.keyBlocks = int32_t((p.seqK + config.blockN - 1) / config.blockN);
   params.queryBlocks = int32_t((p.seqQ + config.blockM - 1) / config.blockM);
   params.ragged = p.ragged;

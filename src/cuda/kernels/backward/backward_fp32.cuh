@@ -90,7 +90,7 @@ struct Fp32Backward {
                          seq.kStart * p.vRow;
     if (iterations > 0) {
       loadRows<BlockN>(sK, kBase, p.kRow, n0, seq.seqK, p.headDim);
-      loadRows<BlockN>(sV, vBase, p.vRow, n0, seq.seqK, p.headDim);
+      loadRows<BlockN>(sV, vBase, p.vRow, n0, seq.seqK, p.headDimV);
     }
 
     const int kvRow = tid / kKvThreadsPerRow;
@@ -113,7 +113,7 @@ struct Fp32Backward {
       const float *dOBase = static_cast<const float *>(p.dO) + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead +
                             seq.qStart * p.dORow;
       loadRows<BlockM>(sQ, qBase, p.qRow, m0, seq.seqQ, p.headDim);
-      loadRows<BlockM>(sdO, dOBase, p.dORow, m0, seq.seqQ, p.headDim);
+      loadRows<BlockM>(sdO, dOBase, p.dORow, m0, seq.seqQ, p.headDimV);
       if (tid < BlockM) {
         const bool valid = m0 + tid < seq.seqQ;
         const int64_t row = workspaceRow(p, w.batch, h, seq, m0 + tid);
@@ -207,10 +207,8 @@ struct Fp32Backward {
 #pragma unroll
       for (int c = 0; c < kKvColumns; ++c) {
         const int d = kvCol + c * kKvThreadsPerRow;
-        if (d < p.headDim) {
-          dK[d] = accdK[c];
-          dV[d] = accdV[c];
-        }
+        if (d < p.headDim) dK[d] = accdK[c];
+        if (d < p.headDimV) dV[d] = accdV[c];
       }
     }
   }

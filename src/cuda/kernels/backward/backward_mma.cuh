@@ -482,7 +482,7 @@ struct MmaBackward {
 
     if (iterations > 0) {
       loadRows<TileKV, BlockN>(sm.k, kBase, p.kRow, n0, seq.seqK, p.headDim);
-      loadRows<TileKV, BlockN>(sm.v, vBase, p.vRow, n0, seq.seqK, p.headDim);
+      loadRows<TileKV, BlockN>(sm.v, vBase, p.vRow, n0, seq.seqK, p.headDimV);
       prim::cpAsyncCommit();
       loadQueryBlock(p, sm, seq, w, firstHead, qb.last, 0);
       prim::cpAsyncCommit();
@@ -684,12 +684,12 @@ struct MmaBackward {
 #pragma unroll
           for (int nt = 0; nt < kDkvNTiles; ++nt) {
             const int d = col0 + nt * 8 + 2 * (lane & 3);
-            if (d < p.headDim) {
+            if (d < p.headDim)
               *reinterpret_cast<uint32_t *>(dKBase + int64_t(j) * p.dKRow + d) =
                   prim::packFloat2<Element>(accdK[mt][nt][2 * half], accdK[mt][nt][2 * half + 1]);
+            if (d < p.headDimV)
               *reinterpret_cast<uint32_t *>(dVBase + int64_t(j) * p.dVRow + d) =
                   prim::packFloat2<Element>(accdV[mt][nt][2 * half], accdV[mt][nt][2 * half + 1]);
-            }
           }
         }
       }
@@ -706,7 +706,7 @@ struct MmaBackward {
     const Element *dOBase = static_cast<const Element *>(p.dO) + int64_t(w.batch) * p.dOBatch +
                             int64_t(h) * p.dOHead + seq.qStart * p.dORow;
     loadRows<TileQ, BlockM>(sm.q + stage * TileQ::kElements, qBase, p.qRow, m0, seq.seqQ, p.headDim);
-    loadRows<TileQ, BlockM>(sm.dO + stage * TileQ::kElements, dOBase, p.dORow, m0, seq.seqQ, p.headDim);
+    loadRows<TileQ, BlockM>(sm.dO + stage * TileQ::kElements, dOBase, p.dORow, m0, seq.seqQ, p.headDimV);
 #pragma unroll
     for (int base = 0; base < 2 * BlockM; base += kThreads) {
       const int idx = base + int(threadIdx.x);

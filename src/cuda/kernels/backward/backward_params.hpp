@@ -63,7 +63,8 @@ struct BackwardParams {
   int32_t headsPerKvHead = 1;  // query head h reads KV head h / headsPerKvHead
   int32_t seqQ = 0;            // dense length, or the ragged bound maxSeqlenQ (clamps every sequence)
   int32_t seqK = 0;            // dense length (capacity: dK/dV rows written), or maxSeqlenK
-  int32_t headDim = 0;         // the problem's; the instance's D may be larger (zero-filled columns)
+  int32_t headDim = 0;         // of Q, K, dQ, dK: the problem's; the instance's D may be larger (zero-filled columns)
+  int32_t headDimV = 0;        // of V, O, dO, dV, at most the instance's D as well
   int32_t keyBlocks = 0;       // ceil(seqK / BlockN): the fastest-varying part of the main kernel's 1-D grid
   int32_t queryBlocks = 0;     // ceil(seqQ / BlockM): counters per (sequence, head) in deterministic mode
 
