@@ -840,8 +840,9 @@ FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunkGetWorkspaceSize(
  * The KV range [0, seqlensK[b]) of every sequence is cut into chunks processed in parallel; their partial results
  * are merged as flashAttnMergeStates() does. The result is bitwise the same for any launch with the same arguments.
  * More than 16 query tokens per sequence run as flashAttnForward() on the same cache (one pass over the keys, which
- * that many rows fill without a split): the same O and LSE, \p numChunks has no effect, and the size query returns
- * what that run needs (flashAttnCheckSupport() names the forward kernel).
+ * that many rows fill without a split), and so do V/O head dims other than Q/K's and head dims that are not multiples
+ * of 8: the same O and LSE, \p numChunks has no effect, and the size query returns what that run needs
+ * (flashAttnCheckSupport() names the forward kernel).
  * \param[in]  handle         a live handle.
  * \param[in]  attnDesc       attention descriptor or NULL. Masks keep their definitions; with the query tokens being
  *                            the last ones of each sequence, ::FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT is the usual choice.

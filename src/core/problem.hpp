@@ -81,11 +81,14 @@ struct AttnProblem {
   int32_t numChunks = 0;  // decode: 0 = automatic
 };
 
-// DecodeChunk's split-KV kernels take up to this many query tokens per sequence. A DecodeChunk with more runs as the
-// forward over the same (dense or paged) cache on every backend: one pass over each sequence's keys, O and LSE as the
-// split would give them, numChunks without effect and no workspace of its own (docs/semantics.md).
+// DecodeChunk's split-KV kernels take up to this many query tokens per sequence, and one head dim for Q/K and V/O, a
+// multiple of 8. Any other DecodeChunk runs as the forward over the same (dense or paged) cache on every backend: one
+// pass over each sequence's keys, O and LSE as the split would give them, numChunks without effect and no workspace of
+// its own (docs/semantics.md).
 constexpr int64_t kMaxSplitKvQueries = 16;
-inline bool decodeRunsAsForward(const AttnProblem &p) { return p.op == Op::DecodeChunk && p.seqQ > kMaxSplitKvQueries; }
+inline bool decodeRunsAsForward(const AttnProblem &p) {
+  return p.op == Op::DecodeChunk && (p.seqQ > kMaxSplitKvQueries || p.headDimV != p.headDim || p.headDim % 8 != 0);
+}
 
 inline bool operator==(const Layout &a, const Layout &b) {
   return a.batch == b.batch && a.head == b.head && a.row == b.row;

@@ -63,7 +63,8 @@ class HostBackend final : public Backend {
   void describe(const AttnProblem &p, Plan &plan) const override {
     std::string extra;
     if (decodeRunsAsForward(p))
-      extra = concat(" ", p.seqQ, " query tokens: as the forward, one pass over the keys,");
+      extra = concat(" ", p.seqQ, " query tokens, head dims ", p.headDim, "/", p.headDimV,
+                     ": as the forward, one pass over the keys,");
     else if (p.op == Op::DecodeChunk)
       extra = concat(" ", plan.numChunks, " KV chunks per sequence,");
     plan.description = concat("host.reference ", opName(p.op), " ", storageName(p.dtype), " d", p.headDim, " dv",

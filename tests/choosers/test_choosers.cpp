@@ -64,6 +64,14 @@ AttnProblem dense(Op op, DType dtype, int64_t heads, int64_t kvHeads, int64_t se
   return p;
 }
 
+// The same problem with V, O, dO and dV of headDimV columns (BSHD).
+AttnProblem withHeadDimV(AttnProblem p, int64_t headDimV) {
+  p.headDimV = headDimV;
+  p.v = p.dV = flashattn::Layout{p.seqK * p.kvHeads * headDimV, headDimV, p.kvHeads * headDimV};
+  p.o = p.dO = flashattn::Layout{p.seqQ * p.heads * headDimV, headDimV, p.heads * headDimV};
+  return p;
+}
+
 struct Pick {
   bool served;
   Plan plan;
@@ -74,6 +82,11 @@ Pick pick(const DeviceInfo &dev, const AttnProblem &p) {
   Pick r;
   r.served = flashattn::cuda::choose(dev, p, &r.plan, &r.why);
   return r;
+}
+
+// A refusal for an instance head dim this build left out (FLASHATTN_HEAD_DIMS; the dev preset has 64 and 128 only).
+bool instanceNotBuilt(const Pick &r) {
+  return !r.served && r.why.find("this build does not have") != std::string::npos;
 }
 
 TEST(Choosers, RegistryHasEveryOperation) {
@@ -98,6 +111,23 @@ TEST(Choosers, ForwardPicks) {
   ASSERT_TRUE(padded.served) << padded.why;
   EXPECT_GE(padded.plan.as<flashattn::ForwardConfig>().instance.headDim, 40);
   EXPECT_NE(padded.plan.description.find("zero-padded"), std::string::npos) << padded.plan.description;
+  // Any width up to 256 (element loads where rows are not whole 16-byte vectors), Q/K's and V/O's apart.
+  const Pick odd = pick(kA100, dense(Op::Forward, DType::BF16, 8, 8, 100, 100, 59));
+  ASSERT_TRUE(odd.served) << odd.why;
+  EXPECT_EQ(odd.plan.kernel, KernelId::ForwardMma) << odd.plan.description;
+  EXPECT_EQ(odd.plan.as<flashattn::ForwardConfig>().instance.headDim, 64) << odd.plan.description;
+  const Pick mla = pick(kL4, withHeadDimV(dense(Op::Forward, DType::BF16, 16, 16, 512, 512, 192), 128));
+  if (!instanceNotBuilt(mla)) {
+    ASSERT_TRUE(mla.served) << mla.why;
+    EXPECT_EQ(mla.plan.as<flashattn::ForwardConfig>().instance.headDim, 192) << mla.plan.description;
+    EXPECT_NE(mla.plan.description.find("headDimV 128"), std::string::npos) << mla.plan.description;
+  }
+  const Pick narrowV = pick(kA100, withHeadDimV(dense(Op::Forward, DType::FP16, 8, 2, 300, 300, 128), 64));
+  ASSERT_TRUE(narrowV.served) << narrowV.why;
+  EXPECT_EQ(narrowV.plan.as<flashattn::ForwardConfig>().instance.headDim, 128) << narrowV.plan.description;
+  const Pick wideV = pick(kA100, withHeadDimV(dense(Op::Forward, DType::BF16, 8, 8, 100, 100, 64), 512));
+  EXPECT_FALSE(wideV.served);
+  EXPECT_NE(wideV.why.find("headDimV 512"), std::string::npos) << wideV.why;
 }
 
 // The problem's K and V moved into a paged cache [numPages, pageSize, kvHeads, headDim] of pagesPerSeq pages per
@@ -139,6 +169,14 @@ TEST(Choosers, ForwardOnHopper) {
     EXPECT_GE(d96.plan.as<flashattn::ForwardConfig>().instance.headDim, 128);
     EXPECT_NE(d96.plan.description.find("zero-padded"), std::string::npos) << d96.plan.description;
   }
+  // DeepSeek-style Q/K 192, V/O 128: the d192 instance, V's extra columns zeros.
+  const Pick mla = pick(kH100, withHeadDimV(dense(Op::Forward, DType::BF16, 16, 16, 4096, 4096, 192), 128));
+  if (!instanceNotBuilt(mla)) ASSERT_TRUE(mla.served) << mla.why;
+  if (mla.served && !flashattn::cuda::portableOnly()) {
+    EXPECT_EQ(mla.plan.kernel, KernelId::ForwardWgmma) << mla.plan.description;
+    EXPECT_EQ(mla.plan.as<flashattn::ForwardConfig>().instance.headDim, 192) << mla.plan.description;
+    EXPECT_NE(mla.plan.description.find("headDimV 128"), std::string::npos) << mla.plan.description;
+  }
   // Softcap and ALiBi run on the wgmma kernel's tensor-map path; where the driver has no tensor-map encoder (a
   // machine without a GPU) they fall to the portable kernels, saying why.
   AttnProblem softcap = p;
@@ -164,6 +202,7 @@ TEST(Choosers, ForwardOnHopper) {
   AttnProblem pagedSoftcap = pagedCache(softcap, 16, 64, false);
   const Case cases[] = {{"d40 fp32", dense(Op::Forward, DType::FP32, 16, 4, 512, 512, 40), "FP16/BF16 only"},
                         {"paged softcap", pagedSoftcap, "softcap runs on the portable forward kernels"},
+                        {"d59", dense(Op::Forward, DType::BF16, 16, 4, 512, 512, 59), "multiple of 8"},
                         {"unaligned pointers", unaligned, "16-byte aligned"},
                         {"Q row stride", oddStride, "Q row stride"}};
   for (const Case &c : cases) {
@@ -235,6 +274,14 @@ TEST(Choosers, DecodePastSixteenQueriesRunsAsForward) {
       EXPECT_EQ(r.plan.description.rfind("cuda.decode.forward", 0), 0u) << r.plan.description;
     }
   }
+  // Head dims the split-KV kernels do not take run as the forward too, at any query count.
+  for (const AttnProblem &q : {withHeadDimV(dense(Op::DecodeChunk, DType::BF16, 16, 16, 1, 4096, 128), 64),
+                               dense(Op::DecodeChunk, DType::FP16, 8, 2, 2, 4096, 36)}) {
+    const Pick r = pick(kA100, q);
+    ASSERT_TRUE(r.served) << r.why;
+    EXPECT_EQ(r.plan.kernel, KernelId::DecodeAsForward) << r.plan.description;
+    EXPECT_EQ(r.plan.workspaceBytes, 0u) << r.plan.description;
+  }
   // The forward's refusal is the one reported.
   const Pick wide = pick(kA100, dense(Op::DecodeChunk, DType::BF16, 8, 8, 64, 512, 300));
   EXPECT_FALSE(wide.served);
@@ -268,6 +315,19 @@ TEST(Choosers, BackwardPicks) {
   const Pick f = pick(kH100, dense(Op::Backward, DType::FP32, 4, 4, 64, 64, 64));
   ASSERT_TRUE(f.served) << f.why;
   EXPECT_EQ(f.plan.kernel, KernelId::BackwardFfma);
+  // Q/K 192, V/O 128: the portable kernel's d192 instance on every device (the wgmma backward has no d192); a narrower
+  // V on the instance of Q/K.
+  const Pick narrowV = pick(kH100, withHeadDimV(dense(Op::Backward, DType::FP16, 8, 2, 300, 300, 128), 64));
+  ASSERT_TRUE(narrowV.served) << narrowV.why;
+  EXPECT_EQ(narrowV.plan.kernel, KernelId::BackwardMma) << narrowV.plan.description;
+  EXPECT_NE(narrowV.plan.description.find("headDimV 64"), std::string::npos) << narrowV.plan.description;
+  for (const DeviceInfo *dev : {&kA100, &kH100}) {
+    const Pick m = pick(*dev, withHeadDimV(dense(Op::Backward, DType::BF16, 16, 16, 1024, 1024, 192), 128));
+    if (instanceNotBuilt(m)) continue;
+    ASSERT_TRUE(m.served) << dev->name << ": " << m.why;
+    EXPECT_EQ(m.plan.kernel, KernelId::BackwardMma) << m.plan.description;
+    EXPECT_EQ(m.plan.as<flashattn::BackwardConfig>().instance.headDim, 192) << m.plan.description;
+  }
 }
 
 TEST(Choosers, RefusalsNameTheArgument) {

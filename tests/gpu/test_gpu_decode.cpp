@@ -40,6 +40,7 @@ struct DecodeCase {
   std::string name;
   flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
   int64_t headDim = 128;
+  int64_t headDimV = 0;  // of V and O; 0: the same as headDim
   int64_t batch = 1, heads = 6, kvHeads = 2, sq = 1;
   int64_t cap = 128;               // dense seqK; paged: rounded up to whole pages
   std::vector<int32_t> lens;       // per-sequence used lengths; empty: the whole cache, no seqlensK
@@ -60,6 +61,7 @@ struct DecodeCase {
   double inputScale = 1.0;
   float scale = 0.f;  // 0: the default 1/sqrt(headDim)
   uint64_t seed = 1;
+  int64_t dimV() const { return headDimV > 0 ? headDimV : headDim; }
 };
 
 // Everything one case needs on the host and the device, plus its descriptors.
@@ -152,10 +154,11 @@ class DecodeFixture {
 
     const std::vector<double> q = randomValues(rng, size_t(c.batch * c.heads * c.sq * c.headDim), c.dtype, c.inputScale);
     const std::vector<double> k = randomValues(rng, size_t(c.batch * dataKv * capacity * c.headDim), c.dtype, c.inputScale);
-    const std::vector<double> v = randomValues(rng, size_t(c.batch * dataKv * capacity * c.headDim), c.dtype, 1.0);
+    const int64_t dimV = c.dimV();
+    const std::vector<double> v = randomValues(rng, size_t(c.batch * dataKv * capacity * dimV), c.dtype, 1.0);
 
     fa_ref::Problem rp;
-    rp.batch = c.batch, rp.heads = c.heads, rp.kvHeads = dataKv, rp.headDim = c.headDim, rp.headDimV = c.headDim;
+    rp.batch = c.batch, rp.heads = c.heads, rp.kvHeads = dataKv, rp.headDim = c.headDim, rp.headDimV = dimV;
     rp.maxSq = c.sq, rp.maxSk = capacity;
     rp.sk.assign(lensHost_.begin(), lensHost_.end());
     rp.scale = c.scale;
@@ -202,58 +205,65 @@ class DecodeFixture {
     // Device tensors, one cudaMalloc each so compute-sanitizer sees any overrun.
     const HostTensor qh = pack4(q, c.dtype, c.batch, c.heads, c.sq, c.headDim, c.order);
     q_ = DeviceBuffer(qh);
-    oHost_ = HostTensor(c.dtype, qh.dims, qh.strides);
+    oHost_ = pack4(std::vector<double>(size_t(c.batch * c.heads * c.sq * dimV), 0.0), c.dtype, c.batch, c.heads, c.sq,
+                   dimV, c.order);
     o_ = DeviceBuffer(oHost_.bytes.size());
     lse_ = DeviceBuffer(size_t(c.batch * c.heads * c.sq * 4));
     expectOk(qDesc_.set(c.dtype, qh.dims, qh.strides));
-    expectOk(oDesc_.set(c.dtype, qh.dims, qh.strides));
+    expectOk(oDesc_.set(c.dtype, oHost_.dims, oHost_.strides));
     expectOk(lseDesc_.set(FLASHATTN_DATA_FP32, {c.batch, c.heads, c.sq}, {c.heads * c.sq, c.sq, 1}));
 
     const double nan = std::nan("");
     if (!c.paged) {
-      const int64_t pitch = c.headDim + c.kvRowPad;
-      HostTensor kh(c.dtype, {c.batch, dataKv, capacity, c.headDim},
-                    c.kvRowPad > 0 ? std::vector<int64_t>{dataKv * capacity * pitch, capacity * pitch, pitch, 1}
-                                   : stridesFor(c.order, c.batch, dataKv, capacity, c.headDim));
-      HostTensor vh = kh;
+      auto cache = [&](int64_t width) {
+        const int64_t pitch = width + c.kvRowPad;
+        return HostTensor(c.dtype, {c.batch, dataKv, capacity, width},
+                          c.kvRowPad > 0 ? std::vector<int64_t>{dataKv * capacity * pitch, capacity * pitch, pitch, 1}
+                                         : stridesFor(c.order, c.batch, dataKv, capacity, width));
+      };
+      HostTensor kh = cache(c.headDim), vh = cache(dimV);
       for (int64_t b = 0; b < c.batch; ++b)
         for (int64_t h = 0; h < dataKv; ++h)
-          for (int64_t j = 0; j < capacity; ++j)
-            for (int64_t d = 0; d < c.headDim; ++d) {
-              const size_t src = size_t(((b * dataKv + h) * capacity + j) * c.headDim + d);
-              const bool unused = c.nanFill && j >= lensHost_[size_t(b)];
-              kh.set({b, h, j, d}, unused ? nan : k[src]);
-              vh.set({b, h, j, d}, unused ? nan : v[src]);
-            }
+          for (int64_t j = 0; j < capacity; ++j) {
+            const bool unused = c.nanFill && j >= lensHost_[size_t(b)];
+            for (int64_t d = 0; d < c.headDim; ++d)
+              kh.set({b, h, j, d}, unused ? nan : k[size_t(((b * dataKv + h) * capacity + j) * c.headDim + d)]);
+            for (int64_t d = 0; d < dimV; ++d)
+              vh.set({b, h, j, d}, unused ? nan : v[size_t(((b * dataKv + h) * capacity + j) * dimV + d)]);
+          }
       k_ = DeviceBuffer(kh);
       v_ = DeviceBuffer(vh);
-      std::vector<int64_t> dims = kh.dims, strides = kh.strides;
-      if (c.broadcastKv) dims[1] = c.heads, strides[1] = 0;
-      expectOk(kDesc_.set(c.dtype, dims, strides));
-      expectOk(vDesc_.set(c.dtype, dims, strides));
+      for (HostTensor *t : {&kh, &vh}) {
+        std::vector<int64_t> dims = t->dims, strides = t->strides;
+        if (c.broadcastKv) dims[1] = c.heads, strides[1] = 0;
+        expectOk((t == &kh ? kDesc_ : vDesc_).set(c.dtype, dims, strides));
+      }
     } else {
-      const std::vector<int64_t> dims = {numPages, c.pageSize, dataKv, c.headDim};
-      const std::vector<int64_t> strides = {c.pageSize * dataKv * c.headDim, dataKv * c.headDim, c.headDim, 1};
-      HostTensor kh(c.dtype, dims, strides);
-      kh.fillNaN();
-      HostTensor vh = kh;
+      auto pool = [&](int64_t width) {
+        HostTensor t(c.dtype, {numPages, c.pageSize, dataKv, width},
+                     {c.pageSize * dataKv * width, dataKv * width, width, 1});
+        t.fillNaN();
+        return t;
+      };
+      HostTensor kh = pool(c.headDim), vh = pool(dimV);
       for (int64_t b = 0; b < c.batch; ++b)
         for (int64_t j = 0; j < lensHost_[size_t(b)]; ++j) {
           const int32_t id = tableHost_[size_t(b * pagesPerSeq_ + j / c.pageSize)];
           if (id < 0 || id >= numPages) continue;
-          for (int64_t h = 0; h < dataKv; ++h)
-            for (int64_t d = 0; d < c.headDim; ++d) {
-              const size_t src = size_t(((b * dataKv + h) * capacity + j) * c.headDim + d);
-              kh.set({id, j % c.pageSize, h, d}, k[src]);
-              vh.set({id, j % c.pageSize, h, d}, v[src]);
-            }
+          for (int64_t h = 0; h < dataKv; ++h) {
+            for (int64_t d = 0; d < c.headDim; ++d)
+              kh.set({id, j % c.pageSize, h, d}, k[size_t(((b * dataKv + h) * capacity + j) * c.headDim + d)]);
+            for (int64_t d = 0; d < dimV; ++d)
+              vh.set({id, j % c.pageSize, h, d}, v[size_t(((b * dataKv + h) * capacity + j) * dimV + d)]);
+          }
         }
       k_ = DeviceBuffer(kh);
       v_ = DeviceBuffer(vh);
-      std::vector<int64_t> kd = dims, ks = strides;
-      if (c.broadcastKv) kd[2] = c.heads, ks[2] = 0;
-      expectOk(kDesc_.set(c.dtype, kd, ks));
-      expectOk(vDesc_.set(c.dtype, kd, ks));
+      for (HostTensor *t : {&kh, &vh}) {
+        std::vector<int64_t> dims = t->dims, strides = t->strides;
+        if (c.broadcastKv) dims[2] = c.heads, strides[2] = 0;
+        expectOk((t == &kh ? kDesc_ : vDesc_).set(c.dtype, dims, strides));
+      }
       table_ = DeviceBuffer(tableHost_.data(), tableHost_.size() * 4);
       expectOk(flashAttnSetSeqPaged(seq_, c.batch, table_.get<int32_t>(), pagesPerSeq_));
     }
@@ -564,6 +574,39 @@ TEST(DecodeSupport, SeqQ64RunsAsTheForward) {
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     EXPECT_TRUE(f.rawO() == firstO && f.rawLse() == firstL) << "DecodeChunk differs from flashAttnForward";
   }
+}
+
+// Head dims the split-KV kernels do not take (Q/K 192 with V/O 128, a width that is not a multiple of 8) run as the
+// forward of the same cache, dense and paged, with its result.
+TEST(DecodeSupport, OtherHeadDimsRunAsTheForward) {
+  const struct {
+    int64_t d, dv;
+  } dims[] = {{192, 128}, {59, 59}, {64, 128}};
+  int i = 0;
+  for (const auto &hd : dims)
+    for (const bool paged : {false, true}) {
+      DecodeCase c;
+      c.headDim = hd.d, c.headDimV = hd.dv, c.sq = 1 + i % 3, c.cap = 700, c.paged = paged, c.batch = 3;
+      c.lens = {700, 0, 133}, c.heads = 8, c.kvHeads = i % 2 ? 1 : 8, c.dtype = i % 3 == 2 ? FLASHATTN_DATA_FP16
+                                                                                               : FLASHATTN_DATA_BF16;
+      c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.seed = 90 + uint64_t(i++);
+      SCOPED_TRACE(std::to_string(hd.d) + "/" + std::to_string(hd.dv) + (paged ? " paged" : " dense"));
+      DecodeFixture f(c);
+      char text[512] = {};
+      const flashAttnStatus_t s = flashAttnCheckSupport(f.handle(), FLASHATTN_OP_DECODE_CHUNK, f.attn(), f.seqDesc(),
+                                                        f.q(), f.k(), f.v(), f.o(), text, sizeof text, nullptr);
+      if (s == FLASHATTN_STATUS_NOT_SUPPORTED && lastError().find("this build does not have") != std::string::npos)
+        continue;  // a development build without the d192 instances
+      ASSERT_EQ(s, FLASHATTN_STATUS_SUCCESS) << lastError();
+      EXPECT_EQ(std::string(text).rfind("cuda.decode.forward", 0), 0u) << text;
+      f.poisonOutputs();
+      size_t bytes = 1;
+      ASSERT_EQ(f.run(4, &bytes), FLASHATTN_STATUS_SUCCESS) << lastError();
+      EXPECT_EQ(bytes, 0u);
+      bool pass = false;
+      const std::string result = f.check(&pass);
+      EXPECT_TRUE(pass) << result;
+    }
 }
 
 // The size query is exact: 0 for one chunk, partial O and LSE (256-byte aligned each) for more; one byte less is

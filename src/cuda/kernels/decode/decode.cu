@@ -402,15 +402,6 @@ bool checkProblem(const AttnProblem &p, std::string *whyNot) {
     *whyNot = "ragged Q: the CUDA decode takes a dense Q [batch, heads, seqQ, headDim]";
     return false;
   }
-  if (p.headDimV != p.headDim) {
-    *whyNot = concat("headDimV ", p.headDimV, " differs from headDim ", p.headDim,
-                     ": the CUDA decode needs V and K of the same head dim");
-    return false;
-  }
-  if (p.headDim % 8 != 0) {
-    *whyNot = concat("headDim ", p.headDim, " is not a multiple of 8: the CUDA decode moves rows in 16-byte vectors");
-    return false;
-  }
   return true;
 }
 
@@ -628,8 +619,8 @@ Verdict planDecodeFamily(const DeviceInfo &dev, const AttnProblem &p, Plan *plan
   return planDecode(dev, p, plan, whyNot) ? Verdict::Served : Verdict::Refused;
 }
 
-// DecodeChunk past the split-KV kernels' 16 query tokens: the forward over the same cache, which that many rows keep
-// busy without a split. The forward chooser plans it (the same problem as a Forward), so the family, tile, workspace
+// DecodeChunk past the split-KV kernels' 16 query tokens (or head dims they do not take: Q/K's and V/O's apart, not
+// multiples of 8): the forward over the same cache, which that many rows keep busy without a split. The forward chooser plans it (the same problem as a Forward), so the family, tile, workspace
 // (none of its own) and refusals are the forward's; the plan keeps the family that launches it.
 Verdict planDecodeAsForward(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (!decodeRunsAsForward(p)) return Verdict::NotForThis;
@@ -642,9 +633,10 @@ Verdict planDecodeAsForward(const DeviceInfo &dev, const AttnProblem &p, Plan *p
   config.forwardFamily = inner.kernel;
   inner.config = config;
   inner.numChunks = 1;
-  inner.description = concat(kernelIdName(KernelId::DecodeAsForward), ": ", p.seqQ,
-                             " query tokens per sequence run as the forward (one pass over the keys, numChunks not "
-                             "used): ",
+  inner.description = concat(kernelIdName(KernelId::DecodeAsForward), ": ", p.seqQ, " query tokens per sequence",
+                             p.headDimV != p.headDim ? concat(", head dims ", p.headDim, "/", p.headDimV) : "",
+                             p.headDim % 8 != 0 ? concat(", headDim ", p.headDim, " not a multiple of 8") : "",
+                             " run as the forward (one pass over the keys, numChunks not used): ",
                              inner.description);
   *plan = std::move(inner);
   return Verdict::Served;
