@@ -184,6 +184,7 @@ inline void referenceForwardByKvGroup(const fa_ref::Problem &p, const std::vecto
   lse.assign(p.lseSize(), -INFINITY);
   const int64_t groups = p.batch * p.kvHeads, G = p.heads / p.kvHeads;
   const size_t qRows = size_t(p.maxSq * p.headDim), kRows = size_t(p.maxSk * p.headDim);
+  const size_t oRows = size_t(p.maxSq * p.headDimV), vRows = size_t(p.maxSk * p.headDimV);
   std::atomic<int64_t> next{0};
   auto worker = [&] {
     for (int64_t gi = next++; gi < groups; gi = next++) {
@@ -197,13 +198,14 @@ inline void referenceForwardByKvGroup(const fa_ref::Problem &p, const std::vecto
       sp.sinks.clear();
       for (int64_t h = 0; h < G && !p.sinks.empty(); ++h) sp.sinks.push_back(p.sinks[size_t(kvh * G + h)]);
       const size_t q0 = size_t(b * p.heads + kvh * G) * qRows;
-      const size_t k0 = size_t(b * p.kvHeads + kvh) * kRows;
+      const size_t k0 = size_t(b * p.kvHeads + kvh) * kRows, v0 = size_t(b * p.kvHeads + kvh) * vRows;
+      const size_t o0 = size_t(b * p.heads + kvh * G) * oRows;
       const std::vector<double> qs(q.begin() + q0, q.begin() + q0 + size_t(G) * qRows);
       const std::vector<double> ks(k.begin() + k0, k.begin() + k0 + kRows);
-      const std::vector<double> vs(v.begin() + k0, v.begin() + k0 + kRows);
+      const std::vector<double> vs(v.begin() + v0, v.begin() + v0 + vRows);
       std::vector<double> os, ls;
       fa_ref::forward(sp, qs, ks, vs, os, ls, r);
-      std::copy(os.begin(), os.end(), o.begin() + q0);
+      std::copy(os.begin(), os.end(), o.begin() + o0);
       std::copy(ls.begin(), ls.end(), lse.begin() + size_t(b * p.heads + kvh * G) * size_t(p.maxSq));
     }
   };

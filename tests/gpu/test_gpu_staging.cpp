@@ -496,22 +496,23 @@ TEST(GpuStaging, OffsetsBeyond32Bits) {
 }
 
 // Rows whose head dim is not a multiple of 16 bytes get a pitch that is: the copy zero-fills the tail of each packed
-// row (here Q/K 36 and V/O 20 elements wide, padded to 40 and 24 for 2-byte types, 36 and 20 for FP32).
+// row (here Q/K/dQ/dK 36 and V/O/dO/dV 20 elements wide, padded to 40 and 24 for 2-byte types, 36 and 20 for FP32).
 TEST(GpuStaging, PitchPadsRowsToSixteenBytes) {
   for (DType t : kTypes) {
     Case c = backwardCase(t, 2, 4, 2, 3, 5, 36);
     AttnProblem &p = c.p;
-    p.op = Op::DecodeChunk;
     p.headDimV = 20;
-    p.v = Layout{5 * 2 * 20, 20, 2 * 20};
-    p.o = Layout{3 * 4 * 20, 20, 4 * 20};
+    p.v = p.dV = Layout{5 * 2 * 20, 20, 2 * 20};
+    p.o = p.dO = Layout{3 * 4 * 20, 20, 4 * 20};
     const int64_t perVector = 16 / int64_t(flashattn::dtypeSize(t));
-    const uint32_t want = perVector == 8 ? bits({Staged::Q, Staged::K, Staged::V, Staged::O}) : 0u;
+    const uint32_t want = perVector == 8 ? kAllStagedRoom : 0u;
     const Counts n = runCase(c, kNoStagedRoom, want, 11);
     if (perVector == 8) {
       EXPECT_EQ(planStaging(p)[Staged::Q].pitch, 40);
       EXPECT_EQ(planStaging(p)[Staged::V].pitch, 24);
-      EXPECT_EQ(n.copied, 2 * 4 * 3 * 36 + 2 * 2 * 5 * 36 + 2 * 2 * 5 * 20 + 2 * 4 * 3 * 20) << typeName(t);
+      EXPECT_EQ(planStaging(p)[Staged::dV].pitch, 24);
+      // Q and dQ, K and dK, V and dV, O and dO: each pair of one shape.
+      EXPECT_EQ(n.copied, 2 * (2 * 4 * 3 * 36 + 2 * 2 * 5 * 36 + 2 * 2 * 5 * 20 + 2 * 4 * 3 * 20)) << typeName(t);
     } else {
       EXPECT_EQ(n.copied, 0) << "FP32 rows of 36 and 20 elements are 16-byte multiples";
     }
