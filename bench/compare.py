@@ -3,13 +3,15 @@
 """Compares flashattn-bench runs of two builds taken in the same device call, shape by shape.
 
 usage: compare.py --new A.json [A2.json ...] --old B.json [B2.json ...] [--tolerance 0.02] [--markdown FILE]
+(flashattn-bench --json files, or bench/results/ files, whose "ours" rows are read)
 
 Each build may have been run several times (interleaved with the other's runs); a shape's figure is its best run,
 for both builds alike. Prints new/old per shape (TFLOP/s for prefill rows, KV-read GB/s for decode) and exits 1 when
 a shape of the new build is slower than the old by more than the tolerance, or has no figure (failed or not
 supported) where the old build has one. Chunked-prefill rows (paged and dense-cache alike) count as prefill rows.
 Decode rows are told apart by their query tokens, causal mask, page size and chunk count too (the serving sweep
-times one cache shape several ways).
+times one cache shape several ways). Prefill rows are told apart by the V/O head dim ("Dv", D where a row lacks it)
+as well, so MLA rows (D192 with Dv128) never meet the D192 rows of the prefill sweep.
 """
 import argparse
 import json
@@ -19,12 +21,15 @@ import sys
 def rows(path):
     with open(path) as f:
         data = json.load(f)
-    return [r for r in (data["rows"] if isinstance(data, dict) else data) if r.get("kind") in ("prefill", "decode", "chunked")]
+    # A dict is a bench/results/ file ({"ours": [...], "peers": [...]}) or an older {"rows": [...]}.
+    listed = data.get("rows", data.get("ours", [])) if isinstance(data, dict) else data
+    return [r for r in listed if r.get("kind") in ("prefill", "decode", "chunked")]
 
 
 def key(r):
     return (r["kind"], r["op"], r["dtype"], r["D"], r.get("S"), r.get("Sk", r.get("L")), r["B"], r["H"], r.get("HK"),
-            r.get("causal"), r.get("Sq", 0), r.get("page_size", 0), r.get("sinks", False), r.get("chunks", 0))
+            r.get("causal"), r.get("Sq", 0), r.get("page_size", 0), r.get("sinks", False), r.get("chunks", 0),
+            r.get("Dv", r["D"]))
 
 
 def figure(r):
@@ -46,7 +51,9 @@ def best(paths):
 
 
 def name(k):
-    kind, op, dtype, d, s, sk, b, h, hk, causal, sq, page, sinks, chunks = k
+    kind, op, dtype, d, s, sk, b, h, hk, causal, sq, page, sinks, chunks, dv = k
+    if dv != d:
+        d = f"{d}/{dv}"
     if kind == "decode":
         return (f"decode {dtype} B{b} L{sk} H{h}/{hk} D{d}" + (f" T{sq}" if sq and sq > 1 else "") +
                 (" causal" if causal and sq and sq > 1 else "") + (f" page {page}" if page else "") +

@@ -19,12 +19,16 @@
 #   sanitize             build, then compute-sanitizer memcheck/racecheck/initcheck/synccheck over the GPU tests
 #                        with FLASHATTN_TEST_SLICE=edge
 #   peers [SWEEP]        python3 .peers/peers.py (SWEEP prefill|decode|all sets PEERS; default $PEERS or all), or
-#                        $PEERS_SCRIPT instead (bench/peers_forward.py: the prefill sweep's forward only)
+#                        $PEERS_SCRIPT instead (bench/peers_forward.py: the prefill sweep's forward only);
+#                        SWEEP mla runs bench/peers_mla.py unless $PEERS_SCRIPT names another: SDPA's backends on
+#                        the MLA prefill shapes (D192, Dv128), fwd and bwd
 #   fa3                  FlashAttention-3's JAX wheel (.peers/flash_attn3_jax-*.whl, installed into /tmp) timed by
 #                        .peers/fa3_jax.py: head dim 128, MHA and GQA 32/8 (FA3_SEQS, FA3_HEADS narrow it; the full
 #                        set takes about 4 minutes); the report then shows ours / FA3 and ours / the best peer
 #   bench [SWEEP]        build, then flashattn-bench --sweep SWEEP --json $OUT/ours.json (default $BENCH_SWEEP or all;
-#                        serving: paged and multi-token decode, whose report wants the peers' decode rows)
+#                        serving: paged and multi-token decode, whose report wants the peers' decode rows; chunked;
+#                        mla: DeepSeek-V3's prefill, D192 with Dv128, H128, causal, S 4k/8k/16k, fwd and bwd, which
+#                        `all` leaves out; its report wants `peers mla`)
 #   report               bench/report.py over $OUT/ours.json, $OUT/peers.json (and $OUT/fa3.json when there)
 #   variants             bench/forward_sm90_variants/run.sh $VARIANT_ARGS: forward_sm90 kernel configurations timed
 #                        side by side (its own small build); the table goes to $OUT/variants.txt
@@ -71,8 +75,8 @@ while [ $i -lt ${#args[@]} ]; do
     info | build | tests | sanitize | report | ptx80 | baseline | fa3 | variants) parts+=("$a") ;;
     peers | bench)
       parts+=("$a")
-      if [ "$next" = prefill ] || [ "$next" = decode ] || [ "$next" = all ] ||
-        { [ "$a" = bench ] && [ "$next" = serving ]; }; then
+      if [ "$next" = prefill ] || [ "$next" = decode ] || [ "$next" = mla ] || [ "$next" = all ] ||
+        { [ "$a" = bench ] && { [ "$next" = serving ] || [ "$next" = chunked ]; }; }; then
         if [ "$a" = peers ]; then sweep_peers="$next"; else sweep_bench="$next"; fi
         i=$((i + 1))
       fi
@@ -250,8 +254,11 @@ fi
 # ---------------------------------------------------------------------------------------------------------- peers
 if wants peers; then
   if [ -f .peers/peers.py ]; then
+    # peers.py has no MLA shapes (PEERS=mla would time its decode rows alone): that sweep has a script of its own.
+    peers_script=.peers/peers.py
+    [ "$sweep_peers" = mla ] && peers_script=bench/peers_mla.py
     step "peers-$sweep_peers" 540 env PEERS="$sweep_peers" OUT="$OUT" PYTHONPATH="$ROOT/.peers" \
-      python3 "${PEERS_SCRIPT:-.peers/peers.py}"
+      python3 "${PEERS_SCRIPT:-$peers_script}"
   else
     printf '%-24s SKIPPED (.peers/peers.py missing)\n' "peers-$sweep_peers" | tee -a "$STEPS"
   fi

@@ -652,6 +652,7 @@ struct Row {
   std::string kind, op;  // prefill fwd|bwd|bwd-det (deterministic backward), decode decode
   flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
   int64_t B = 0, H = 0, HK = 0, Sq = 0, Sk = 0, D = 0;
+  int64_t Dv = 0;  // head dim of V and O (and dO, dV); D unless --dim-v or the mla sweep says otherwise
   bool causal = false;
   bool sinks = false;  // --sinks: the call had attention sinks (and the backward computed dSinks)
   int32_t chunks = 0;
@@ -704,7 +705,8 @@ std::string jsonNumber(double x) {
 
 std::string rowJson(const Row &r) {
   std::string j = "{\"kind\": " + jsonString(r.kind) + ", \"op\": " + jsonString(r.op) +
-                  ", \"dtype\": " + jsonString(dtypeName(r.dtype)) + ", \"D\": " + std::to_string(r.D);
+                  ", \"dtype\": " + jsonString(dtypeName(r.dtype)) + ", \"D\": " + std::to_string(r.D) +
+                  ", \"Dv\": " + std::to_string(r.Dv);
   if (r.kind == "decode") {
     j += ", \"S\": " + std::to_string(r.Sk) + ", \"L\": " + std::to_string(r.Sk) + ", \"Sq\": " + std::to_string(r.Sq);
   } else {
@@ -753,9 +755,11 @@ std::string shapeText(const Row &r) {
                   r.causal ? " causal" : "",
                   r.pageSize ? ("page=" + std::to_string(r.pageSize)).c_str() : "dense cache");
   } else {
-    std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%lld%s%s", r.op.c_str(),
+    // "D=192/128" where V/O's head dim differs; rows of one head dim keep the text they always had.
+    const std::string dims = std::to_string(r.D) + (r.Dv != r.D ? "/" + std::to_string(r.Dv) : "");
+    std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%s%s%s", r.op.c_str(),
                   dtypeName(r.dtype), (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk,
-                  (long long)r.D, r.causal ? " causal" : "", r.sinks ? " sinks" : "");
+                  dims.c_str(), r.causal ? " causal" : "", r.sinks ? " sinks" : "");
   }
   return buf;
 }
@@ -788,6 +792,7 @@ struct Options {
   bool dtypeGiven = false;
   // 0 = not given: resolveShape() fills in defaults that suit the backend.
   int64_t batch = 0, heads = 0, kvHeads = 0, seq = 0, seqK = 0, dim = 0, qTokens = 1;
+  int64_t dimV = 0;  // head dim of V and O; 0 = --dim's
   bool causal = false;
   int32_t chunks = 0;
   int64_t pageSize = 0;
@@ -816,13 +821,16 @@ void usage(FILE *f) {
                "  --batch B --heads H --kv-heads HK --seq S --seqk SK --dim D\n"
                "                              shape (defaults 2, 16, H, 1024, S, 128; on HOST 1, 4, H, 256, S, 64);\n"
                "                              decode reads a cache of SK\n"
+               "  --dim-v DV                  head dim of V and O (and dO, dV), 0 = --dim (default); fwd and bwd\n"
+               "                              only (MLA prefill: --dim 192 --dim-v 128); rows say D=192/128 and\n"
+               "                              count 2*B*H*Sq*Sk*(D+DV) FLOP forward (halved when causal)\n"
                "  --qtokens T                 decode query tokens per sequence, 1..16 (default 1)\n"
                "  --causal                    bottom-right causal mask\n"
                "  --chunks N                  decode KV chunks (0 = automatic)\n"
                "  --page-size P               decode from a paged cache with P rows per page (0 = dense)\n"
                "  --layout bhsd|bshd          memory order of Q, K, V, O (default bhsd)\n"
                "  --iters N --warmup N        timed calls (median reported) and untimed calls before them\n"
-               "  --sweep prefill|decode|serving|chunked|all\n"
+               "  --sweep prefill|decode|serving|chunked|mla|all\n"
                "                              the kernel-target sweeps: prefill B*S=16k, S 512..16k, causal and not,\n"
                "                              H=2048/D (rounded down) at D 64/128/256 bf16 and fp16, D 96/192 bf16,\n"
                "                              and GQA 32/8 D128 bf16 at S 2k/8k/16k (--dim and --dtype filter it);\n"
@@ -831,8 +839,10 @@ void usage(FILE *f) {
                "                              and paged (pages of 1, 16, 64 rows), and 2/4/8/16 query tokens\n"
                "                              (causal) on the dense caches of 256 MiB and more; chunked B4 H32/8\n"
                "                              D128 causal, 512 new tokens over 4k..16k cached keys, paged (page 16)\n"
-               "                              and dense (all: prefill, decode and serving; --op fwd|bwd|decode\n"
-               "                              filters)\n"
+               "                              and dense; mla: DeepSeek-V3's prefill, bf16 H=128/128 D192 DV128\n"
+               "                              causal, S 4k/8k/16k, B*S=16k (all: prefill, decode and serving, not\n"
+               "                              chunked or mla; --op fwd|bwd|decode filters; --dim-v filters the\n"
+               "                              prefill and mla rows as --dim does)\n"
                "  --json FILE                 write the result rows (rewritten after every shape)\n"
                "  --check-gflop G             host work allowed per correctness check (default 2)\n"
                "  --no-check                  skip the correctness check (rows say \"not checked\")\n"
@@ -887,9 +897,9 @@ Options parseOptions(int argc, char **argv) {
         throw std::invalid_argument(a + " " + v + ": expected an integer >= " + std::to_string(lo));
       return x;
     };
-    static const char *const kShapeOptions[] = {"--op",     "--dtype",     "--batch", "--heads",   "--kv-heads",
-                                                "--seq",    "--seqk",      "--dim",   "--qtokens", "--causal",
-                                                "--chunks", "--page-size", "--sweep"};
+    static const char *const kShapeOptions[] = {"--op",      "--dtype",  "--batch",     "--heads", "--kv-heads",
+                                                "--seq",     "--seqk",   "--dim",       "--dim-v", "--qtokens",
+                                                "--causal",  "--chunks", "--page-size", "--sweep"};
     for (const char *name : kShapeOptions)
       if (a == name) o.demo = false;
     if (a == "--help" || a == "-h") {
@@ -915,6 +925,8 @@ Options parseOptions(int argc, char **argv) {
       o.seqK = integer(1);
     else if (a == "--dim")
       o.dim = integer(1);
+    else if (a == "--dim-v")
+      o.dimV = integer(0);
     else if (a == "--qtokens")
       o.qTokens = integer(1);
     else if (a == "--causal")
@@ -932,8 +944,8 @@ Options parseOptions(int argc, char **argv) {
     else if (a == "--sweep") {
       o.sweep = value();
       if (o.sweep != "prefill" && o.sweep != "decode" && o.sweep != "serving" && o.sweep != "chunked" &&
-          o.sweep != "all")
-        throw std::invalid_argument("--sweep " + o.sweep + ": expected prefill, decode, serving, chunked or all");
+          o.sweep != "mla" && o.sweep != "all")
+        throw std::invalid_argument("--sweep " + o.sweep + ": expected prefill, decode, serving, chunked, mla or all");
     } else if (a == "--layout") {
       const std::string v = value();
       if (v == "bhsd")
@@ -968,6 +980,13 @@ Options parseOptions(int argc, char **argv) {
   if (o.heads && o.kvHeads && o.heads % o.kvHeads != 0)
     throw std::invalid_argument("--heads " + std::to_string(o.heads) + " is not a multiple of --kv-heads " +
                                 std::to_string(o.kvHeads));
+  // The decode and chunked paths build one head dim into their caches and checks; a sweep only filters on --dim-v.
+  // Without --dim the single shape's head dim depends on the backend, so only an equal --dim makes --dim-v harmless.
+  if (o.dimV && o.dimV != o.dim && o.sweep.empty() && (o.op == "decode" || o.op == "chunked" || o.op == "all"))
+    throw std::invalid_argument("--dim-v " + std::to_string(o.dimV) +
+                                " (V/O head dim other than --dim's) is for --op fwd or bwd only: the " +
+                                (o.op == "all" ? "decode rows of --op all" : o.op + " rows") +
+                                " take one head dim for Q, K, V and O");
   return o;
 }
 
@@ -978,6 +997,7 @@ struct PrefillShape {
   flashAttnDataType_t dtype;
   int64_t B, H, HK, Sq, Sk, D;
   bool causal;
+  int64_t Dv;  // of V, O, dO, dV
 };
 
 struct DecodeShape {
@@ -998,7 +1018,7 @@ struct ChunkedShape {
 
 // The shape fields of a shape's rows, shared by the run and by --list, so both name a row alike.
 Row shapeRow(const char *kind, const char *op, flashAttnDataType_t dtype, int64_t B, int64_t H, int64_t HK,
-             int64_t Sq, int64_t Sk, int64_t D, bool causal, bool sinks) {
+             int64_t Sq, int64_t Sk, int64_t D, int64_t Dv, bool causal, bool sinks) {
   Row r;
   r.kind = kind;
   r.op = op;
@@ -1009,17 +1029,18 @@ Row shapeRow(const char *kind, const char *op, flashAttnDataType_t dtype, int64_
   r.Sq = Sq;
   r.Sk = Sk;
   r.D = D;
+  r.Dv = Dv;
   r.causal = causal;
   r.sinks = sinks;
   return r;
 }
 
 Row prefillRow(const PrefillShape &s, const char *op, bool sinks) {
-  return shapeRow("prefill", op, s.dtype, s.B, s.H, s.HK, s.Sq, s.Sk, s.D, s.causal, sinks);
+  return shapeRow("prefill", op, s.dtype, s.B, s.H, s.HK, s.Sq, s.Sk, s.D, s.Dv, s.causal, sinks);
 }
 
 Row decodeRow(const DecodeShape &s, bool sinks) {
-  Row r = shapeRow("decode", "decode", s.dtype, s.B, s.H, s.HK, s.T, s.L, s.D, s.causal, sinks);
+  Row r = shapeRow("decode", "decode", s.dtype, s.B, s.H, s.HK, s.T, s.L, s.D, s.D, s.causal, sinks);
   r.chunks = s.chunks;
   r.pageSize = s.pageSize;
   return r;
@@ -1027,7 +1048,7 @@ Row decodeRow(const DecodeShape &s, bool sinks) {
 
 // A chunked shape's paged-cache row, or its dense-cache row: report.py pairs them by page size 0.
 Row chunkedRow(const ChunkedShape &s, bool paged) {
-  Row r = shapeRow("chunked", "fwd", s.dtype, s.B, s.H, s.HK, s.T, s.L, s.D, s.causal, false);
+  Row r = shapeRow("chunked", "fwd", s.dtype, s.B, s.H, s.HK, s.T, s.L, s.D, s.D, s.causal, false);
   r.pageSize = paged ? s.pageSize : 0;
   return r;
 }
@@ -1289,10 +1310,15 @@ std::string pickText(const char *one, const char *many, const Pick &p, int64_t n
 void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
   Row fwd = prefillRow(s, "fwd", opt_.sinks), bwd = prefillRow(s, "bwd", opt_.sinks);
   const size_t es = elementBytes(s.dtype);
-  const double fwdFlops = 2.0 * double(s.B) * double(s.H) * visiblePairs(s.Sq, s.Sk, s.causal) * double(2 * s.D);
+  // Q K^T costs D per visible pair and P V costs Dv: 4*B*H*pairs*D when the two head dims agree.
+  const double fwdFlops =
+      2.0 * double(s.B) * double(s.H) * visiblePairs(s.Sq, s.Sk, s.causal) * double(s.D + s.Dv);
 
   const View qv = tensor4(opt_.layout, s.B, s.H, s.Sq, s.D);
   const View kv = tensor4(opt_.layout, s.B, s.HK, s.Sk, s.D);
+  // V (and dV) and O (and dO) have the V head dim; the same picks slice them as K and Q.
+  const View vv = tensor4(opt_.layout, s.B, s.HK, s.Sk, s.Dv);
+  const View ov = tensor4(opt_.layout, s.B, s.H, s.Sq, s.Dv);
   const View lv = View::dense({s.B, s.H, s.Sq});
   auto bytesOf = [&](const View &v) { return size_t(v.extent()) * es; };
 
@@ -1329,18 +1355,18 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
     bwdAttn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr, dSinksPtr);
     qD = std::make_unique<TensorDesc>(s.dtype, qv);
     kD = std::make_unique<TensorDesc>(s.dtype, kv);
-    vD = std::make_unique<TensorDesc>(s.dtype, kv);
-    oD = std::make_unique<TensorDesc>(s.dtype, qv);
+    vD = std::make_unique<TensorDesc>(s.dtype, vv);
+    oD = std::make_unique<TensorDesc>(s.dtype, ov);
     lD = std::make_unique<TensorDesc>(FLASHATTN_DATA_FP32, lv);
     fwd.kernel = support(FLASHATTN_OP_FORWARD, *attn, nullptr, *qD, *kD, *vD, *oD);
 
     hq = randomTensor(s.dtype, qv.extent(), 1);
     hk = randomTensor(s.dtype, kv.extent(), 2);
-    hv = randomTensor(s.dtype, kv.extent(), 3);
+    hv = randomTensor(s.dtype, vv.extent(), 3);
     dq = std::make_unique<Buffer>(mem_, bytesOf(qv));
     dk = std::make_unique<Buffer>(mem_, bytesOf(kv));
-    dv = std::make_unique<Buffer>(mem_, bytesOf(kv));
-    dout = std::make_unique<Buffer>(mem_, bytesOf(qv));
+    dv = std::make_unique<Buffer>(mem_, bytesOf(vv));
+    dout = std::make_unique<Buffer>(mem_, bytesOf(ov));
     dlse = std::make_unique<Buffer>(mem_, bytesOf(lv) / es * 4);
     dq->upload(hq);
     dk->upload(hk);
@@ -1371,40 +1397,43 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
         if (full > budgetFlops()) {
           batch = Pick{s.B - 1, 1, 1};
           const SliceChoice c =
-              chooseSlice(s.H, s.HK, pairOfHeads(s.H, s.HK), s.Sq, double(s.Sk) * s.D * 4, budgetFlops());
+              chooseSlice(s.H, s.HK, pairOfHeads(s.H, s.HK), s.Sq, double(s.Sk) * (s.D + s.Dv) * 2, budgetFlops());
           heads = c.heads;
           rows = s.causal ? tail(s.Sq, c.count) : spread(s.Sq, c.count);
         }
         const View q1 = qv.pick(0, batch).pick(1, heads.q).pick(2, rows);
         const View k1 = kv.pick(0, batch).pick(1, heads.kv);
+        const View v1 = vv.pick(0, batch).pick(1, heads.kv);
+        const View o1 = ov.pick(0, batch).pick(1, heads.q).pick(2, rows);
         const View l1 = lv.pick(0, batch).pick(1, heads.q).pick(2, rows);
-        const View oRef = q1.compact(), lRef = l1.compact();
+        const View oRef = o1.compact(), lRef = l1.compact();
         HostBlock refO(size_t(oRef.elements()) * es), refL(size_t(lRef.elements()) * 4);
         if (useOracle()) {
           bench_oracle::Shape os;
           os.B = batch.count, os.H = heads.q.count, os.HK = heads.kv.count, os.Sq = rows.count, os.Sk = s.Sk;
-          os.D = s.D, os.causal = s.causal;
+          os.D = s.D, os.Dv = s.Dv, os.causal = s.causal;
           for (float x : pickSinks(sinks, heads.q)) os.sinks.push_back(x);
           std::vector<double> o, l;
           bench_oracle::forward(os, gather(hq.data(), q1, s.dtype), gather(hk.data(), k1, s.dtype),
-                                gather(hv.data(), k1, s.dtype), o, l);
+                                gather(hv.data(), v1, s.dtype), o, l);
           storeRounded(o, refO.data(), s.dtype);
           storeFloats(l, refL.data());
         } else {
-          TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), o1D(s.dtype, oRef), l1D(FLASHATTN_DATA_FP32, lRef);
+          TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), v1D(s.dtype, v1), o1D(s.dtype, oRef),
+              l1D(FLASHATTN_DATA_FP32, lRef);
           // The HOST handle reads host memory, and only the sliced heads' sinks.
           const std::vector<float> sinks1 = pickSinks(sinks, heads.q);
           const AttnDesc hostAttn(s.causal, false, opt_.sinks ? sinks1.data() : nullptr);
           size_t hostWs = 0;
-          apiCheck(flashAttnForwardGetWorkspaceSize(host_, hostAttn, nullptr, q1D, k1D, k1D, o1D, l1D, &hostWs),
+          apiCheck(flashAttnForwardGetWorkspaceSize(host_, hostAttn, nullptr, q1D, k1D, v1D, o1D, l1D, &hostWs),
                    "HOST flashAttnForwardGetWorkspaceSize");
           HostBlock hws(hostWs);
           apiCheck(flashAttnForward(host_, hostAttn, nullptr, q1D, hq.data() + q1.offset * es, k1D,
-                                    hk.data() + k1.offset * es, k1D, hv.data() + k1.offset * es, o1D, refO.data(), l1D,
+                                    hk.data() + k1.offset * es, v1D, hv.data() + v1.offset * es, o1D, refO.data(), l1D,
                                     reinterpret_cast<float *>(refL.data()), hostWs ? hws.data() : nullptr, hostWs),
                    "HOST flashAttnForward");
         }
-        const ErrorStats e = compare(ho.data(), q1, refO.data(), oRef, s.dtype);
+        const ErrorStats e = compare(ho.data(), o1, refO.data(), oRef, s.dtype);
         const LseStats le = compareLse(reinterpret_cast<const float *>(hl.data()), l1,
                                        reinterpret_cast<const float *>(refL.data()), lRef);
         fwd.checked = true;
@@ -1443,10 +1472,10 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
   auto backward = [&](Row &row, const AttnDesc &ad) {
     try {
       row.kernel = support(FLASHATTN_OP_BACKWARD, ad, nullptr, *qD, *kD, *vD, *oD);
-      HostBlock hdo = randomTensor(s.dtype, qv.extent(), 4);
-      Buffer ddo(mem_, bytesOf(qv)), ddq(mem_, bytesOf(qv)), ddk(mem_, bytesOf(kv)), ddv(mem_, bytesOf(kv));
+      HostBlock hdo = randomTensor(s.dtype, ov.extent(), 4);
+      Buffer ddo(mem_, bytesOf(ov)), ddq(mem_, bytesOf(qv)), ddk(mem_, bytesOf(kv)), ddv(mem_, bytesOf(vv));
       ddo.upload(hdo);
-      TensorDesc dOD(s.dtype, qv), dQD(s.dtype, qv), dKD(s.dtype, kv), dVD(s.dtype, kv);
+      TensorDesc dOD(s.dtype, ov), dQD(s.dtype, qv), dKD(s.dtype, kv), dVD(s.dtype, vv);
       size_t wsBytes = 0;
       apiCheck(flashAttnBackwardGetWorkspaceSize(handle_, ad, nullptr, *qD, *kD, *vD, *oD, *lD, &wsBytes),
                "flashAttnBackwardGetWorkspaceSize");
@@ -1477,47 +1506,50 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
                                 bool wantDq, bool wantDkv) {
           const View q1 = qv.pick(0, batch).pick(1, heads.q).pick(2, rows);
           const View k1 = kv.pick(0, batch).pick(1, heads.kv).pick(2, keys);
+          const View v1 = vv.pick(0, batch).pick(1, heads.kv).pick(2, keys);
+          const View o1 = ov.pick(0, batch).pick(1, heads.q).pick(2, rows);
           const View l1 = lv.pick(0, batch).pick(1, heads.q).pick(2, rows);
-          const View qRef = q1.compact(), kRef = k1.compact(), lRef = l1.compact();
+          const View qRef = q1.compact(), kRef = k1.compact(), vRef = v1.compact(), lRef = l1.compact();
           HostBlock lse1 = gatherFloats(reinterpret_cast<const float *>(hl.data()), l1);
           HostBlock rq(size_t(qRef.elements()) * es), rk(size_t(kRef.elements()) * es),
-              rv(size_t(kRef.elements()) * es);
+              rv(size_t(vRef.elements()) * es);
           if (useOracle()) {
             bench_oracle::Shape os;
             os.B = batch.count, os.H = heads.q.count, os.HK = heads.kv.count, os.Sq = rows.count, os.Sk = keys.count;
-            os.D = s.D, os.causal = s.causal;
+            os.D = s.D, os.Dv = s.Dv, os.causal = s.causal;
             std::vector<double> lse(size_t(lRef.elements()));
             for (size_t i = 0; i < lse.size(); ++i) lse[i] = reinterpret_cast<const float *>(lse1.data())[i];
             std::vector<double> gq, gk, gv;
             bench_oracle::backward(os, gather(hq.data(), q1, s.dtype), gather(hk.data(), k1, s.dtype),
-                                   gather(hv.data(), k1, s.dtype), gather(ho.data(), q1, s.dtype),
-                                   gather(hdo.data(), q1, s.dtype), lse, gq, gk, gv);
+                                   gather(hv.data(), v1, s.dtype), gather(ho.data(), o1, s.dtype),
+                                   gather(hdo.data(), o1, s.dtype), lse, gq, gk, gv);
             storeRounded(gq, rq.data(), s.dtype);
             storeRounded(gk, rk.data(), s.dtype);
             storeRounded(gv, rv.data(), s.dtype);
           } else {
-            TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), l1D(FLASHATTN_DATA_FP32, lRef), qRD(s.dtype, qRef),
-                kRD(s.dtype, kRef);
+            TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), v1D(s.dtype, v1), o1D(s.dtype, o1),
+                l1D(FLASHATTN_DATA_FP32, lRef), qRD(s.dtype, qRef), kRD(s.dtype, kRef), vRD(s.dtype, vRef);
             // With sinks the HOST handle needs their host copy, the sliced heads' only (dSinks is checked below).
             const std::vector<float> sinks1 = pickSinks(sinks, heads.q);
             std::unique_ptr<AttnDesc> sinkAd;
             if (opt_.sinks) sinkAd = std::make_unique<AttnDesc>(s.causal, false, sinks1.data());
             const AttnDesc &hostAd = sinkAd ? *sinkAd : ad;
             size_t hostWs = 0;
-            apiCheck(flashAttnBackwardGetWorkspaceSize(host_, hostAd, nullptr, q1D, k1D, k1D, q1D, l1D, &hostWs),
+            apiCheck(flashAttnBackwardGetWorkspaceSize(host_, hostAd, nullptr, q1D, k1D, v1D, o1D, l1D, &hostWs),
                      "HOST flashAttnBackwardGetWorkspaceSize");
             HostBlock hws(hostWs);
-            const size_t qo = size_t(q1.offset) * es, ko = size_t(k1.offset) * es;
-            apiCheck(flashAttnBackward(host_, hostAd, nullptr, q1D, hq.data() + qo, k1D, hk.data() + ko, k1D,
-                                       hv.data() + ko, q1D, ho.data() + qo, q1D, hdo.data() + qo, l1D,
+            const size_t qo = size_t(q1.offset) * es, ko = size_t(k1.offset) * es, vo = size_t(v1.offset) * es,
+                         oo = size_t(o1.offset) * es;
+            apiCheck(flashAttnBackward(host_, hostAd, nullptr, q1D, hq.data() + qo, k1D, hk.data() + ko, v1D,
+                                       hv.data() + vo, o1D, ho.data() + oo, o1D, hdo.data() + oo, l1D,
                                        reinterpret_cast<const float *>(lse1.data()), qRD, rq.data(), kRD, rk.data(),
-                                       kRD, rv.data(), hostWs ? hws.data() : nullptr, hostWs),
+                                       vRD, rv.data(), hostWs ? hws.data() : nullptr, hostWs),
                      "HOST flashAttnBackward");
           }
           if (wantDq) eq = compare(gq.data(), q1, rq.data(), qRef, s.dtype);
           if (wantDkv) {
             ek = compare(gk.data(), k1, rk.data(), kRef, s.dtype);
-            ev = compare(gv.data(), k1, rv.data(), kRef, s.dtype);
+            ev = compare(gv.data(), v1, rv.data(), vRef, s.dtype);
           }
           scope.push_back(std::string(wantDq && wantDkv ? "dQ dK dV"
                                       : wantDq          ? "dQ"
@@ -1526,7 +1558,8 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
                           pickText("head", "heads", heads.q, s.H) + ", " + pickText("row", "rows", rows, s.Sq) + ", " +
                           pickText("key", "keys", keys, s.Sk));
         };
-        const double perPair = double(s.D) * 10;  // recompute S and dP, then dS, dQ, dK, dV
+        // Recompute S (D) and dP (Dv), then dQ and dK (D each) and dV (Dv): 10*D when the head dims agree.
+        const double perPair = 2.0 * double(3 * s.D + 2 * s.Dv);
         if (double(s.B) * s.H * s.Sq * s.Sk * perPair <= budgetFlops()) {
           hostBackward(allOf(s.B), HeadPick{allOf(s.H), allOf(s.HK)}, allOf(s.Sq), allOf(s.Sk), true, true);
         } else {
@@ -1550,16 +1583,17 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           for (int64_t b = 0; b < s.B; ++b)
             for (int64_t h = 0; h < s.H; ++h) {
               const Pick one{h, 1, 1};
-              const View q1 = qv.pick(0, Pick{b, 1, 1}).pick(1, one);
+              const View o1 = ov.pick(0, Pick{b, 1, 1}).pick(1, one);
               const View l1 = lv.pick(0, Pick{b, 1, 1}).pick(1, one);
               bench_oracle::Shape os;
-              os.B = 1, os.H = 1, os.HK = 1, os.Sq = s.Sq, os.Sk = s.Sk, os.D = s.D, os.causal = s.causal;
+              os.B = 1, os.H = 1, os.HK = 1, os.Sq = s.Sq, os.Sk = s.Sk, os.D = s.D, os.Dv = s.Dv;
+              os.causal = s.causal;
               os.sinks = {double(sinks[size_t(h)])};
               std::vector<double> lse(size_t(s.Sq)), part;
               l1.forEach([&](int64_t off, int64_t lin) {
                 lse[size_t(lin)] = reinterpret_cast<const float *>(hl.data())[off];
               });
-              bench_oracle::sinksGradient(os, gather(ho.data(), q1, s.dtype), gather(hdo.data(), q1, s.dtype), lse,
+              bench_oracle::sinksGradient(os, gather(ho.data(), o1, s.dtype), gather(hdo.data(), o1, s.dtype), lse,
                                           part);
               ref[size_t(h)] += part[0];
             }
@@ -1962,11 +1996,12 @@ Plan makePlan(const Options &o, bool cuda) {
   if (o.demo) {
     p.fwd = p.bwd = true;
     if (cuda) {
-      for (bool causal : {false, true}) p.prefill.push_back({FLASHATTN_DATA_BF16, 4, 16, 16, 4096, 4096, 128, causal});
+      for (bool causal : {false, true})
+        p.prefill.push_back({FLASHATTN_DATA_BF16, 4, 16, 16, 4096, 4096, 128, causal, 128});
       p.decode.push_back({FLASHATTN_DATA_BF16, 8, 32, 8, 1, 8192, 128, false, 0, 0});
       p.decode.push_back({FLASHATTN_DATA_BF16, 8, 32, 8, 1, 8192, 128, false, 0, 64});
     } else {
-      for (bool causal : {false, true}) p.prefill.push_back({FLASHATTN_DATA_BF16, 1, 4, 2, 256, 256, 64, causal});
+      for (bool causal : {false, true}) p.prefill.push_back({FLASHATTN_DATA_BF16, 1, 4, 2, 256, 256, 64, causal, 64});
       p.decode.push_back({FLASHATTN_DATA_BF16, 2, 8, 2, 1, 1000, 64, false, 0, 0});
       p.decode.push_back({FLASHATTN_DATA_BF16, 2, 8, 2, 1, 1000, 64, false, 3, 16});
     }
@@ -1976,6 +2011,17 @@ Plan makePlan(const Options &o, bool cuda) {
     // The inference engines' chunked prefill: 512 new tokens after a long cached prefix, GQA 32/8.
     for (int64_t prefix : {4096, 8192, 16384})
       p.chunked.push_back({o.dtypeGiven ? o.dtype : FLASHATTN_DATA_BF16, 4, 32, 8, 512, prefix + 512, 128, true, 16});
+    return p;
+  }
+  if (o.sweep == "mla") {
+    // DeepSeek-V3's prefill attention: the latent KV expanded to 128 heads of K (128 no-PE + 64 RoPE dims = 192) and
+    // V (128), causal, as bench/peers_mla.py times the peers. --dtype, --dim and --dim-v filter it like the prefill
+    // sweep; decode and chunked have no MLA rows.
+    const bool wanted = (!o.dtypeGiven || o.dtype == FLASHATTN_DATA_BF16) && (!o.dim || o.dim == 192) &&
+                        (!o.dimV || o.dimV == 128) && (p.fwd || p.bwd);
+    if (wanted)
+      for (int64_t S : {4096, 8192, 16384})
+        p.prefill.push_back({FLASHATTN_DATA_BF16, std::max<int64_t>(1, 16384 / S), 128, 128, S, S, 192, true, 128});
     return p;
   }
   if (o.op == "chunked") {
@@ -1991,15 +2037,16 @@ Plan makePlan(const Options &o, bool cuda) {
         // Heads 2048 / D rounded down as peers.py has them (21 at D96, 10 at D192), so the rows join the peers'.
         // The peers time D96 and D192 in bf16 only.
         for (int64_t D : {64, 96, 128, 192, 256}) {
-          if (o.dim && D != o.dim) continue;
+          if ((o.dim && D != o.dim) || (o.dimV && D != o.dimV)) continue;
           if ((D == 96 || D == 192) && t != FLASHATTN_DATA_BF16) continue;
           for (int64_t S = 512; S <= 16384; S *= 2)
-            for (bool causal : {false, true}) p.prefill.push_back({t, 16384 / S, 2048 / D, 2048 / D, S, S, D, causal});
+            for (bool causal : {false, true})
+              p.prefill.push_back({t, 16384 / S, 2048 / D, 2048 / D, S, S, D, causal, D});
         }
         // GQA 32/8 at D128 (Llama-3-8B's attention), in bf16 as the peers time it.
-        if (t == FLASHATTN_DATA_BF16 && (!o.dim || o.dim == 128))
+        if (t == FLASHATTN_DATA_BF16 && (!o.dim || o.dim == 128) && (!o.dimV || o.dimV == 128))
           for (int64_t S : {2048, 8192, 16384})
-            for (bool causal : {false, true}) p.prefill.push_back({t, 16384 / S, 32, 8, S, S, 128, causal});
+            for (bool causal : {false, true}) p.prefill.push_back({t, 16384 / S, 32, 8, S, S, 128, causal, 128});
       }
     }
     // (batch, cache length) of the decode rows, GQA 32/8 D128 bf16, as peers.py times them.
@@ -2034,7 +2081,8 @@ Plan makePlan(const Options &o, bool cuda) {
     return p;
   }
   const int64_t dim = o.dim ? o.dim : cuda ? 128 : 64;
-  if (p.fwd || p.bwd) p.prefill.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.seq, o.seqK, dim, o.causal});
+  if (p.fwd || p.bwd)
+    p.prefill.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.seq, o.seqK, dim, o.causal, o.dimV ? o.dimV : dim});
   if (decodeOp)
     p.decode.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.qTokens, o.seqK, dim, o.causal, o.chunks, o.pageSize});
   return p;

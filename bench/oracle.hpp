@@ -3,9 +3,10 @@
 // HOST backend with itself would prove nothing). Written from the formulas of docs/semantics.md, independently of the
 // library, and small: dense row-major double arrays in, dense double arrays out; the caller gathers strided slices.
 //
-// Shapes: Q, O, dO, dQ [B, H, Sq, D]; K, V, dK, dV [B, HK, Sk, D]; LSE [B, H, Sq]. Query head h reads KV head
-// h / (H / HK). Scale 1/sqrt(D). A causal mask is bottom-right aligned: key j is visible to row i iff
-// j <= i + sk - Sq, with sk the sequence's key count. A row with no visible key has O = 0 and LSE = -inf.
+// Shapes: Q, dQ [B, H, Sq, D]; O, dO [B, H, Sq, Dv]; K, dK [B, HK, Sk, D]; V, dV [B, HK, Sk, Dv]; LSE [B, H, Sq]. Query
+// head h reads KV head h / (H / HK). Scale 1/sqrt(D), of the Q/K head dim. A causal mask is bottom-right aligned: key j
+// is visible to row i iff j <= i + sk - Sq, with sk the sequence's key count. A row with no visible key has O = 0 and
+// LSE = -inf.
 // Attention sinks (docs/semantics.md): a logit s_h per query head that joins every row's softmax denominator without
 // a value, so LSE = log(sum_j exp(logit_ij) + exp(s_h)), and a row with no visible key has O = 0 and LSE = s_h.
 #pragma once
@@ -17,6 +18,7 @@ namespace bench_oracle {
 
 struct Shape {
   int64_t B = 0, H = 0, HK = 0, Sq = 0, Sk = 0, D = 0;
+  int64_t Dv = 0;  // head dim of V and O (MLA's differs from Q/K's); 0: D
   bool causal = false;
   // Keys used by sequence b: [0, keyLengths[b]) of the Sk stored ones (decode's per-sequence lengths); empty: all.
   std::vector<int64_t> keyLengths;

@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Join flashattn-bench rows (ours.json) with the peers' rows (peers.json, from peers.py) and print a table.
 
-Prefill rows join on (dtype, D, S, B, H, causal) and the operation (peers carry fwd_* and bwd_* in one row); decode
+Prefill rows join on (dtype, D, Dv, S, B, H, causal) and the operation (peers carry fwd_* and bwd_* in one row); decode
 rows on (B, L, heads, KV heads, D). Deterministic backward rows (op "bwd-det", flashattn-bench --deterministic) have
 no peers: they show the ratio to our own bwd row of the same shape instead (column "det/bwd"). Rows with attention
 sinks (flashattn-bench --sinks, "sinks": true) have no peers either: they are listed as "fwd sinks" and so on, with
@@ -18,6 +18,12 @@ same problem, with the ratio paged/dense; multi-token rows ("Sq" > 1, dense cach
 ratio to our one-token row of the shape ("vs 1 token"). Both show the fraction of the copy bandwidth and the ratio to
 the best peer's dense one-token decode of the same (B, L, heads, KV heads, D), the best of every peer backend measured
 (EFFICIENT included), column "ours/best": the peers read the cache once per call too, so GB/s compare across them.
+
+Prefill rows whose V/O head dim differs from Q/K's ("Dv", taken as D where a row lacks it: every older file), such
+as DeepSeek-V3's MLA prefill (flashattn-bench --sweep mla, bench/peers_mla.py: D192 with Dv128), leave the prefill
+table for one of their own per (D, Dv), "MLA prefill (D192/Dv128)": every peer backend measured (EFFICIENT too, since
+FLASH may refuse the shape), "not served" where a peer refused it, and ours / the best peer that served it (column
+"ours/best", "not served" when none did). FLOPs there are 2*B*H*S*S*(D + Dv), halved when causal; backward 2.5x.
 
 FlashAttention-3 rows (fa3_jax.py's fa3.json, backend "fa3") are peers like the others: give them as one more --peers
 file (by default $OUT/fa3.json is read when it exists); prefill rows then also show ours / the best peer of cuDNN and
@@ -39,6 +45,7 @@ import sys
 DTYPE_NAMES = {"bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "half": "fp16",
                "float32": "fp32", "fp32": "fp32"}
 PEERS = ("flash", "cudnn", "fa3")
+MLA_PEERS = ("flash", "cudnn", "efficient", "fa3")  # FLASH refuses Dv != D: EFFICIENT may be the one that serves
 BEST_OF = ("cudnn", "fa3")  # the peers a kernel must beat (FLASH is FlashAttention-2, behind both)
 
 
@@ -60,7 +67,12 @@ def load(path, what):
 
 def prefill_key(r):
     return (DTYPE_NAMES.get(str(r.get("dtype")), str(r.get("dtype"))), int(r["D"]), int(r["S"]), int(r["B"]),
-            int(r["H"]), int(r.get("HK") or r["H"]), bool(r["causal"]))
+            int(r["H"]), int(r.get("HK") or r["H"]), bool(r["causal"]), head_dim_v(r))
+
+
+def head_dim_v(r):
+    """The V/O head dim of a prefill row; rows written before the field was there had D's."""
+    return int(r.get("Dv") or r["D"])
 
 
 def decode_key(r, heads_field, kv_field):
@@ -144,7 +156,8 @@ def build(ours, peers):
             our_decode.setdefault(decode_key(r, "H", "HK"), []).append(r)
 
     prefill_rows = []
-    keys = set(k for k, _ in our_prefill) | set(peer_prefill)
+    # Rows of two head dims (MLA) have a table of their own (mla_rows).
+    keys = set(k for k, _ in our_prefill if k[1] == k[7]) | set(k for k in peer_prefill if k[1] == k[7])
     for key in sorted(keys, key=lambda k: (k[0], k[1], k[4] != k[5], k[6], k[2])):
         for op in ("fwd", "bwd", "bwd-det", "fwd sinks", "bwd sinks", "bwd-det sinks"):
             mine = our_prefill.get((key, op))
@@ -163,7 +176,7 @@ def build(ours, peers):
             if op.endswith(" sinks"):
                 plain, _ = ours_cell(our_prefill.get((key, op[:-len(" sinks")])), "tflops")
                 vs_plain = ratio(value, plain)
-            dtype, D, S, B, H, HK, causal = key
+            dtype, D, S, B, H, HK, causal, _ = key
             best = max((peer_vals[p] for p in BEST_OF if peer_vals[p] is not None), default=None)
             row = dict(shape=f"{op.split()[0]} {dtype} D{D} S{S} B{B} H{H}" + (f"/{HK}" if HK != H else "") +
                        f"{' causal' if causal else ''}{' sinks' if op.endswith(' sinks') else ''}", ours=value,
@@ -196,6 +209,81 @@ def build(ours, peers):
                 row[f"vs_{p}"] = vs[p]
             decode_rows.append(row)
     return meta, ceiling, prefill_rows, decode_rows
+
+
+def mla_rows(ours, peers):
+    """Prefill rows whose V/O head dim differs from Q/K's, ours beside every peer backend's: one dict per operation
+    and shape, with "peers" {backend: TFLOP/s, or the string "not served" for a refusal} and the best that served."""
+    theirs, mine = {}, {}
+    for r in peers:
+        if r.get("kind") == "prefill" and r.get("backend") in MLA_PEERS and head_dim_v(r) != int(r["D"]):
+            theirs.setdefault(prefill_key(r), {})[r["backend"]] = r
+    for r in ours:
+        if r.get("kind") == "prefill" and head_dim_v(r) != int(r["D"]):
+            mine[(prefill_key(r), r.get("op") + (" sinks" if r.get("sinks") else ""))] = r
+    rows = []
+    keys = set(k for k, _ in mine) | set(theirs)
+    for key in sorted(keys, key=lambda k: (k[1], k[7], k[0], k[4] != k[5], k[6], k[2])):
+        for op in ("fwd", "bwd", "bwd-det", "fwd sinks", "bwd sinks", "bwd-det sinks"):
+            r = mine.get((key, op))
+            # The peers run without sinks and have no deterministic mode: those rows of ours have no peer.
+            peer_rows = theirs.get(key, {}) if op in ("fwd", "bwd") else {}
+            if r is None and not peer_rows:
+                continue
+            cells = {}
+            for p, pr in peer_rows.items():
+                # peers_mla.py keeps a forward figure when only the backward was refused ("bwd_error").
+                value = pr.get(f"{op}_tflops")
+                cells[p] = "not served" if value is None and ("error" in pr or f"{op}_error" in pr) else value
+            served = {p: v for p, v in cells.items() if isinstance(v, (int, float))}
+            best_backend = max(served, key=served.get) if served else None
+            value, text = ours_cell(r, "tflops")
+            dtype, D, S, B, H, HK, causal, Dv = key
+            rows.append(dict(group=(D, Dv), shape=f"{op.split()[0]} {dtype} S{S} B{B} H{H}" +
+                             (f"/{HK}" if HK != H else "") + f"{' causal' if causal else ''}" +
+                             f"{' sinks' if op.endswith(' sinks') else ''}", ours=value, ours_text=text,
+                             peers=cells, best=served.get(best_backend), best_backend=best_backend,
+                             vs_best=ratio(value, served.get(best_backend)), any_peer=bool(peer_rows),
+                             check=check_cell(r)))
+    return rows
+
+
+def mla_tables(rows):
+    """(title, header, cells, summary lines) per (D, Dv) of mla_rows()."""
+    out = []
+    for group in sorted({r["group"] for r in rows}):
+        part = [r for r in rows if r["group"] == group]
+        backends = [p for p in MLA_PEERS if any(p in r["peers"] for r in part)]
+        header = ["shape", "ours TFLOP/s"] + [p.upper() for p in backends] + ["best peer", "ours/best", "check"]
+        cells = []
+        for r in part:
+            peer_cells = []
+            for p in backends:
+                v = r["peers"].get(p)
+                peer_cells.append(v if isinstance(v, str) else fmt(v, 1))
+            if r["best_backend"]:
+                best, vs = f"{r['best']:.1f} {r['best_backend'].upper()}", fmt(r["vs_best"], 2)
+            elif r["any_peer"]:
+                best = vs = "not served"
+            else:
+                best = vs = "-"
+            cells.append([r["shape"], r["ours_text"]] + peer_cells + [best, vs, r["check"]])
+        summary = []
+        vs = [r["vs_best"] for r in part if r["vs_best"] is not None]
+        if vs:
+            summary.append(f"ours/best peer that served: geometric mean {geomean(vs):.2f} over {len(vs)} rows, "
+                           f"at or above it on {sum(1 for v in vs if v >= 1)}")
+        unserved = sum(1 for r in part if r["any_peer"] and not r["best_backend"])
+        if unserved:
+            summary.append(f"{unserved} rows that no peer served")
+        missing = sum(1 for r in part if r["ours"] is None)
+        if missing:
+            summary.append(f"{missing} rows without a figure of ours (missing, not supported or failed)")
+        failed = sum(1 for r in part if r["check"].startswith("FAIL"))
+        if failed:
+            summary.append(f"{failed} rows FAILED the correctness check")
+        out.append((f"MLA prefill (D{group[0]}/Dv{group[1]})", header, cells, summary))
+    return out
 
 
 def table(header, rows):
@@ -401,6 +489,7 @@ def main():
         [os.path.join(out_dir, "fa3.json")] if os.path.exists(os.path.join(out_dir, "fa3.json")) else [])
     peers = [r for path in peer_files for r in load(path, "peers")]
     meta, ceiling, prefill_rows, decode_rows = build(ours, peers)
+    mla = mla_tables(mla_rows(ours, peers))
 
     title = "flashattn-bench vs peers"
     info = []
@@ -476,7 +565,12 @@ def main():
         print(table(c_header, c_cells))
         for line in c_summary:
             print(line)
-    if not p_cells and not d_cells and not c_cells and not pg_cells and not mt_cells:
+    for m_title, m_header, m_cells, m_summary in mla:
+        print(f"\n{m_title} (TFLOP/s; forward 2*B*H*S*S*(D+Dv), halved when causal; backward 2.5x)")
+        print(table(m_header, m_cells))
+        for line in m_summary:
+            print(line)
+    if not p_cells and not d_cells and not c_cells and not pg_cells and not mt_cells and not mla:
         print("\nno rows on either side")
 
     if args.markdown:
@@ -498,6 +592,9 @@ def main():
         if c_cells:
             md += ["", "## Chunked prefill (TFLOP/s, paged vs dense cache)", "", markdown_table(c_header, c_cells), ""]
             md += [f"- {line}" for line in c_summary]
+        for m_title, m_header, m_cells, m_summary in mla:
+            md += ["", f"## {m_title} (TFLOP/s)", "", markdown_table(m_header, m_cells), ""]
+            md += [f"- {line}" for line in m_summary]
         try:
             with open(args.markdown, "w") as f:
                 f.write("\n".join(md) + "\n")
