@@ -33,10 +33,12 @@ enum class KernelId : int32_t {
 const char *kernelIdName(KernelId id);  // "cuda.fwd.mma_sync", ...
 
 // A compiled kernel instance: storage type and the head dim it was compiled for (>= the problem's; columns between
-// are zero-filled).
+// are zero-filled); headDimV, the V/O head dim of an instance compiled for one apart from Q/K's (0: the same).
 struct InstanceKey {
   DType dtype = DType::FP16;
   int32_t headDim = 0;
+  int32_t headDimV = 0;
+  constexpr int32_t widthV() const { return headDimV > 0 ? headDimV : headDim; }
 };
 
 struct ForwardConfig {

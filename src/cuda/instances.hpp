@@ -13,6 +13,11 @@
 
 namespace flashattn::cuda {
 
+// "d128", or "d192v128" for an instance compiled for Q/K and V/O head dims apart.
+inline std::string instanceName(const InstanceKey &k) {
+  return "d" + std::to_string(k.headDim) + (k.headDimV > 0 ? "v" + std::to_string(k.headDimV) : "");
+}
+
 // Which head dims a family takes: anyWidth, every width from 1 (else multiples of 8, the 16-byte copies' unit);
 // distinctV, a V/O head dim other than Q/K's (both padded to one instance: the narrower's extra columns are zeros).
 struct HeadDimRule {
@@ -30,22 +35,37 @@ struct InstanceList {
     return false;
   }
   // The narrowest compiled head dim >= headDim for this dtype (columns in between run zero-filled), 0 when none.
+  // Instances of one head dim for Q/K and V/O only; pairFor finds the others.
   int32_t headDimFor(DType t, int64_t headDim) const {
     int32_t best = 0;
     for (int i = 0; i < count; ++i)
-      if (keys[i].dtype == t && keys[i].headDim >= headDim && (best == 0 || keys[i].headDim < best))
+      if (keys[i].dtype == t && keys[i].headDimV == 0 && keys[i].headDim >= headDim &&
+          (best == 0 || keys[i].headDim < best))
         best = keys[i].headDim;
     return best;
   }
   bool has(DType t, int64_t headDim) const {
     for (int i = 0; i < count; ++i)
-      if (keys[i].dtype == t && keys[i].headDim == headDim) return true;
+      if (keys[i].dtype == t && keys[i].headDimV == 0 && keys[i].headDim == headDim) return true;
     return false;
+  }
+  // The narrowest instance compiled for Q/K and V/O head dims apart that holds (headDim, headDimV), or nullptr.
+  const InstanceKey *pairFor(DType t, int64_t headDim, int64_t headDimV) const {
+    const InstanceKey *best = nullptr;
+    for (int i = 0; i < count; ++i) {
+      const InstanceKey &k = keys[i];
+      if (k.dtype == t && k.headDimV > 0 && k.headDim >= headDim && k.headDimV >= headDimV &&
+          (best == nullptr || k.headDim + k.headDimV < best->headDim + best->headDimV))
+        best = &k;
+    }
+    return best;
   }
   std::string headDims(DType t) const {
     std::string list;
     for (int i = 0; i < count; ++i)
-      if (keys[i].dtype == t) list += (list.empty() ? "" : ", ") + std::to_string(keys[i].headDim);
+      if (keys[i].dtype == t)
+        list += (list.empty() ? "" : ", ") + std::to_string(keys[i].headDim) +
+                (keys[i].headDimV > 0 ? "/" + std::to_string(keys[i].headDimV) : "");
     return list.empty() ? "none" : list;
   }
 

@@ -169,13 +169,19 @@ TEST(Choosers, ForwardOnHopper) {
     EXPECT_GE(d96.plan.as<flashattn::ForwardConfig>().instance.headDim, 128);
     EXPECT_NE(d96.plan.description.find("zero-padded"), std::string::npos) << d96.plan.description;
   }
-  // DeepSeek-style Q/K 192, V/O 128: the d192 instance, V's extra columns zeros.
+  // DeepSeek-style Q/K 192, V/O 128: the instance compiled for the pair (no zero columns of V).
   const Pick mla = pick(kH100, withHeadDimV(dense(Op::Forward, DType::BF16, 16, 16, 4096, 4096, 192), 128));
   if (!instanceNotBuilt(mla)) ASSERT_TRUE(mla.served) << mla.why;
   if (mla.served && !flashattn::cuda::portableOnly()) {
     EXPECT_EQ(mla.plan.kernel, KernelId::ForwardWgmma) << mla.plan.description;
     EXPECT_EQ(mla.plan.as<flashattn::ForwardConfig>().instance.headDim, 192) << mla.plan.description;
-    EXPECT_NE(mla.plan.description.find("headDimV 128"), std::string::npos) << mla.plan.description;
+    EXPECT_EQ(mla.plan.as<flashattn::ForwardConfig>().instance.widthV(), 128) << mla.plan.description;
+    EXPECT_NE(mla.plan.description.find("d192v128"), std::string::npos) << mla.plan.description;
+    // Head dims the pair does not fit as narrowly as an equal instance: 64/128 pads both to 128.
+    const Pick narrowQ = pick(kH100, withHeadDimV(dense(Op::Forward, DType::BF16, 16, 16, 512, 512, 64), 128));
+    ASSERT_TRUE(narrowQ.served) << narrowQ.why;
+    EXPECT_EQ(narrowQ.plan.as<flashattn::ForwardConfig>().instance.headDim, 128) << narrowQ.plan.description;
+    EXPECT_EQ(narrowQ.plan.as<flashattn::ForwardConfig>().instance.headDimV, 0) << narrowQ.plan.description;
   }
   // Softcap and ALiBi run on the wgmma kernel's tensor-map path; where the driver has no tensor-map encoder (a
   // machine without a GPU) they fall to the portable kernels, saying why.

@@ -208,7 +208,7 @@ cudaError_t launchSmallKernels(const BackwardParams &params, int32_t rowBlocks, 
 }
 
 cudaError_t launchMain(InstanceKey key, const BackwardParams &params, int tileIndex, cudaStream_t stream) {
-#define FLASHATTN_INSTANCE(DT, CT, HD) \
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV) \
   if (key.dtype == DType::DT && key.headDim == HD) return launchMainInstance<CT, HD>(params, tileIndex, stream);
 #include "cuda/generated/backward_instances.inc"
 #undef FLASHATTN_INSTANCE

@@ -65,7 +65,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
 cudaError_t launchSm90Main(const DeviceInfo &dev, const Plan &plan, const backward::BackwardParams &params,
                            cudaStream_t stream) {
   const InstanceKey key = plan.as<BackwardConfig>().instance;
-#define FLASHATTN_INSTANCE(DT, CT, HD) \
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV) \
   if (key.dtype == DType::DT && key.headDim == HD) return launchSm90Instance<CT, HD>(params, dev.device, stream);
 #include "cuda/generated/backward_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE

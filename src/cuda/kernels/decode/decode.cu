@@ -53,7 +53,7 @@ struct Instance {
 
 // The instances this build compiled: the family's generated list (src/cuda/generate.py).
 const Instance kInstances[] = {
-#define FLASHATTN_INSTANCE(DT, CT, HD) {DType::DT, HD, INSTANCE(CT, HD)},
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV) {DType::DT, HD, INSTANCE(CT, HD)},
 #include "cuda/generated/decode_instances.inc"
 #undef FLASHATTN_INSTANCE
     {DType::FP32, 0, nullptr, nullptr, nullptr},  // end marker (keeps the array non-empty in a build without instances)

@@ -120,7 +120,7 @@ cudaError_t launchPortable(const DeviceInfo &dev, const AttnProblem &p, const Pl
                         layoutVectorFriendly(p.v, elementsPer16) && layoutVectorFriendly(p.o, elementsPer16) &&
                         p.headDim % elementsPer16 == 0 && p.headDimV % elementsPer16 == 0;
   const InstanceKey key = config.instance;
-#define FLASHATTN_INSTANCE(DT, CT, HD) \
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV) \
   if (key.dtype == DType::DT && key.headDim == HD) return launchInstance<CT, HD>(params, dev.device, stream);
 #include "cuda/generated/forward_instances.inc"
 #undef FLASHATTN_INSTANCE

@@ -26,13 +26,16 @@ namespace {
 const InstanceList &kSm90Instances = generated::kForwardSm90Instances;
 
 // An instance's shared memory (its paged kernel's adds the row tables), from the generated list of instances.
-std::size_t sharedBytesFor(int32_t instance, bool paged) {
-#define FLASHATTN_INSTANCE(DT, CT, HD) \
-  if (instance == HD) return paged ? instanceSharedBytes<HD, true>() : instanceSharedBytes<HD>();
+std::size_t sharedBytesFor(const InstanceKey &key, bool paged) {
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV)                 \
+  if (key.headDim == HD && key.widthV() == HDV)            \
+    return paged ? instanceSharedBytes<HD, true, HDV>() : instanceSharedBytes<HD, false, HDV>();
 #include "cuda/generated/forward_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE
   return 0;  // unreachable: instances come from the same list
 }
+
+TileConfig tileOf(const InstanceKey &key) { return tileFor(key.headDim, key.headDimV); }
 
 // Persistent CTAs (one per SM, looping over tiles: the next tile's loads overlap the current one's tail) against one
 // CTA per tile, H200, bf16, tensor-map loads (NOTES.md): without a mask every tile is as long as the next, and
@@ -46,23 +49,28 @@ bool runsPersistent(const AttnProblem &p, int32_t instance, bool tma) {
   return instance <= 128 && p.seqK <= 4096;
 }
 
-// The instance head dim that serves the problem (the narrowest compiled one at least as wide: columns in between are
-// zeros in shared memory and never stored), or 0 with *whyNot naming the argument.
-int32_t sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot) {
+// The instance that serves the problem (the narrowest compiled one at least as wide: columns in between are zeros in
+// shared memory and never stored; one compiled for the problem's two head dims where it is narrower), or a key of
+// head dim 0 with *whyNot naming the argument.
+InstanceKey sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *whyNot) {
   auto refuse = [&](const std::string &reason) {
     if (whyNot != nullptr) *whyNot = reason;
-    return 0;
+    return InstanceKey{p.dtype, 0};
   };
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16)
     return refuse(std::string("data type ") + dtypeName(p.dtype) + " has no sm90 forward kernel (FP16/BF16 only)");
   std::string why;
   // Multiples of 8 only (the copies move 16-byte chunks; other widths run on the portable kernels), Q/K's and V/O's
   // apart: both pad to the instance of the wider.
-  const int32_t instance = kSm90Instances.paddedInstanceFor(p, "sm90 forward kernels", &why, {false, true});
-  if (instance == 0) return refuse(why);
+  const int32_t padded = kSm90Instances.paddedInstanceFor(p, "sm90 forward kernels", &why, {false, true});
+  if (padded == 0) return refuse(why);
+  InstanceKey key{p.dtype, padded};
+  if (const InstanceKey *pair = kSm90Instances.pairFor(p.dtype, p.headDim, p.headDimV))
+    if (pair->headDim + pair->headDimV < 2 * padded) key = *pair;
+  const std::string instance = instanceName(key);
   // The paged producer gives each 8-element chunk of a row one thread of its 128: head dims 64, 128 and 256.
-  if (p.paged && 128 % (instance / 8) != 0)
-    return refuse("a paged K/V on the d" + std::to_string(instance) + " instance runs on the portable kernels");
+  if (p.paged && (128 % (key.headDim / 8) != 0 || 128 % (key.widthV() / 8) != 0))
+    return refuse("a paged K/V on the " + instance + " instance runs on the portable kernels");
   // A paged cache's page stride (its Layout.batch) is walked whatever the batch.
   const bool batchUsed = !p.ragged && p.batch > 1;
   if (!vectorStridesFit(p.dtype,
@@ -71,28 +79,28 @@ int32_t sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string *why
                          {"V", p.v, batchUsed || p.paged, p.kvHeads > 1},
                          {"O", p.o, batchUsed, p.heads > 1}},
                         "sm90 forward kernels", whyNot))
-    return 0;
-  const std::size_t shared = sharedBytesFor(instance, p.paged);
+    return InstanceKey{p.dtype, 0};
+  const std::size_t shared = sharedBytesFor(key, p.paged);
   if (shared > dev.smemPerBlockOptin)
-    return refuse("the sm90 d" + std::to_string(instance) + " forward tile needs " + std::to_string(shared) +
+    return refuse("the sm90 " + instance + " forward tile needs " + std::to_string(shared) +
                   " bytes of shared memory per block; the device allows " + std::to_string(dev.smemPerBlockOptin));
   constexpr int64_t kMaxSeq = std::numeric_limits<int32_t>::max() - 1024;
   if (p.seqQ > kMaxSeq || p.seqK > kMaxSeq)
     return refuse("sequence lengths above " + std::to_string(kMaxSeq) + " run on the portable kernels");
-  const TileConfig t = tileFor(instance);
+  const TileConfig t = tileOf(key);
   const int64_t blockM = 64 * t.consumerGroups;
   const int64_t ctas = (p.seqQ + blockM - 1) / blockM * p.heads * p.batch;
   if (p.heads > std::numeric_limits<int32_t>::max() || p.batch > std::numeric_limits<int32_t>::max() ||
       ctas > int64_t(std::numeric_limits<int32_t>::max()))
     return refuse("batch x heads x query blocks exceeds the sm90 forward grid limit of 2^31 - 1 blocks");
   if (!p.buffersAligned16) return refuse("a data pointer is not 16-byte aligned");
-  return instance;
+  return key;
 }
 
 // Q, K and V by tensor-map copies where their maps encode: the same maps as the launch's at a stand-in address (the
 // call's pointers are 16-byte aligned, which sm90Serves checked), with row coordinates in 32 bits. Not for a paged
 // cache, whose rows come through row tables.
-bool tmaServes(const AttnProblem &p, int32_t instance) {
+bool tmaServes(const AttnProblem &p, const InstanceKey &key) {
   if (p.paged) return false;
   constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max() - 1024;
   if (p.ragged ? std::max(p.totalQ, p.totalK) > kMaxRows : std::max(p.seqQ, p.seqK) > kMaxRows) return false;
@@ -100,17 +108,17 @@ bool tmaServes(const AttnProblem &p, int32_t instance) {
   void *const address = reinterpret_cast<void *>(uintptr_t(1) << 20);
   standIn.q = standIn.k = standIn.v = address;
   standIn.o = address;
-  const TileConfig t = tileFor(instance);
+  const TileConfig t = tileOf(key);
   KernelParams scratch;
   return encodeForwardMaps(sm90Params(p, standIn), p.dtype, 64 * t.consumerGroups, t.blockN, &scratch);
 }
 
 Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
-  const int32_t instance = sm90Serves(dev, p, whyNot);
-  if (instance == 0) return Verdict::Refused;
-  const TileConfig t = tileFor(instance);
-  const bool tma = tmaServes(p, instance);
+  const InstanceKey key = sm90Serves(dev, p, whyNot);
+  if (key.headDim == 0) return Verdict::Refused;
+  const TileConfig t = tileOf(key);
+  const bool tma = tmaServes(p, key);
   const bool transformsLogits = p.softcap > 0.f || p.alibiSlopes != nullptr;
   if (transformsLogits && !tma) {
     if (whyNot != nullptr)
@@ -120,11 +128,15 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
                                                       : "with strides no tensor map takes");
     return Verdict::Refused;
   }
-  const bool persistent = runsPersistent(p, instance, tma);
+  const bool persistent = runsPersistent(p, key.headDim, tma);
   std::ostringstream description;
-  description << kernelIdName(KernelId::ForwardWgmma) << " sm90a " << dtypeName(p.dtype) << " d" << instance;
-  if (p.headDimV != p.headDim) description << " (headDim " << p.headDim << ", headDimV " << p.headDimV << ")";
-  else if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
+  description << kernelIdName(KernelId::ForwardWgmma) << " sm90a " << dtypeName(p.dtype) << " " << instanceName(key);
+  if (p.headDimV != p.headDim) {
+    description << " (headDim " << p.headDim << ", headDimV " << p.headDimV;
+    description << (key.headDimV > 0 ? ")" : ", both zero-padded to one width)");
+  } else if (key.headDim != p.headDim) {
+    description << " (headDim " << p.headDim << " zero-padded)";
+  }
   description << " tile " << 64 * t.consumerGroups << "x" << t.blockN << " " << t.consumerGroups
               << " consumer warpgroups + " << (tma ? "tensor-map" : "cp.async") << " producer, " << t.stages
               << " stages"
@@ -133,7 +145,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
               << (p.softcap > 0.f ? ", softcap" : "") << (p.alibiSlopes != nullptr ? ", ALiBi" : "")
               << ", longest tiles first; fp32 accumulate; deterministic";
   ForwardConfig config;
-  config.instance = InstanceKey{p.dtype, instance};
+  config.instance = key;
   config.blockM = 64 * t.consumerGroups;
   config.blockN = t.blockN;
   config.warps = 4 * (t.consumerGroups + 1);
@@ -167,9 +179,9 @@ cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &
   options.numSMs = dev.numSMs;
   options.l2Bytes = dev.l2Bytes;
   const InstanceKey key = config.instance;
-#define FLASHATTN_INSTANCE(DT, CT, HD)              \
-  if (key.dtype == DType::DT && key.headDim == HD) \
-    return launchSm90Instance<CT, HD>(params, options, dev.device, stream);
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV)                                           \
+  if (key.dtype == DType::DT && key.headDim == HD && key.widthV() == HDV) \
+    return launchSm90Instance<CT, HD, HDV>(params, options, dev.device, stream);
 #include "cuda/generated/forward_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE
   return cudaErrorInvalidValue;  // unreachable: plans name instances of the same list

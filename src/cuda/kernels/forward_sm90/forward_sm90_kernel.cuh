@@ -32,6 +32,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kernels/forward/forward_common.cuh"
 #include "cuda/kernels/forward_sm90/forward_sm90_params.hpp"
@@ -316,11 +317,12 @@ __device__ __forceinline__ void issueTileLoads(const Tile &t, LoadK &&loadK, Loa
   loadV(t.firstKeyBlock);
 }
 
+// D: the Q/K head dim of the instance; DV: its V/O head dim (D but for instances compiled for the two apart).
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
-          bool QInRegisters, bool Paged, bool Tma, bool TransformLogits>
+          bool QInRegisters, bool Paged, bool Tma, bool TransformLogits, int DV = D>
 __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     forwardSm90Kernel(const __grid_constant__ KernelParams kp) {
-  using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged>;
+  using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged, DV>;
   static_assert(kProducerBarrier > kSchedulerBarrierBase + ConsumerGroups - 1, "named barriers overlap");
   static_assert(!Paged || BlockN <= 128, "the row tables take one producer thread per key of a block");
   static_assert(!(Paged && Tma), "a paged cache's rows come through row tables, not a tensor map");
@@ -331,7 +333,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
   const uint32_t sQ = base + Layout::kQ;
   const uint32_t barriers = base + Layout::kBarriers;
   auto sK = [&](int slot) { return base + Layout::kK + uint32_t(slot) * Layout::kTileBytes; };
-  auto sV = [&](int slot) { return base + Layout::kV + uint32_t(slot) * Layout::kTileBytes; };
+  auto sV = [&](int slot) { return base + Layout::kV + uint32_t(slot) * Layout::kVTileBytes; };
   const uint32_t qFull = barriers;
   const uint32_t qEmpty = barriers + 8u;
   auto kFull = [&](int slot) { return barriers + 8u * uint32_t(2 + slot); };
@@ -378,18 +380,21 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
       const int kvHead = t.work.head / p.headsPerKvHead;
       const int batch = p.ragged ? 0 : t.work.batch;  // a ragged map has a batch of one
       const int kRow0 = int(t.seq.kStart);
-      // Rows x D from the map at (row, head) into the slab stack at tile, completing on full.
-      auto copyTile = [&](uint32_t tile, const CUtensorMap *map, int rows, int row, int head, uint32_t full) {
+      // Rows x (64 * boxes) from the map at (row, head) into the slab stack at tile, completing on full.
+      auto copyTile = [&](uint32_t tile, const CUtensorMap *map, int rows, int row, int head, uint32_t full,
+                          auto boxes) {
         if (issuer) {
-          prim::mbarrierArriveExpectTx(full, uint32_t(rows) * D * 2);
+          prim::mbarrierArriveExpectTx(full, uint32_t(rows) * decltype(boxes)::value * 128);
 #pragma unroll
-          for (int box = 0; box < D / 64; ++box)
+          for (int box = 0; box < decltype(boxes)::value; ++box)
             prim::tensorCopy4d(tile + uint32_t(box * rows * 128), map, box * 64, row, head, batch, full);
         }
       };
+      using QkBoxes = std::integral_constant<int, D / 64>;
+      using VBoxes = std::integral_constant<int, DV / 64>;
       auto loadK = [&](int n) {
         prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
-        copyTile(sK(kSlot), &kp.kMap, BlockN, kRow0 + n * BlockN, kvHead, kFull(kSlot));
+        copyTile(sK(kSlot), &kp.kMap, BlockN, kRow0 + n * BlockN, kvHead, kFull(kSlot), QkBoxes{});
         if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
       };
       auto loadV = [&](int n) {
@@ -398,19 +403,19 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
           const Element *vRows = static_cast<const Element *>(p.v) + int64_t(t.work.batch) * p.vBatch +
                                  int64_t(kvHead) * p.vHead + (t.seq.kStart + int64_t(n) * BlockN) * p.vRow;
           // Landed before the one arrival the barrier expects (the warp waits once per tile, for this block only).
-          prim::cpAsyncTileToSlabs<Element, D, BlockN, 32, 4>(sV(vSlot), vRows, p.vRow, t.seq.seqK - n * BlockN, lane,
-                                                              p.v, p.headDimV / 8);
+          prim::cpAsyncTileToSlabs<Element, DV, BlockN, 32, 4>(sV(vSlot), vRows, p.vRow, t.seq.seqK - n * BlockN,
+                                                               lane, p.v, p.headDimV / 8);
           prim::cpAsyncWaitAll();
           __syncwarp();
           if (issuer) prim::mbarrierArrive(vFull(vSlot));
         } else {
-          copyTile(sV(vSlot), &kp.vMap, BlockN, kRow0 + n * BlockN, kvHead, vFull(vSlot));
+          copyTile(sV(vSlot), &kp.vMap, BlockN, kRow0 + n * BlockN, kvHead, vFull(vSlot), VBoxes{});
         }
         if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
       };
       auto loadQ = [&]() {
         prim::mbarrierWait(qEmpty, qPhase ^ 1u);
-        copyTile(sQ, &kp.qMap, kBlockM, int(t.seq.qStart + t.m0), t.work.head, qFull);
+        copyTile(sQ, &kp.qMap, kBlockM, int(t.seq.qStart + t.m0), t.work.head, qFull, QkBoxes{});
         qPhase ^= 1u;
       };
       issueTileLoads(t, loadK, loadQ, loadV);
@@ -494,12 +499,12 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
           if (n == t.firstKeyBlock) l = lookupK;
           const int64_t *rows = stageRows(l, p.vBatch, p.vRow, int64_t(kvHead) * p.vHead);
           prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
-          prim::cpAsyncTableRowsToSlabs<Element, D, BlockN, 128, 4>(sV(vSlot), static_cast<const Element *>(p.v),
-                                                                    rows, thread, p.v, p.headDimV / 8);
+          prim::cpAsyncTableRowsToSlabs<Element, DV, BlockN, 128, 4>(sV(vSlot), static_cast<const Element *>(p.v),
+                                                                     rows, thread, p.v, p.headDimV / 8);
         } else {
           prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
-          loadTileAsync<Element, D, BlockN>(sV(vSlot), vRows + int64_t(n) * BlockN * p.vRow, p.vRow,
-                                            t.seq.seqK - n * BlockN, thread, p.v, p.headDimV);
+          loadTileAsync<Element, DV, BlockN>(sV(vSlot), vRows + int64_t(n) * BlockN * p.vRow, p.vRow,
+                                             t.seq.seqK - n * BlockN, thread, p.v, p.headDimV);
         }
         handOver(vFull(vSlot));
         if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
@@ -580,11 +585,11 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         logits.shift = t.seq.seqK - t.seq.seqQ;
       }
 
-      float o[D / 2];
+      float o[DV / 2];
       float s[BlockN / 2];
       uint32_t pFragments[BlockN / 16][4];
 #pragma unroll
-      for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+      for (int i = 0; i < DV / 2; ++i) o[i] = 0.f;
       float rowMax[2] = {negativeInfinity(), negativeInfinity()};
       float rowSum[2] = {0.f, 0.f};
       float correction[2];
@@ -630,7 +635,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         prim::wgmmaCommitGroup();
         waitFull(vFull(vSlot), vPhase, Tma ? it == 1 && copyTail : AsyncArrive);
         prim::wgmmaFence();  // the wait loop sits between: keep O and P ordered before the P V reads
-        issuePV<Element, D, BlockN>(o, pFragments, vDescriptor(vSlot));
+        issuePV<Element, DV, BlockN>(o, pFragments, vDescriptor(vSlot));
         prim::wgmmaCommitGroup();
         if constexpr (PingPong)
           prim::namedBarrierArrive(kSchedulerBarrierBase + (group + 1) % ConsumerGroups, 256);
@@ -649,13 +654,13 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         prim::wgmmaFenceOperands(pFragments);
         releaseSlot(vEmpty(vSlot), lane);
         if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
-        if (__any_sync(0xffffffffu, moved)) rescaleO<D>(o, correction);
+        if (__any_sync(0xffffffffu, moved)) rescaleO<DV>(o, correction);
         convertP<Element, BlockN>(s, pFragments);
       }
 
       waitFull(vFull(vSlot), vPhase, Tma ? numBlocks == 1 && copyTail : AsyncArrive);
       prim::wgmmaFence();
-      issuePV<Element, D, BlockN>(o, pFragments, vDescriptor(vSlot));
+      issuePV<Element, DV, BlockN>(o, pFragments, vDescriptor(vSlot));
       prim::wgmmaCommitGroup();
       prim::wgmmaWaitGroup<0>();
       prim::wgmmaFenceOperands(o);
@@ -676,7 +681,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         if (localRow >= t.rowsHere) continue;
         Element *oRow = oRows + int64_t(localRow) * p.oRow + 2 * quad;
 #pragma unroll
-        for (int dt = 0; dt < D / 8; ++dt)
+        for (int dt = 0; dt < DV / 8; ++dt)
           if (dt * 8 < p.headDimV)  // the columns of the problem's V/O head dim
             *reinterpret_cast<uint32_t *>(oRow + dt * 8) =
                 prim::packFloat2<Element>(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);

@@ -27,9 +27,9 @@ inline int64_t pairsPerSectionFor(const ForwardParams &params, std::size_t l2Byt
 }
 
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
-          bool QInRegisters, bool Paged, bool Tma = false, bool TransformLogits = false>
+          bool QInRegisters, bool Paged, bool Tma = false, bool TransformLogits = false, int DV = D>
 cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &options, int device, cudaStream_t stream) {
-  using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged>;
+  using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged, DV>;
   static std::atomic<uint64_t> configured{0};
   KernelParams kp;
   kp.f = params;
@@ -49,7 +49,7 @@ cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &optio
       options.persistent && options.numSMs > 0 ? std::min<int64_t>(kp.totalTiles, options.numSMs) : kp.totalTiles;
   const auto kernel =
       forwardSm90Kernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, Paged, Tma,
-                        TransformLogits>;
+                        TransformLogits, DV>;
   const cudaError_t err = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured);
   if (err != cudaSuccess) return err;
   kernel<<<dim3(unsigned(ctas)), dim3((ConsumerGroups + 1) * 128), Layout::kDynamicBytes, stream>>>(kp);
@@ -58,14 +58,14 @@ cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &optio
 
 // A configuration's dense or paged kernel, as the parameters say.
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
-          bool QInRegisters>
+          bool QInRegisters, int DV = D>
 cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions &options, int device,
                                 cudaStream_t stream) {
   if (params.paged) {
     // The paged producer gives each 8-element chunk of a row one of its 128 threads (the plan keeps others away).
-    if constexpr (128 % (D / 8) == 0)
-      return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, true>(
-          params, options, device, stream);
+    if constexpr (128 % (D / 8) == 0 && 128 % (DV / 8) == 0)
+      return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, true, false,
+                          false, DV>(params, options, device, stream);
     else
       return cudaErrorInvalidValue;
   }
@@ -74,20 +74,20 @@ cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions
     // only: the plan leaves them to the portable kernels otherwise).
     if (params.softcap > 0.f || params.alibiSlopes != nullptr)
       return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false,
-                          true, true>(params, options, device, stream);
-    return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false, true>(
-        params, options, device, stream);
+                          true, true, DV>(params, options, device, stream);
+    return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false, true,
+                        false, DV>(params, options, device, stream);
   }
-  return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false>(
-      params, options, device, stream);
+  return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false, false,
+                      false, DV>(params, options, device, stream);
 }
 
-template <typename Element, int D>
+template <typename Element, int D, int DV>
 cudaError_t launchSm90Instance(const ForwardParams &params, const LaunchOptions &options, int device,
                                cudaStream_t stream) {
-  constexpr TileConfig t = tileFor(D);
+  constexpr TileConfig t = tileFor(D, DV == D ? 0 : DV);
   return launchConfiguration<Element, D, t.blockN, t.consumerGroups, t.stages, t.pingPong, t.asyncArrive,
-                             t.qInRegisters>(params, options, device, stream);
+                             t.qInRegisters, DV>(params, options, device, stream);
 }
 
 }  // namespace flashattn::cuda::forward_sm90

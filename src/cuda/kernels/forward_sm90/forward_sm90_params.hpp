@@ -55,8 +55,12 @@ struct LaunchOptions {
   std::size_t l2Bytes = 0;
 };
 
-// The tile of each instance head dim (measurements behind them: NOTES.md beside this file).
-constexpr TileConfig tileFor(int headDim) {
+// The tile of each instance head dim, and of the instances whose V/O head dim differs (measurements behind them:
+// NOTES.md beside this file).
+constexpr TileConfig tileFor(int headDim, int headDimV = 0) {
+  // TILE_D192_V128: 128 x 128. O's 64 accumulator registers per thread (96 at d192) leave room for 128-key blocks,
+  // and the narrower V slots fit two stages of them.
+  if (headDim == 192 && headDimV == 128) return TileConfig{128, 2, 2, true, true, false};
   return headDim <= 64    ? TileConfig{128, 3, 2, true, true, false}     // TILE_D64: 192 x 128
          : headDim <= 128 ? TileConfig{128, 2, 2, true, true, false}     // TILE_D128: 128 x 128
          : headDim <= 192 ? TileConfig{112, 2, 2, true, true, false}     // TILE_D192: 128 x 112
@@ -64,32 +68,34 @@ constexpr TileConfig tileFor(int headDim) {
 }
 
 // Shared memory: the Q tile, Stages K slots, Stages V slots (each a [D / 64][rows][64] stack of 128-byte-swizzled
-// slabs, 1024-byte aligned), then the mbarriers; with a paged cache, then the producer's row tables (two of BlockN
-// element offsets, used by alternate K and V block loads).
-template <int D, int BlockN, int ConsumerGroups, int Stages, bool Paged = false>
+// slabs, DV / 64 for V, 1024-byte aligned), then the mbarriers; with a paged cache, then the producer's row tables
+// (two of BlockN element offsets, used by alternate K and V block loads).
+template <int D, int BlockN, int ConsumerGroups, int Stages, bool Paged = false, int DV = D>
 struct SharedLayout {
   static constexpr int kBlockM = 64 * ConsumerGroups;
   static constexpr uint32_t kQBytes = uint32_t(kBlockM) * D * 2;
   static constexpr uint32_t kTileBytes = uint32_t(BlockN) * D * 2;
+  static constexpr uint32_t kVTileBytes = uint32_t(BlockN) * DV * 2;
   static constexpr uint32_t kQ = 0;
   static constexpr uint32_t kK = kQ + kQBytes;
   static constexpr uint32_t kV = kK + Stages * kTileBytes;
-  static constexpr uint32_t kBarriers = kV + Stages * kTileBytes;
+  static constexpr uint32_t kBarriers = kV + Stages * kVTileBytes;
   // qFull, qEmpty, kFull[Stages], kEmpty[Stages], vFull[Stages], vEmpty[Stages]
   static constexpr uint32_t kBarrierCount = 2 + 4 * Stages;
   static constexpr uint32_t kRowTables = kBarriers + kBarrierCount * 8;
   static constexpr uint32_t kBytes = kRowTables + (Paged ? 2u * BlockN * 8u : 0u);
   // The dynamic shared window is only guaranteed 16-byte aligned; the kernel rounds its base up to 1024.
   static constexpr std::size_t kDynamicBytes = std::size_t(kBytes) + 1024;
-  static_assert(D % 64 == 0, "tiles are whole 64-element (128-byte) slabs");
+  static_assert(D % 64 == 0 && DV % 64 == 0, "tiles are whole 64-element (128-byte) slabs");
   static_assert(BlockN % 16 == 0 && BlockN >= 16 && BlockN <= 256, "BlockN must be a wgmma N and a multiple of 16");
-  static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0, "every slab must stay 1024-byte aligned");
+  static_assert(kQBytes % 1024 == 0 && kTileBytes % 1024 == 0 && kVTileBytes % 1024 == 0,
+                "every slab must stay 1024-byte aligned");
 };
 
-template <int D, bool Paged = false>
+template <int D, bool Paged = false, int DV = D>
 constexpr std::size_t instanceSharedBytes() {
-  constexpr TileConfig t = tileFor(D);
-  return SharedLayout<D, t.blockN, t.consumerGroups, t.stages, Paged>::kDynamicBytes;
+  constexpr TileConfig t = tileFor(D, DV);
+  return SharedLayout<D, t.blockN, t.consumerGroups, t.stages, Paged, DV>::kDynamicBytes;
 }
 
 // The tensor maps of the Tma kernels (KernelParams): BlockM-row boxes of Q, BlockN-key boxes of K and V, 64 columns
@@ -119,9 +125,9 @@ inline bool encodeForwardMaps(const ForwardParams &p, DType dtype, int blockM, i
          encodeTiledMap(spec(p.v, p.headDimV, kRows, kvHeads, p.vRow, p.vHead, p.vBatch, blockN), &kp->vMap);
 }
 
-// Defined once per (Element, D) by the generated instance files; Element is __half or __nv_bfloat16.
+// Defined once per (Element, D, DV) by the generated instance files; Element is __half or __nv_bfloat16.
 // params.queryBlocks is recomputed for the instance's BlockM.
-template <typename Element, int D>
+template <typename Element, int D, int DV>
 cudaError_t launchSm90Instance(const ForwardParams &params, const LaunchOptions &options, int device,
                                cudaStream_t stream);
 
