@@ -33,7 +33,8 @@
 #   variants             bench/forward_sm90_variants/run.sh $VARIANT_ARGS: forward_sm90 kernel configurations timed
 #                        side by side (its own small build); the table goes to $OUT/variants.txt
 #   baseline             the previous build (.baseline/source.tar, a git archive of it) against this one: both
-#                        flashattn-bench sweeps twice, interleaved, --no-check; bench/compare.py -> $OUT/baseline.md
+#                        flashattn-bench sweeps twice (BASELINE_ROUNDS), interleaved, --no-check; bench/compare.py ->
+#                        $OUT/baseline.md
 #   all                  build tests sanitize peers bench report
 # Without arguments: $DEVICE_RUN_PARTS, or `tests`.
 #
@@ -303,7 +304,7 @@ if wants baseline; then
       step baseline-configure 300 cmake -S .baseline/src -B "$BASE" -G Ninja -DCMAKE_BUILD_TYPE=Release \
         -DFLASHATTN_CUDA_ARCHITECTURES=90-real -DFLASHATTN_BUILD_TESTS=OFF -DFLASHATTN_BUILD_DOCS=OFF &&
       step baseline-build 540 cmake --build "$BASE" -j "$JOBS" --target flashattn-bench &&
-      for round in 1 2; do
+      for round in $(seq 1 "${BASELINE_ROUNDS:-2}"); do
         # shellcheck disable=SC2086
         step "bench-new-$round" 400 "$BUILD/bench/flashattn-bench" --sweep "$sweep_bench" --no-check \
           --json "$OUT/new-$round.json" ${BENCH_ARGS:-}
