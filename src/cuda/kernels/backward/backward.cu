@@ -48,7 +48,34 @@ struct Vec16 {
 };
 
 template <typename Element>
-__device__ __forceinline__ void loadFloats(const Element *src, float (&out)[Vec16<Element>::kCount]) {
+__device__ __forceinline__ float elementToFloat(Element x) {
+  if constexpr (std::is_same_v<Element, float>)
+    return x;
+  else if constexpr (std::is_same_v<Element, __half>)
+    return __half2float(x);
+  else
+    return __bfloat162float(x);
+}
+
+template <typename Element>
+__device__ __forceinline__ Element floatToElement(float x) {
+  if constexpr (std::is_same_v<Element, float>)
+    return x;
+  else if constexpr (std::is_same_v<Element, __half>)
+    return __float2half_rn(x);
+  else
+    return __float2bfloat16_rn(x);
+}
+
+// The first `count` elements at src as floats, the rest of the vector zeros: a row's last vector where the head dim
+// is not a whole number of 16-byte vectors (nothing past the row is read).
+template <typename Element>
+__device__ __forceinline__ void loadFloats(const Element *src, float (&out)[Vec16<Element>::kCount], int count) {
+  if (count < Vec16<Element>::kCount) {
+#pragma unroll
+    for (int e = 0; e < Vec16<Element>::kCount; ++e) out[e] = e < count ? elementToFloat(src[e]) : 0.f;
+    return;
+  }
   const uint4 raw = *reinterpret_cast<const uint4 *>(src);
   if constexpr (std::is_same_v<Element, float>) {
     out[0] = __uint_as_float(raw.x);
@@ -66,8 +93,15 @@ __device__ __forceinline__ void loadFloats(const Element *src, float (&out)[Vec1
   }
 }
 
+// The first `count` of them (all: one 16-byte store).
 template <typename Element>
-__device__ __forceinline__ void storeFloats(Element *dst, const float (&in)[Vec16<Element>::kCount]) {
+__device__ __forceinline__ void storeFloats(Element *dst, const float (&in)[Vec16<Element>::kCount], int count) {
+  if (count < Vec16<Element>::kCount) {
+#pragma unroll
+    for (int e = 0; e < Vec16<Element>::kCount; ++e)
+      if (e < count) dst[e] = floatToElement<Element>(in[e]);
+    return;
+  }
   uint4 raw;
   if constexpr (std::is_same_v<Element, float>) {
     raw = make_uint4(__float_as_uint(in[0]), __float_as_uint(in[1]), __float_as_uint(in[2]), __float_as_uint(in[3]));
@@ -148,8 +182,8 @@ __global__ void __launch_bounds__(kBackwardThreads) preprocessKernel(const __gri
     float acc = 0.f;
     for (int c = lane * kVec; c < p.headDimV; c += 32 * kVec) {
       float o[kVec], g[kVec];
-      loadFloats<Element>(oRow + c, o);
-      loadFloats<Element>(dORow + c, g);
+      loadFloats<Element>(oRow + c, o, p.headDimV - c);
+      loadFloats<Element>(dORow + c, g, p.headDimV - c);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) acc = fmaf(o[e], g[e], acc);
     }
@@ -175,7 +209,7 @@ __global__ void __launch_bounds__(kBackwardThreads) convertKernel(const __grid_c
   const RowBlockItem item = decodeRowBlock(rowBlocks, p.heads);
   if (p.dSinks && item.batch == 0 && item.rowBlock == 0) storeSinkGradient(p, item.head, rowBlocks);
   const SequenceExtent seq = sequenceExtent(p, item.batch);
-  const int vectorsPerRow = p.headDim / kVec;
+  const int vectorsPerRow = (p.headDim + kVec - 1) / kVec;
   Element *dQHead = static_cast<Element *>(p.dQ) + int64_t(item.batch) * p.dQBatch + int64_t(item.head) * p.dQHead +
                     seq.qStart * p.dQRow;
   for (int idx = int(threadIdx.x); idx < kRowsPerSmallBlock * vectorsPerRow; idx += kBackwardThreads) {
@@ -192,7 +226,7 @@ __global__ void __launch_bounds__(kBackwardThreads) convertKernel(const __grid_c
       values[e + 2] = f.z;
       values[e + 3] = f.w;
     }
-    storeFloats<Element>(dQHead + int64_t(i) * p.dQRow + c, values);
+    storeFloats<Element>(dQHead + int64_t(i) * p.dQRow + c, values, p.headDim - c);
   }
 }
 
@@ -281,7 +315,7 @@ Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const Ba
   plan->addRegion(kLseLog2, "LSE in base 2", rows * sizeof(float));
   plan->addRegion(kSinkPartials, "dSinks partial sums",
                   p.dSinks ? std::size_t(p.heads * p.batch * rowBlocks) * sizeof(float) : 0);
-  plan->addRegion(kDqAccum, "FP32 dQ", rows * std::size_t(p.headDim) * sizeof(float));
+  plan->addRegion(kDqAccum, "FP32 dQ", rows * std::size_t(dqPitchOf(p.headDim)) * sizeof(float));
   plan->addRegion(kTurns, "dQ turn counters",
                   p.deterministic ? std::size_t(p.batch * p.heads) * queryBlocks * sizeof(int32_t) : 0);
 
@@ -319,8 +353,9 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
     return refuse(concat("the backward kernels need compute capability 8.0 or newer; device ", dev.device, " is sm",
                          dev.arch()));
   if (p.paged) return refuse("paged K/V caches are not supported by the backward kernels");
-  // Q/K's and V/O's head dims apart pad to the instance of the wider (multiples of 8: the kernels move 16-byte rows).
-  const int instance = kBackwardInstances.paddedInstanceFor(p, "backward kernels", whyNot, {false, true});
+  // Any head dims up to 256, Q/K's and V/O's apart, pad to the instance of the wider: a row's last 16-byte vector is
+  // copied in part (the rest zero-filled) and stored in part. Strides that are not whole vectors are staged.
+  const int instance = kBackwardInstances.paddedInstanceFor(p, "backward kernels", whyNot, {true, true});
   if (instance == 0) return Verdict::Refused;
 
   BackwardConfig config;
@@ -443,6 +478,7 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
   params.seqK = int32_t(p.seqK);
   params.headDim = int32_t(p.headDim);
   params.headDimV = int32_t(p.headDimV);
+  params.dqPitch = dqPitchOf(p.headDim);
   params.keyBlocks = int32_t((p.seqK + config.blockN - 1) / config.blockN);
   params.queryBlocks = int32_t((p.seqQ + config.blockM - 1) / config.blockM);
   params.ragged = p.ragged;

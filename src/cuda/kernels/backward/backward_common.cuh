@@ -81,7 +81,7 @@ __device__ __forceinline__ int64_t dqPanelRowStart(const BackwardParams &p, int6
 
 // Index of (workspace row, column) in the FP32 dQ accumulator (p.dqPaneled: see BackwardParams).
 __device__ __forceinline__ int64_t dqAccumIndex(const BackwardParams &p, int64_t row, int c) {
-  if (!p.dqPaneled) return row * p.headDim + c;
+  if (!p.dqPaneled) return row * p.dqPitch + c;
   return dqPanelRowStart(p, row, c >> 6) + ((c & 63) ^ dqSwizzle(row));
 }
 

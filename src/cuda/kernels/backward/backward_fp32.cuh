@@ -47,8 +47,16 @@ struct Fp32Backward {
       const int r = idx / kVectors;
       const int c = (idx % kVectors) * 4;
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (row0 + r < rowLimit && c < headDim)
-        v = *reinterpret_cast<const float4 *>(base + int64_t(row0 + r) * rowStride + c);
+      if (row0 + r < rowLimit && c < headDim) {
+        const float *source = base + int64_t(row0 + r) * rowStride + c;
+        if (c + 4 <= headDim) {
+          v = *reinterpret_cast<const float4 *>(source);
+        } else {  // a head dim that ends inside this vector: nothing past the row is read
+          v.x = source[0];
+          if (c + 1 < headDim) v.y = source[1];
+          if (c + 2 < headDim) v.z = source[2];
+        }
+      }
       float *dst = tile + r * kRowStride + c;
       dst[0] = v.x;
       dst[1] = v.y;
@@ -188,7 +196,7 @@ struct Fp32Backward {
         waitForTurn(turn, w.keyBlock, mBlock > predecessorLast);
       }
       if (m0 + qRow < seq.seqQ) {
-        float *dqRow = p.dqAccum + workspaceRow(p, w.batch, h, seq, m0 + qRow) * p.headDim;
+        float *dqRow = p.dqAccum + workspaceRow(p, w.batch, h, seq, m0 + qRow) * p.dqPitch;
 #pragma unroll
         for (int c = 0; c < kQColumns; ++c) {
           const int d = qCol + c * kQThreadsPerRow;

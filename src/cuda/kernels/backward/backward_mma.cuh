@@ -331,6 +331,26 @@ struct MmaBackward {
     return s;
   }
 
+  // Columns d and d + 1 of a row, of which `left` remain in the head dim (an odd head dim's last pair stores one).
+  __device__ static __forceinline__ void storePair(Element *at, float x, float y, int left) {
+    const uint32_t packed = prim::packFloat2<Element>(x, y);
+    if (left >= 2)
+      *reinterpret_cast<uint32_t *>(at) = packed;
+    else if (left == 1)
+      *reinterpret_cast<uint16_t *>(at) = uint16_t(packed);
+  }
+
+  // The cp.async of a row's 8-element chunk starting at column c: whole, in part (a head dim that ends inside it:
+  // the rest zero-filled, nothing past the row read) or not at all.
+  __device__ static __forceinline__ void copyChunk(uint32_t destination, const Element *source, const void *safe,
+                                                   bool rowValid, int c, int32_t headDim) {
+    const int left = headDim - c * 8;
+    if (rowValid && left < 8 && left > 0)
+      prim::cpAsync16Partial(destination, source, left * int(sizeof(Element)));
+    else
+      prim::cpAsync16(destination, rowValid && left > 0 ? source : safe, rowValid && left > 0);
+  }
+
   // Rows [row0, row0 + Rows) of a [row][D] tile; rows >= rowLimit and columns >= headDim arrive as zeros.
   template <class Tile, int Rows>
   __device__ static __forceinline__ void loadRows(Element *tile, const Element *base, int64_t rowStride, int32_t row0,
@@ -344,16 +364,13 @@ struct MmaBackward {
       // destinations are constant offsets too. The query-block loads run every iteration, so this matters.
       const int r = int(threadIdx.x) / kChunks;
       const int c = int(threadIdx.x) % kChunks;
-      const bool columnValid = c * 8 < headDim;
       const Element *source = base + int64_t(row0 + r) * rowStride + c * 8;
       const int64_t passStride = int64_t(kRowsPerPass) * rowStride;
       const uint32_t destination = prim::smemAddress(tile + Tile::chunkOffset(r, c));
 #pragma unroll
-      for (int pass = 0; pass < Rows / kRowsPerPass; ++pass) {
-        const bool valid = columnValid && row0 + r + pass * kRowsPerPass < rowLimit;
-        prim::cpAsync16(destination + uint32_t(pass * kRowsPerPass * Tile::kRowBytes),
-                        valid ? source + pass * passStride : base, valid);
-      }
+      for (int pass = 0; pass < Rows / kRowsPerPass; ++pass)
+        copyChunk(destination + uint32_t(pass * kRowsPerPass * Tile::kRowBytes), source + pass * passStride, base,
+                  row0 + r + pass * kRowsPerPass < rowLimit, c, headDim);
     } else {
       // The general loop sits in the else branch: after a `return` in the constexpr branch nvcc would compile it
       // anyway and warn that it cannot be reached (#128-D).
@@ -363,9 +380,9 @@ struct MmaBackward {
         if (kTotal % kThreads == 0 || idx < kTotal) {
           const int r = idx / kChunks;
           const int c = idx % kChunks;
-          const bool valid = row0 + r < rowLimit && c * 8 < headDim;
-          const Element *src = valid ? base + int64_t(row0 + r) * rowStride + c * 8 : base;
-          prim::cpAsync16(prim::smemAddress(tile + Tile::chunkOffset(r, c)), src, valid);
+          const bool rowValid = row0 + r < rowLimit;
+          copyChunk(prim::smemAddress(tile + Tile::chunkOffset(r, c)),
+                    rowValid ? base + int64_t(row0 + r) * rowStride + c * 8 : base, base, rowValid, c, headDim);
         }
       }
     }
@@ -626,7 +643,7 @@ struct MmaBackward {
           turn = p.dqTurn + (int64_t(w.batch) * p.heads + h) * p.queryBlocks + mBlock;
           waitForTurn(turn, w.keyBlock, mBlock > predecessorLast);
         }
-        float *dqRows = p.dqAccum + workspaceRow(p, w.batch, h, seq, m0) * p.headDim;
+        float *dqRows = p.dqAccum + workspaceRow(p, w.batch, h, seq, m0) * p.dqPitch;
         if (p.headDim == D && m0 + BlockM <= seq.seqQ) {
           // Whole block, native head dim: every address is one per-thread base plus a compile-time offset.
           float *dqThread = dqRows + (row0 + (lane >> 2)) * D + col0 + 2 * (lane & 3);
@@ -649,7 +666,7 @@ struct MmaBackward {
               for (int nt = 0; nt < kDqNTiles; ++nt) {
                 const int d = col0 + nt * 8 + 2 * (lane & 3);
                 if (d < p.headDim) {
-                  prim::redAddFloat2(dqRows + int64_t(m) * p.headDim + d, accdQ[mt][nt][2 * half],
+                  prim::redAddFloat2(dqRows + int64_t(m) * p.dqPitch + d, accdQ[mt][nt][2 * half],
                                      accdQ[mt][nt][2 * half + 1]);
                 }
               }
@@ -684,12 +701,10 @@ struct MmaBackward {
 #pragma unroll
           for (int nt = 0; nt < kDkvNTiles; ++nt) {
             const int d = col0 + nt * 8 + 2 * (lane & 3);
-            if (d < p.headDim)
-              *reinterpret_cast<uint32_t *>(dKBase + int64_t(j) * p.dKRow + d) =
-                  prim::packFloat2<Element>(accdK[mt][nt][2 * half], accdK[mt][nt][2 * half + 1]);
-            if (d < p.headDimV)
-              *reinterpret_cast<uint32_t *>(dVBase + int64_t(j) * p.dVRow + d) =
-                  prim::packFloat2<Element>(accdV[mt][nt][2 * half], accdV[mt][nt][2 * half + 1]);
+            storePair(dKBase + int64_t(j) * p.dKRow + d, accdK[mt][nt][2 * half], accdK[mt][nt][2 * half + 1],
+                      p.headDim - d);
+            storePair(dVBase + int64_t(j) * p.dVRow + d, accdV[mt][nt][2 * half], accdV[mt][nt][2 * half + 1],
+                      p.headDimV - d);
           }
         }
       }

@@ -65,6 +65,7 @@ struct BackwardParams {
   int32_t seqK = 0;            // dense length (capacity: dK/dV rows written), or maxSeqlenK
   int32_t headDim = 0;         // of Q, K, dQ, dK: the problem's; the instance's D may be larger (zero-filled columns)
   int32_t headDimV = 0;        // of V, O, dO, dV, at most the instance's D as well
+  int32_t dqPitch = 0;         // row length of the unpaneled FP32 dQ accumulator (dqPitchOf)
   int32_t keyBlocks = 0;       // ceil(seqK / BlockN): the fastest-varying part of the main kernel's 1-D grid
   int32_t queryBlocks = 0;     // ceil(seqQ / BlockM): counters per (sequence, head) in deterministic mode
 
@@ -121,6 +122,10 @@ struct MmaTileSet {
   int count;
   MmaTile tiles[kMaxMmaTiles];
 };
+
+// The unpaneled FP32 dQ accumulator's row length: the head dim rounded up to 8 floats, so the convert kernel's
+// 16-byte reads of a row's last vector stay inside the row (8 bf16/fp16 or 4 fp32 elements a vector).
+constexpr int32_t dqPitchOf(int64_t headDim) { return int32_t((headDim + 7) / 8 * 8); }
 
 constexpr MmaTileSet mmaTilesFor(int headDim) {
   if (headDim <= 64) return MmaTileSet{1, {MmaTile{64, 64, 2, 2, 2, true, 2, 4}, MmaTile{}, MmaTile{}}};
