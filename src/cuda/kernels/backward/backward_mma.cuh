@@ -340,15 +340,24 @@ struct MmaBackward {
       *reinterpret_cast<uint16_t *>(at) = uint16_t(packed);
   }
 
-  // The cp.async of a row's 8-element chunk starting at column c: whole, in part (a head dim that ends inside it:
-  // the rest zero-filled, nothing past the row read) or not at all.
+  // A row's 8-element chunk starting at column c: whole by cp.async, zeros where the row is absent or the head dim
+  // ended before it; where the head dim ends inside it, element by element with the rest zero-filled (an ordinary
+  // shared store, which the barrier before the tile's use covers as it covers the cp.async wait), so nothing past the
+  // row is read.
   __device__ static __forceinline__ void copyChunk(uint32_t destination, const Element *source, const void *safe,
                                                    bool rowValid, int c, int32_t headDim) {
     const int left = headDim - c * 8;
-    if (rowValid && left < 8 && left > 0)
-      prim::cpAsync16Partial(destination, source, left * int(sizeof(Element)));
-    else
+    if (rowValid && left < 8 && left > 0) {
+      const uint16_t *elements = reinterpret_cast<const uint16_t *>(source);
+      uint32_t packed[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        packed[e] = (2 * e < left ? uint32_t(elements[2 * e]) : 0u) |
+                    (2 * e + 1 < left ? uint32_t(elements[2 * e + 1]) << 16 : 0u);
+      prim::storeShared16(destination, make_uint4(packed[0], packed[1], packed[2], packed[3]));
+    } else {
       prim::cpAsync16(destination, rowValid && left > 0 ? source : safe, rowValid && left > 0);
+    }
   }
 
   // Rows [row0, row0 + Rows) of a [row][D] tile; rows >= rowLimit and columns >= headDim arrive as zeros.
