@@ -27,8 +27,8 @@ const InstanceList &kSm90Instances = generated::kForwardSm90Instances;
 
 // An instance's shared memory (its paged kernel's adds the row tables), from the generated list of instances.
 std::size_t sharedBytesFor(const InstanceKey &key, bool paged) {
-#define FLASHATTN_INSTANCE(DT, CT, HD, HDV)                 \
-  if (key.headDim == HD && key.widthV() == HDV)            \
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV)       \
+  if (key.headDim == HD && key.widthV() == HDV) \
     return paged ? instanceSharedBytes<HD, true, HDV>() : instanceSharedBytes<HD, false, HDV>();
 #include "cuda/generated/forward_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE
@@ -179,7 +179,7 @@ cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &
   options.numSMs = dev.numSMs;
   options.l2Bytes = dev.l2Bytes;
   const InstanceKey key = config.instance;
-#define FLASHATTN_INSTANCE(DT, CT, HD, HDV)                                           \
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV)                                \
   if (key.dtype == DType::DT && key.headDim == HD && key.widthV() == HDV) \
     return launchSm90Instance<CT, HD, HDV>(params, options, dev.device, stream);
 #include "cuda/generated/forward_sm90_instances.inc"
