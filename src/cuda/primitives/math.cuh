@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace flashattn::cuda::prim {
 
@@ -63,6 +64,27 @@ __device__ __forceinline__ float2 unpackFloat2<__half>(uint32_t packed) {
 template <>
 __device__ __forceinline__ float2 unpackFloat2<__nv_bfloat16>(uint32_t packed) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&packed));
+}
+
+// One element of storage type Element from FP32 (rounded to nearest) and back: where a row is moved element by element.
+template <typename Element>
+__device__ __forceinline__ Element fromFloat(float v) {
+  if constexpr (sizeof(Element) == 4)
+    return v;
+  else if constexpr (std::is_same_v<Element, __half>)
+    return __float2half_rn(v);
+  else
+    return __float2bfloat16_rn(v);
+}
+
+template <typename Element>
+__device__ __forceinline__ float toFloat(Element v) {
+  if constexpr (sizeof(Element) == 4)
+    return v;
+  else if constexpr (std::is_same_v<Element, __half>)
+    return __half2float(v);
+  else
+    return __bfloat162float(v);
 }
 
 // Max / sum over the 4 lanes of a quad (lanes 4g .. 4g+3), result in all 4. All 32 lanes must call.

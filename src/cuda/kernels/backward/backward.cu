@@ -47,33 +47,13 @@ struct Vec16 {
   static constexpr int kCount = 16 / sizeof(Element);
 };
 
-template <typename Element>
-__device__ __forceinline__ float elementToFloat(Element x) {
-  if constexpr (std::is_same_v<Element, float>)
-    return x;
-  else if constexpr (std::is_same_v<Element, __half>)
-    return __half2float(x);
-  else
-    return __bfloat162float(x);
-}
-
-template <typename Element>
-__device__ __forceinline__ Element floatToElement(float x) {
-  if constexpr (std::is_same_v<Element, float>)
-    return x;
-  else if constexpr (std::is_same_v<Element, __half>)
-    return __float2half_rn(x);
-  else
-    return __float2bfloat16_rn(x);
-}
-
 // The first `count` elements at src as floats, the rest of the vector zeros: a row's last vector where the head dim
 // is not a whole number of 16-byte vectors (nothing past the row is read).
 template <typename Element>
 __device__ __forceinline__ void loadFloats(const Element *src, float (&out)[Vec16<Element>::kCount], int count) {
   if (count < Vec16<Element>::kCount) {
 #pragma unroll
-    for (int e = 0; e < Vec16<Element>::kCount; ++e) out[e] = e < count ? elementToFloat(src[e]) : 0.f;
+    for (int e = 0; e < Vec16<Element>::kCount; ++e) out[e] = e < count ? prim::toFloat(src[e]) : 0.f;
     return;
   }
   const uint4 raw = *reinterpret_cast<const uint4 *>(src);
@@ -99,7 +79,7 @@ __device__ __forceinline__ void storeFloats(Element *dst, const float (&in)[Vec1
   if (count < Vec16<Element>::kCount) {
 #pragma unroll
     for (int e = 0; e < Vec16<Element>::kCount; ++e)
-      if (e < count) dst[e] = floatToElement<Element>(in[e]);
+      if (e < count) dst[e] = prim::fromFloat<Element>(in[e]);
     return;
   }
   uint4 raw;

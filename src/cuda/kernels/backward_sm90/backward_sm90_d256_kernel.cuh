@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
       const int32_t i = m0 + 16 * warp + lane / 4 + 8 * hh;
       if (i >= sq) continue;
       float *row =
-          p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.headDim) + 128 * group + 2 * quad;
+          p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.dqPitch) + 128 * group + 2 * quad;
 #pragma unroll
       for (int j = 0; j < 16; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
     }

@@ -35,7 +35,7 @@ std::size_t sharedBytesFor(const InstanceKey &key, bool paged) {
   return 0;  // unreachable: instances come from the same list
 }
 
-TileConfig tileOf(const InstanceKey &key) { return tileFor(key.headDim, key.headDimV); }
+TileConfig tileOf(const InstanceKey &key) { return tileFor(key.headDim, key.widthV()); }
 
 // Persistent CTAs (one per SM, looping over tiles: the next tile's loads overlap the current one's tail) against one
 // CTA per tile, H200, bf16, tensor-map loads (NOTES.md): without a mask every tile is as long as the next, and

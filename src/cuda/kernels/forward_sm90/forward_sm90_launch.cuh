@@ -85,7 +85,7 @@ cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions
 template <typename Element, int D, int DV>
 cudaError_t launchSm90Instance(const ForwardParams &params, const LaunchOptions &options, int device,
                                cudaStream_t stream) {
-  constexpr TileConfig t = tileFor(D, DV == D ? 0 : DV);
+  constexpr TileConfig t = tileFor(D, DV);
   return launchConfiguration<Element, D, t.blockN, t.consumerGroups, t.stages, t.pingPong, t.asyncArrive,
                              t.qInRegisters, DV>(params, options, device, stream);
 }

@@ -18,21 +18,13 @@
 #include "cuda/kernels/merge/merge_launch.hpp"
 #include "cuda/ops.hpp"
 #include "cuda/primitives/grid_dependency.cuh"
+#include "cuda/primitives/math.cuh"
 #include "cuda/primitives/merge_state.cuh"
 
 namespace flashattn::cuda {
 
 namespace merge {
 namespace {
-
-template <typename Out>
-__device__ __forceinline__ Out fromFloat(float v);
-template <>
-__device__ __forceinline__ float fromFloat<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half fromFloat<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 fromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
 // Vectorized needs dimV % 4 == 0, 16-byte aligned partial rows and 4-element aligned output rows.
 template <typename Out, bool Vectorized>
@@ -91,7 +83,7 @@ __global__ void __launch_bounds__(kMergeWarps * 32) mergeKernel(const MergeParam
     if constexpr (Vectorized) {
       prim::storeFloat4<Out>(out + d, o);
     } else {
-      out[d] = fromFloat<Out>(o.x);
+      out[d] = prim::fromFloat<Out>(o.x);
     }
   }
   if (p.lse && lane == 0) {  // headDimV >= 1: the column loop ran, and its LSE is the row's
