@@ -612,10 +612,10 @@ TEST(DecodeSupport, OtherHeadDimsRunAsTheForward) {
 // The size query is exact: 0 for one chunk, partial O and LSE (256-byte aligned each) for more; one byte less is
 // refused before anything is written.
 TEST(DecodeSupport, WorkspaceIsExact) {
-  // A paged cache: its split KV ranges always go through partial states in the workspace (a dense FP16/BF16 cache on
-  // sm90 may be merged in a cluster, without any).
+  // A paged cache of 3-key pages: the cp.async loader, whose split KV ranges always go through partial states in the
+  // workspace (the tensor-map loader's, on sm90, may be merged in a cluster, without any).
   DecodeCase c;
-  c.batch = 2, c.heads = 8, c.kvHeads = 2, c.sq = 3, c.cap = 1000, c.paged = true;
+  c.batch = 2, c.heads = 8, c.kvHeads = 2, c.sq = 3, c.cap = 1000, c.paged = true, c.pageSize = 3;
   DecodeFixture f(c);
   size_t bytes = 0;
   ASSERT_EQ(f.run(1, &bytes), FLASHATTN_STATUS_SUCCESS) << lastError();

@@ -23,14 +23,16 @@ struct PagedRow {
 // sequence's table row; an entry outside the pool gives page -1, whose key the caller must not read (it arrives as
 // zeros: wrong values give wrong results, never an access outside the tensors, as flashattn.h promises). Callers ask
 // only for keys below the sequence's length, so no entry past its last page is ever read.
+// The id of page `index` of a sequence's table row, -1 where the row has no such entry or it lies outside the pool.
+__device__ __forceinline__ int32_t pageAt(const PagedCache &c, int32_t sequence, int32_t index) {
+  if (int64_t(index) >= c.maxPagesPerSeq) return -1;
+  const int32_t id = __ldg(c.blockTable + int64_t(sequence) * c.maxPagesPerSeq + index);
+  return id >= 0 && int64_t(id) < c.numPages ? id : -1;
+}
+
 __device__ __forceinline__ PagedRow pagedRow(const PagedCache &c, int32_t sequence, int32_t key) {
   const int32_t index = c.pageSize.divide(key);
-  PagedRow r{-1, c.pageSize.remainder(key, index)};
-  if (int64_t(index) < c.maxPagesPerSeq) {
-    const int32_t id = __ldg(c.blockTable + int64_t(sequence) * c.maxPagesPerSeq + index);
-    if (id >= 0 && int64_t(id) < c.numPages) r.page = id;
-  }
-  return r;
+  return PagedRow{pageAt(c, sequence, index), c.pageSize.remainder(key, index)};
 }
 
 // Element offset of a present row (page >= 0) in a cache with page stride `pageStride` and in-page row stride

@@ -147,7 +147,7 @@ int64_t chooseChunks(int64_t units, int64_t tiles, int64_t slots) {
   return std::min<int64_t>(chunks, 1024);
 }
 
-// ---- Tensor maps of dense caches for the tensor loader.
+// ---- Tensor maps of the caches for the tensor loader.
 
 // How a map views a row: 64-column boxes (one copy per box), or the rank-5 wide view whose one copy takes every box of
 // a tile, landing them one after another ([box][key][64], as the boxes do).
@@ -217,17 +217,19 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
   return encodeTiledMap(spec, map);
 }
 
+// A paged cache is mapped as a dense one whose batch entries are the pool's pages, of pageSize keys each, and whose
+// boxes are a piece of a tile (a page, or the tile where a page holds whole tiles).
 CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys,
                         int view) {
   CacheMapKey k;
   k.view = view;
   k.base = base;
   k.dtype = int64_t(p.dtype);
-  k.tileKeys = tileKeys;
+  k.tileKeys = p.paged ? tileKeys / std::max(pagedTensorPieces(p.pageSize, tileKeys), 1) : tileKeys;
   k.headDim = p.headDim;
-  k.seqK = p.seqK;
+  k.seqK = p.paged ? p.pageSize : p.seqK;
   k.kvHeads = kvHeads;
-  k.batch = p.batch;
+  k.batch = p.paged ? p.numPages : p.batch;
   k.rowStride = layout.row;
   k.headStride = layout.head;
   k.batchStride = layout.batch;
@@ -235,11 +237,11 @@ CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &la
 }
 
 // The K and V maps of the tensor loader: the rank-5 wide view needs the problem's head dim to be the kernel's (its boxes
-// are whole 64-column pieces of real rows); where it cannot be had the loader falls back to 64-column boxes (the same
-// shared layout), so K and V always come in maps of one rank.
+// are whole 64-column pieces of real rows) and whole tiles per copy; where it cannot be had the loader falls back to
+// 64-column boxes (the same shared layout), so K and V always come in maps of one rank.
 bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t kvHeads, int tileKeys, int loader,
                      int kernelHeadDim, DecodeParams *d) {
-  const bool exact = p.headDim == kernelHeadDim;
+  const bool exact = p.headDim == kernelHeadDim && (!p.paged || pagedTensorPieces(p.pageSize, tileKeys) == 1);
   auto both = [&](int view) {
     return encodeCacheMap(cacheMapKey(p, k, p.k, kvHeads, tileKeys, view), &d->kMap, &d->kSlots) &&
            encodeCacheMap(cacheMapKey(p, v, p.v, kvHeads, tileKeys, view), &d->vMap, &d->vSlots);
@@ -248,15 +250,20 @@ bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t
   return both(kMapBoxes);
 }
 
-// Whether the tensor loader serves this problem on this kernel: sm90, a dense 16-bit cache, a kernel head dim of whole
-// boxes, and strides the encoder accepts (tried on an aligned stand-in address, the real one is only known at launch).
+// Whether the tensor loader serves this problem on this kernel: sm90, a 16-bit cache (dense, or paged in pages that
+// tile the key tiles), a kernel head dim of whole boxes, and strides the encoder accepts (tried on an aligned stand-in
+// address, the real one is only known at launch).
 bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelHeadDim, int64_t kvHeads, int tileKeys,
                         int loader, std::string *whyNot) {
-  if (!dev.portableHasSm90() || p.paged || !tensorLoadable(int(dtypeSize(p.dtype)), kernelHeadDim)) {
+  if (!dev.portableHasSm90() || !tensorLoadable(int(dtypeSize(p.dtype)), kernelHeadDim)) {
     *whyNot = concat("the tensor-map loader needs sm_90+ code on an sm_90+ device (device sm_", dev.arch(),
-                     ", code compute_", dev.portableCodeArch, "), a dense cache (",
-                     p.paged ? "paged" : "dense", ") and FP16/BF16 with a kernel head dim that is a multiple of 64 (",
-                     dtypeName(p.dtype), ", ", kernelHeadDim, ")");
+                     ", code compute_", dev.portableCodeArch, ") and FP16/BF16 with a kernel head dim that is a ",
+                     "multiple of 64 (", dtypeName(p.dtype), ", ", kernelHeadDim, ")");
+    return false;
+  }
+  if (p.paged && pagedTensorPieces(p.pageSize, tileKeys) == 0) {
+    *whyNot = concat("the tensor-map loader copies whole pages or whole tiles: pageSize ", p.pageSize,
+                     " is not a multiple of 8 that divides or is divided by the ", tileKeys, "-key tile");
     return false;
   }
   const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
@@ -280,6 +287,7 @@ std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const Planne
   const bool ok = dev.portableHasSm90() &&
                   encodeCacheMaps(p, standIn, standIn, kvHeads, k.variant.tileKeys, loader, k.headDim, &scratch);
   name += ok && scratch.kSlots.rank == 5 ? " one copy per tile" : " 64-column boxes";
+  if (p.paged) name += concat(", ", pagedTensorPieces(p.pageSize, k.variant.tileKeys), " page piece(s) per tile");
   return name;
 }
 
@@ -332,7 +340,8 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int64_t maxChunks = std::max<int64_t>(1, (p.seqK + tileKeys - 1) / tileKeys);
   const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
   const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
-  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (isTensorLoader(kernel.variant.loader) ? 1 : ctasPerSM);
+  const int64_t slots =
+      int64_t(std::max(dev.numSMs, 1)) * (isTensorLoader(kernel.variant.loader) && !p.paged ? 1 : ctasPerSM);
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
   // The cluster merge only where every unit's cluster is resident at once: a cluster that waits for a second wave
   // costs the whole call (B1 L8k 970 GB/s against 1450 with the merge kernel on a board that holds 7 clusters of 16).
@@ -471,6 +480,17 @@ MergeOverride mergeOverride() {
   return value;
 }
 
+// FLASHATTN_DECODE_LOADER, read once: which loader where the planner would choose.
+enum class LoaderOverride { kAuto, kTensor, kCpAsync };
+LoaderOverride loaderOverride() {
+  static const LoaderOverride value = [] {
+    if (knobIs(Knob::DecodeLoader, "tensor")) return LoaderOverride::kTensor;
+    if (knobIs(Knob::DecodeLoader, "cp.async")) return LoaderOverride::kCpAsync;
+    return LoaderOverride::kAuto;
+  }();
+  return value;
+}
+
 bool planDecodeUncached(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (!checkProblem(p, whyNot)) return false;
   const int index = findInstance(p.dtype, p.headDim);
@@ -482,14 +502,17 @@ bool planDecodeUncached(const DeviceInfo &dev, const AttnProblem &p, Plan *plan,
   PlannedKernel kernel;
   kernel.instance = index;
   kernel.headDim = kInstances[index].headDim;
-  // The tensor loader where it serves, else cp.async.
+  // The tensor loader where it serves (paged caches: where a page holds whole tiles), else cp.async.
   kernel.libraryVariant = 1;
   kernel.variant = libraryVariant(1);
   {
     const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
     std::string ignored;
     const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
-    if (!tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
+    const LoaderOverride pin = loaderOverride();
+    const bool shortPages = p.paged && pagedTensorPieces(p.pageSize, tileKeys) != 1 && pin == LoaderOverride::kAuto;
+    if (pin == LoaderOverride::kCpAsync || shortPages ||
+        !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
       kernel.libraryVariant = 0;
       kernel.variant = libraryVariant(0);
     }
@@ -565,6 +588,8 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.seqlensK = p.seqlensK;
   d.paged = p.paged;
   d.cache = paged::pagedCacheOf(p);
+  if (p.paged && isTensorLoader(kernel.variant.loader))
+    d.pagePieces = pagedTensorPieces(p.pageSize, kernel.variant.tileKeys);
   d.scale = p.scale;
   d.softcap = p.softcap;
   d.mask = int32_t(p.mask);

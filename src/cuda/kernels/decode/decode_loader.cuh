@@ -81,11 +81,12 @@ struct CpAsyncLoader {
   __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
   __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
 
-  // Element offsets of a key's K and V rows; false when it has none (its page lies outside the pool).
-  static __device__ __forceinline__ bool rowOffsets(const DecodeParams &p, const DecodeWork &w, int key,
+  // Element offsets of a key's K and V rows (paged: on page `page`, fetchPage's); false when it has none (its page
+  // lies outside the pool).
+  static __device__ __forceinline__ bool rowOffsets(const DecodeParams &p, const DecodeWork &w, int key, int page,
                                                     KeyOffsets &off) {
     if (p.paged) {
-      const paged::PagedRow row = paged::pagedRow(p.cache, w.batch, key);
+      const paged::PagedRow row{page, p.cache.pageSize.remainder(key, p.cache.pageSize.divide(key))};
       if (row.page < 0) return false;
       off.k = paged::rowOffset(row, p.kBatch, p.kRow) + int64_t(w.kvHead) * p.kHead;
       off.v = paged::rowOffset(row, p.vBatch, p.vRow) + int64_t(w.kvHead) * p.vHead;
@@ -96,13 +97,23 @@ struct CpAsyncLoader {
     return true;
   }
 
-  __device__ __forceinline__ void computeOffsets(const DecodeParams &p, const DecodeWork &w, int x) const {
+  // Paged caches: the page holding this thread's key of tile x (-1: none), read from the block table a whole tile
+  // before computeOffsets needs it, so that the table's round trip overlaps a tile's copies and math instead of
+  // stalling every warp at the barrier that publishes the offsets.
+  __device__ __forceinline__ int fetchPage(const DecodeParams &p, const DecodeWork &w, int x) const {
+    const int tid = int(threadIdx.x);
+    const int key = w.keyBegin + x * TileKeys + tid;
+    if (!p.paged || tid >= TileKeys || x >= w.numTiles || key >= w.keyEnd) return -1;
+    return paged::pageAt(p.cache, w.batch, p.cache.pageSize.divide(key));
+  }
+
+  __device__ __forceinline__ void computeOffsets(const DecodeParams &p, const DecodeWork &w, int x, int page) const {
     const int tid = int(threadIdx.x);
     if (tid < ((TileKeys + 31) & ~31)) {
       const int key = w.keyBegin + x * TileKeys + tid;
       KeyOffsets off{0, 0};
       bool present = tid < TileKeys && key < w.keyEnd;
-      if (present) present = rowOffsets(p, w, key, off);
+      if (present) present = rowOffsets(p, w, key, page, off);
       if (tid < TileKeys) offsetTable[(x & 1) * TileKeys + tid] = off;
       const uint32_t bits = __ballot_sync(0xffffffffu, present);
       if ((tid & 31) == 0) validMask[(x % kMaskSlots) * 2 + (tid >> 5)] = bits;
@@ -137,9 +148,12 @@ struct CpAsyncLoader {
   __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
                                       Consume &&consume) const {
     const int numTiles = w.numTiles;
+    int nextPage = fetchPage(p, w, 0);
     for (int it = -(Stages - 1); it < numTiles; ++it) {
       const int x = it + Stages - 1;
-      if (x < numTiles) computeOffsets(p, w, x);
+      const int page = nextPage;
+      nextPage = fetchPage(p, w, x + 1);
+      if (x < numTiles) computeOffsets(p, w, x, page);
       __syncthreads();
       if (x < numTiles) issueTile(p, x);
       prim::cpAsyncCommit();
@@ -153,27 +167,34 @@ struct CpAsyncLoader {
   }
 };
 
-// Tensor maps (sm90, dense FP16/BF16 caches): the producer warp's lane 0 sets up the stages' full / empty mbarriers and
-// issues every copy; the consumer warps wait on a stage's full barrier and arrive on its empty one once read. Dense
-// caches only: keys exist up to the chunk's end, so the consumers derive the presence mask themselves; boxes reaching
-// past the capacity are zero-filled by the copy engine. Absent keys' V rows are left as they came (the math clears
-// them in its fragments), so that no thread writes a stage the copy engine fills.
+// Tensor maps (sm90, FP16/BF16 caches): the producer warp's lane 0 sets up the stages' full / empty mbarriers and
+// issues every copy; the consumer warps wait on a stage's full barrier and arrive on its empty one once read. Boxes
+// reaching past the capacity are zero-filled by the copy engine. Dense caches: keys exist up to the chunk's end, so
+// the consumers derive the presence mask themselves. Paged caches (page size a multiple of 8 that divides or is
+// divided by TileKeys; the maps view a page as a batch entry of pageSize keys): a tile is TileKeys / pagePieces-key
+// pieces, one page or one page's slice each; the producer warp's lanes read the pieces' page ids from the block table a
+// tile ahead, a piece without a page is copied from outside the map (zeros), and lane 0 stores the tile's presence
+// mask on the stage before its full barrier's arrival publishes it. Absent keys' V rows are left as they came (the
+// math clears them in its fragments), so that no thread writes a stage the copy engine fills.
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
 struct TensorMapLoader {
-  static constexpr int kIssuer = Warps * 32;  // the producer warp's lane 0
   static constexpr int kBoxes = HeadDim / 64;  // 64-column boxes per row
   static constexpr int kKeyStride = 64;
   static constexpr int kStageHalf = kBoxes * TileKeys * 64;
+  static constexpr int kMaxPieces = TileKeys / 8;
   static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "tensor loader: 16-bit elements, head dim % 64");
+  static_assert(kMaxPieces <= 32, "one producer lane per piece");
 
   Element *kv;
-  uint32_t fullBase;   // [Stages] full barriers, then [Stages] empty ones
+  uint32_t *validMask;  // paged: [Stages][2] presence bits of the tile on each stage
+  uint32_t fullBase;    // [Stages] full barriers, then [Stages] empty ones
   uint32_t emptyBase;
 
   // The stages start at a 1024-byte boundary of the shared window (the swizzle repeats every 1024 bytes).
   __device__ __forceinline__ TensorMapLoader(unsigned char *smem, const SmemLayout &layout) {
     const uint32_t shift = (1024u - (prim::smemAddress(smem + layout.kv) & 1023u)) & 1023u;
     kv = reinterpret_cast<Element *>(smem + layout.kv + shift);
+    validMask = reinterpret_cast<uint32_t *>(smem + layout.validMask);
     fullBase = prim::smemAddress(smem + layout.barriers);
     emptyBase = fullBase + 8u * uint32_t(Stages);
   }
@@ -181,12 +202,15 @@ struct TensorMapLoader {
   __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
   __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
 
+  static __device__ __forceinline__ bool producer() { return (int(threadIdx.x) >> 5) == Warps; }
+  static __device__ __forceinline__ int lane() { return int(threadIdx.x) & 31; }
+
   // First thing in the kernel: the barriers' setup and the maps' fetch overlap the block arithmetic instead of
   // delaying the first copy (NOTES.md); the prefetches come after the barriers' fence, which would otherwise wait
   // for them. (Placed after the block arithmetic, this was compiled into warp-uniform instructions that racecheck
   // reads as another thread's writes.)
   __device__ __forceinline__ void prepare(const DecodeParams &p) const {
-    if (int(threadIdx.x) == kIssuer) {
+    if (producer() && lane() == 0) {
       for (int st = 0; st < Stages; ++st) prim::mbarrierInit(fullBase + 8u * uint32_t(st), 1u);
       for (int st = 0; st < Stages; ++st) prim::mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
       prim::fenceBarrierInit();
@@ -195,18 +219,22 @@ struct TensorMapLoader {
     }
   }
 
-  // Tile x's K and V on its stage's full barrier: one rank-5 copy each where the maps take the wide view, else K's
-  // 64-column boxes back to back, then V's (the two halves of a 256-byte row go out close together).
-  __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, int x) const {
-    const int slot = x % Stages;
-    const uint32_t barrier = fullBase + 8u * uint32_t(slot);
-    const int key0 = w.keyBegin + x * TileKeys;
-    prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
-    const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
-    const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
+  // Paged caches: the page of piece `piece` of tile x (-1: the piece starts past the chunk, or its page is outside
+  // the pool or the table row). Tile starts are multiples of TileKeys (findWork), so a piece never crosses a page.
+  static __device__ __forceinline__ int piecePage(const DecodeParams &p, const DecodeWork &w, int x, int piece) {
+    const int key = w.keyBegin + x * TileKeys + piece * (TileKeys / p.pagePieces);
+    if (!p.paged || x >= w.numTiles || piece >= p.pagePieces || key >= w.keyEnd) return -1;
+    return paged::pageAt(p.cache, w.batch, p.cache.pageSize.divide(key));
+  }
+
+  // One piece of a tile: `rows` keys from `key` of map dimension slots.key, `outer` in the batch dimension (dense: the
+  // batch, paged: the page, -1 outside the map), landing `row0` keys into the stage. The wide (rank-5) view takes
+  // every 64-column box in one copy and is only used with whole tiles (row0 0); the box view one copy per box.
+  __device__ __forceinline__ void copyPiece(const DecodeParams &p, const DecodeWork &w, uint32_t kDst, uint32_t vDst,
+                                            uint32_t barrier, int key, int outer, int row0) const {
     // The box dimension of a rank-5 map (the one not named) takes coordinate 0.
     auto coordinate = [&](const TensorMapSlots &slots, int dim) {
-      return slots.key == dim ? key0 : slots.head == dim ? w.kvHead : slots.batch == dim ? w.batch : 0;
+      return slots.key == dim ? key : slots.head == dim ? w.kvHead : slots.batch == dim ? outer : 0;
     };
     const int k1 = coordinate(p.kSlots, 1), k2 = coordinate(p.kSlots, 2), k3 = coordinate(p.kSlots, 3);
     const int v1 = coordinate(p.vSlots, 1), v2 = coordinate(p.vSlots, 2), v3 = coordinate(p.vSlots, 3);
@@ -215,21 +243,63 @@ struct TensorMapLoader {
       prim::tensorCopy5d(vDst, &p.vMap, 0, v1, v2, v3, coordinate(p.vSlots, 4), barrier);
       return;
     }
+    const uint32_t rowOffset = uint32_t(row0 * 128);
 #pragma unroll
     for (int box = 0; box < kBoxes; ++box)
-      prim::tensorCopy4d(kDst + uint32_t(box * TileKeys * 128), &p.kMap, box * 64, k1, k2, k3, barrier);
+      prim::tensorCopy4d(kDst + uint32_t(box * TileKeys * 128) + rowOffset, &p.kMap, box * 64, k1, k2, k3, barrier);
 #pragma unroll
     for (int box = 0; box < kBoxes; ++box)
-      prim::tensorCopy4d(vDst + uint32_t(box * TileKeys * 128), &p.vMap, box * 64, v1, v2, v3, barrier);
+      prim::tensorCopy4d(vDst + uint32_t(box * TileKeys * 128) + rowOffset, &p.vMap, box * 64, v1, v2, v3, barrier);
   }
 
-  // Every stage starts empty: the whole ring goes out before anything else.
-  __device__ __forceinline__ void start(const DecodeParams &p, const DecodeWork &w) const {
-    if (int(threadIdx.x) == kIssuer) {
-      for (int x = 0; x < Stages && x < w.numTiles; ++x) {
-        issue(p, w, x);
+  // Tile x's K and V on its stage's full barrier, issued by the producer warp's lane 0; every lane of the warp calls
+  // it, lane j holding piece j's page (paged caches). Dense: one piece, K's 64-column boxes back to back, then V's (the
+  // two halves of a 256-byte row go out close together), or one rank-5 copy each.
+  __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, int x, int lanePage) const {
+    const int slot = x % Stages;
+    const uint32_t barrier = fullBase + 8u * uint32_t(slot);
+    const int key0 = w.keyBegin + x * TileKeys;
+    const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
+    const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
+    if (!p.paged) {
+      if (lane() == 0) {
+        prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
+        copyPiece(p, w, kDst, vDst, barrier, key0, w.batch, 0);
       }
+      return;
     }
+    const int pieces = p.pagePieces;
+    const int rows = TileKeys / pieces;
+    const uint32_t pagesPresent = __ballot_sync(0xffffffffu, lanePage >= 0);
+    int pages[kMaxPieces];
+#pragma unroll
+    for (int j = 0; j < kMaxPieces; ++j) pages[j] = __shfl_sync(0xffffffffu, lanePage, j);
+    if (lane() != 0) return;
+    uint64_t present = 0;
+    const uint64_t pieceBits = rows >= 64 ? ~0ull : (1ull << rows) - 1ull;
+    for (int j = 0; j < pieces; ++j)
+      if ((pagesPresent >> j) & 1u) present |= pieceBits << (j * rows);
+    const int inChunk = w.keyEnd - key0;
+    if (inChunk < 64) present &= (1ull << inChunk) - 1ull;
+    validMask[slot * 2] = uint32_t(present);
+    validMask[slot * 2 + 1] = uint32_t(present >> 32);
+    prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
+    // A page at least a tile long holds the whole tile (key0 % pageSize is its first row); shorter pages are whole.
+    const int firstRow = pieces == 1 ? p.cache.pageSize.remainder(key0, p.cache.pageSize.divide(key0)) : 0;
+#pragma unroll
+    for (int j = 0; j < kMaxPieces; ++j)
+      if (j < pieces) copyPiece(p, w, kDst, vDst, barrier, firstRow, pages[j], j * rows);
+  }
+
+  // Every stage starts empty: the whole ring goes out before anything else (the pages of its tiles read at once).
+  __device__ __forceinline__ void start(const DecodeParams &p, const DecodeWork &w) const {
+    if (!producer()) return;
+    int pages[Stages];
+#pragma unroll
+    for (int x = 0; x < Stages; ++x) pages[x] = piecePage(p, w, x, lane());
+#pragma unroll
+    for (int x = 0; x < Stages; ++x)
+      if (x < w.numTiles) issue(p, w, x, pages[x]);
   }
 
   // Q and the barriers' initialization are visible to every warp after one CTA barrier; from there on the producer
@@ -237,32 +307,37 @@ struct TensorMapLoader {
   template <typename LoadQ, typename Consume>
   __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
                                       Consume &&consume) const {
-    const int warp = int(threadIdx.x) >> 5;
-    const int lane = int(threadIdx.x) & 31;
     const int numTiles = w.numTiles;
     prim::cpAsyncCommit();
     prim::cpAsyncWaitAll();
     __syncthreads();
-    if (warp == Warps) {
-      if (lane == 0) {
-        for (int x = Stages; x < numTiles; ++x) {
-          const int slot = x % Stages;
-          // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
-          const uint32_t parity = uint32_t(x / Stages - 1) & 1u;
-          prim::mbarrierWait(emptyBase + 8u * uint32_t(slot), parity);
-          issue(p, w, x);
-        }
+    if (producer()) {
+      int nextPage = piecePage(p, w, Stages, lane());
+      for (int x = Stages; x < numTiles; ++x) {
+        const int slot = x % Stages;
+        const int page = nextPage;
+        nextPage = piecePage(p, w, x + 1, lane());  // in flight while the stage drains
+        // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
+        if (lane() == 0) prim::mbarrierWait(emptyBase + 8u * uint32_t(slot), uint32_t(x / Stages - 1) & 1u);
+        __syncwarp();
+        issue(p, w, x, page);
       }
       __syncwarp();
     } else {
       loadQ();
+      const int lane = int(threadIdx.x) & 31;
       for (int it = 0; it < numTiles; ++it) {
         const int slot = it % Stages;
         const uint32_t parity = uint32_t(it / Stages) & 1u;
         prim::mbarrierWait(fullBase + 8u * uint32_t(slot), parity);
-        // The keys before the chunk's end (dense caches: every key there exists).
-        const int present = min(TileKeys, w.keyEnd - (w.keyBegin + it * TileKeys));
-        consume(it, slot, present >= 64 ? ~0ull : (1ull << present) - 1ull);
+        uint64_t present;
+        if (p.paged) {
+          present = uint64_t(validMask[slot * 2]) | (uint64_t(validMask[slot * 2 + 1]) << 32);
+        } else {  // the keys before the chunk's end (dense caches: every key there exists)
+          const int inChunk = min(TileKeys, w.keyEnd - (w.keyBegin + it * TileKeys));
+          present = inChunk >= 64 ? ~0ull : (1ull << inChunk) - 1ull;
+        }
+        consume(it, slot, present);
         __syncwarp();
         if (lane == 0) prim::mbarrierArrive(emptyBase + 8u * uint32_t(slot));
       }

@@ -31,7 +31,8 @@ constexpr int kRowsPerTile = 16;
 //   CpAsync: every thread issues 16-byte cp.async copies into padded rows (sm80+; any cache: dense or paged, any
 //     element type).
 //   TensorMap: a producer warp beside the Warps consumer warps issues cp.async.bulk.tensor copies through tensor maps
-//     of the dense cache (sm90+, FP16/BF16, kernel head dim a multiple of 64), 128-byte swizzled. Each stage has a
+//     of the cache (sm90+, FP16/BF16, kernel head dim a multiple of 64; paged caches with pages of a multiple of 8
+//     keys that divide or are divided by the tile, see pagedTensorPieces), 128-byte swizzled. Each stage has a
 //     "full" mbarrier (the copies' bytes) and an "empty" one (every consumer warp arrives once it has read the stage),
 //     so the producer refills a stage as soon as it is free and no warp waits for the slowest one at a CTA barrier per
 //     tile. One copy takes a whole K (or V) tile where the encoder takes a {64 columns, keys, boxes} view of the cache
@@ -100,6 +101,16 @@ constexpr int smemRowElements(int elementBytes, int headDim) { return headDim + 
 
 // Whether a kernel of this head dim and element size can use the tensor loader.
 constexpr bool tensorLoadable(int elementBytes, int headDim) { return elementBytes == 2 && headDim % 64 == 0; }
+
+// The tensor loader's copies per key tile of a paged cache (pages of pageSize keys; tiles start at multiples of
+// tileKeys): one where a page holds whole tiles, tileKeys / pageSize where a tile holds whole pages, 0 where neither
+// (or the pieces would be shorter than the 8 rows of one swizzle pattern): those caches take the cp.async loader.
+constexpr int pagedTensorPieces(int64_t pageSize, int tileKeys) {
+  return pageSize % 8 != 0                ? 0
+         : pageSize % tileKeys == 0       ? 1
+         : tileKeys % pageSize == 0       ? int(tileKeys / pageSize)
+                                          : 0;
+}
 
 // Byte layout of the dynamic shared memory. The epilogue's per-warp partial states reuse the K/V stages.
 //   cp.async: a stage is [2 (K, V)][tileKeys][rowElements] (padded rows).
@@ -197,6 +208,7 @@ struct DecodeParams {
   int64_t alibiBatchStride = 0;
   const float *sinks = nullptr;  // [heads]: joins each row's state once, where O and LSE are finished
   bool paged = false;
+  int32_t pagePieces = 1;   // tensor loader, paged: copies (pages or slices of one) per key tile
   paged::PagedCache cache;  // paged caches: the address rule's table, page size and pool
 
   // Epilogue and merge.

@@ -64,6 +64,9 @@ __device__ __forceinline__ DecodeWork findWork(const DecodeParams &p) {
     unionLo = seen.lo;
     unionHi = seen.hi;
   }
+  // Paged caches: tiles start at multiples of TileKeys, so that none straddles pages the tensor-map loader copies
+  // whole (the keys below the union are outside every row's visible range, the math masks them).
+  if (p.paged) unionLo -= unionLo % TileKeys;
   const int64_t unionKeys = unionHi >= unionLo ? unionHi - unionLo + 1 : 0;
   const int tilesTotal = int((unionKeys + TileKeys - 1) / TileKeys);
   const int tileBegin = chunkTileBegin(w.chunk, tilesTotal, p.numChunks);
