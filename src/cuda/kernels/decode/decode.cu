@@ -127,7 +127,11 @@ Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v) {
   s.groupSize = p.heads / s.kvHeads;
   s.rows = s.groupSize * p.seqQ;
   const int64_t rowTiles = (s.rows + kRowsPerTile - 1) / kRowsPerTile;
-  s.rowTilesPerCta = int(std::min<int64_t>(rowTiles, kMaxRowTilesPerCta));
+  // The tensor loader's CTAs take at most two row tiles, so that every row tile has two warps splitting its keys and
+  // two CTAs fit an SM: four warps walking every key of one row tile each were bound by their own math chains (16
+  // query tokens of GQA 4, H200: 1210-1430 GB/s at one 4-tile CTA per SM, whatever the chunk count).
+  const int maxTiles = isTensorLoader(v.loader) ? 2 : kMaxRowTilesPerCta;
+  s.rowTilesPerCta = int(std::min<int64_t>(rowTiles, maxTiles));
   s.keyGroups = v.warps / s.rowTilesPerCta;
   s.rowBlocks = (rowTiles + s.rowTilesPerCta - 1) / s.rowTilesPerCta;
   s.smem = smemLayout(elementBytes, kernelHeadDim, v.warps, v.tileKeys, v.stages, v.loader, s.rowTilesPerCta);
@@ -340,8 +344,11 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   const int64_t maxChunks = std::max<int64_t>(1, (p.seqK + tileKeys - 1) / tileKeys);
   const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
   const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
-  const int64_t slots =
-      int64_t(std::max(dev.numSMs, 1)) * (isTensorLoader(kernel.variant.loader) && !p.paged ? 1 : ctasPerSM);
+  // One CTA per SM only where the tensor loader's four consumer warps split the keys four ways (up to 16 rows per
+  // KV head) of a dense cache; with fewer key groups each warp's math needs a second CTA beside it (8 query tokens of
+  // GQA 4, H200: 2090-2640 GB/s at one CTA per SM, 2580-3830 at two), and paged rows their second CTA's bytes in flight.
+  const bool onePerSM = isTensorLoader(kernel.variant.loader) && !p.paged && shape.keyGroups >= 4;
+  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (onePerSM ? 1 : ctasPerSM);
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
   // The cluster merge only where every unit's cluster is resident at once: a cluster that waits for a second wave
   // costs the whole call (B1 L8k 970 GB/s against 1450 with the merge kernel on a board that holds 7 clusters of 16).
