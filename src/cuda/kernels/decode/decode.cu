@@ -104,7 +104,7 @@ PlannedKernel fromConfig(const DecodeConfig &c) {
   const int index = findInstance(c.instance.dtype, c.instance.headDim);
   // Plans name instances of kInstances only; anything else is caught by launchDecode.
   k.instance = index >= 0 && kInstances[index].headDim == c.instance.headDim ? index : kInstanceCount;
-  k.libraryVariant = c.loader == kLoaderCpAsync ? 0 : 1;
+  k.libraryVariant = c.loader;  // a library variant's index is its loader
   return k;
 }
 
@@ -250,7 +250,7 @@ bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t
     return encodeCacheMap(cacheMapKey(p, k, p.k, kvHeads, tileKeys, view), &d->kMap, &d->kSlots) &&
            encodeCacheMap(cacheMapKey(p, v, p.v, kvHeads, tileKeys, view), &d->vMap, &d->vSlots);
   };
-  if (loader == kLoaderTensorMap && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
+  if (isTensorLoader(loader) && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
   return both(kMapBoxes);
 }
 
@@ -510,8 +510,8 @@ bool planDecodeUncached(const DeviceInfo &dev, const AttnProblem &p, Plan *plan,
   kernel.instance = index;
   kernel.headDim = kInstances[index].headDim;
   // The tensor loader where it serves (paged caches: where a page holds whole tiles), else cp.async.
-  kernel.libraryVariant = 1;
-  kernel.variant = libraryVariant(1);
+  kernel.libraryVariant = p.paged ? kLoaderPagedTensorMap : kLoaderTensorMap;
+  kernel.variant = libraryVariant(kernel.libraryVariant);
   {
     const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
     std::string ignored;

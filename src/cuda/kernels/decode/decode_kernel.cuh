@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   Element *qSmem = reinterpret_cast<Element *>(smem + layout.q);
   const KVLoader loader(smem, layout);
   loader.prepare(p);
-  const DecodeWork w = findWork<TileKeys>(p);
+  const DecodeWork w = findWork<TileKeys, LoaderKind == kLoaderPagedTensorMap>(p);
   loader.start(p, w);
   loadQ<Element, HeadDim, kThreads>(p, w, qSmem);
 
@@ -216,7 +216,8 @@ struct DecodeKernel {
 // that are not whole 64-column boxes) the planner never asks for it, and it stands for the portable variant.
 template <typename Element, int HeadDim, int Index>
 constexpr Variant instanceVariant() {
-  return Index == 1 && !tensorLoadable(int(sizeof(Element)), HeadDim) ? libraryVariant(0) : libraryVariant(Index);
+  return isTensorLoader(Index) && !tensorLoadable(int(sizeof(Element)), HeadDim) ? libraryVariant(0)
+                                                                                  : libraryVariant(Index);
 }
 
 template <typename Element, int HeadDim, int Index>
@@ -228,22 +229,30 @@ using LibraryKernel =
 template <typename Element, int HeadDim>
 cudaError_t launchDecodeInstance(const DecodeParams &params, int libraryVariantIndex, const DeviceInfo &dev,
                                  cudaStream_t stream) {
-  static_assert(kLibraryVariantCount == 2, "one branch per library variant");
-  return libraryVariantIndex == 0 ? LibraryKernel<Element, HeadDim, 0>::launch(params, dev, stream)
-                                  : LibraryKernel<Element, HeadDim, 1>::launch(params, dev, stream);
+  static_assert(kLibraryVariantCount == 3, "one branch per library variant");
+  switch (libraryVariantIndex) {
+    case 0: return LibraryKernel<Element, HeadDim, 0>::launch(params, dev, stream);
+    case 1: return LibraryKernel<Element, HeadDim, 1>::launch(params, dev, stream);
+    default: return LibraryKernel<Element, HeadDim, 2>::launch(params, dev, stream);
+  }
 }
 
 template <typename Element, int HeadDim>
 int occupancyDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int rowTilesPerCta) {
-  return libraryVariantIndex == 0 ? LibraryKernel<Element, HeadDim, 0>::occupancy(dev, rowTilesPerCta)
-                                  : LibraryKernel<Element, HeadDim, 1>::occupancy(dev, rowTilesPerCta);
+  switch (libraryVariantIndex) {
+    case 0: return LibraryKernel<Element, HeadDim, 0>::occupancy(dev, rowTilesPerCta);
+    case 1: return LibraryKernel<Element, HeadDim, 1>::occupancy(dev, rowTilesPerCta);
+    default: return LibraryKernel<Element, HeadDim, 2>::occupancy(dev, rowTilesPerCta);
+  }
 }
 
 template <typename Element, int HeadDim>
 int clusterCapacityDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int rowTilesPerCta, int clusterSize) {
-  return libraryVariantIndex == 0
-             ? LibraryKernel<Element, HeadDim, 0>::clusterCapacity(dev, rowTilesPerCta, clusterSize)
-             : LibraryKernel<Element, HeadDim, 1>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
+  switch (libraryVariantIndex) {
+    case 0: return LibraryKernel<Element, HeadDim, 0>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
+    case 1: return LibraryKernel<Element, HeadDim, 1>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
+    default: return LibraryKernel<Element, HeadDim, 2>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
+  }
 }
 
 }  // namespace flashattn::cuda::decode

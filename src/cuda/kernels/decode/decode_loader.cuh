@@ -176,7 +176,7 @@ struct CpAsyncLoader {
 // tile ahead, a piece without a page is copied from outside the map (zeros), and lane 0 stores the tile's presence
 // mask on the stage before its full barrier's arrival publishes it. Absent keys' V rows are left as they came (the
 // math clears them in its fragments), so that no thread writes a stage the copy engine fills.
-template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
+template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, bool Paged>
 struct TensorMapLoader {
   static constexpr int kBoxes = HeadDim / 64;  // 64-column boxes per row
   static constexpr int kKeyStride = 64;
@@ -223,7 +223,7 @@ struct TensorMapLoader {
   // the pool or the table row). Tile starts are multiples of TileKeys (findWork), so a piece never crosses a page.
   static __device__ __forceinline__ int piecePage(const DecodeParams &p, const DecodeWork &w, int x, int piece) {
     const int key = w.keyBegin + x * TileKeys + piece * (TileKeys / p.pagePieces);
-    if (!p.paged || x >= w.numTiles || piece >= p.pagePieces || key >= w.keyEnd) return -1;
+    if (x >= w.numTiles || piece >= p.pagePieces || key >= w.keyEnd) return -1;
     return paged::pageAt(p.cache, w.batch, p.cache.pageSize.divide(key));
   }
 
@@ -252,8 +252,8 @@ struct TensorMapLoader {
       prim::tensorCopy4d(vDst + uint32_t(box * TileKeys * 128) + rowOffset, &p.vMap, box * 64, v1, v2, v3, barrier);
   }
 
-  // Tile x's K and V on its stage's full barrier, issued by the producer warp's lane 0; every lane of the warp calls
-  // it, lane j holding piece j's page (paged caches). Dense: one piece, K's 64-column boxes back to back, then V's (the
+  // Tile x's K and V on its stage's full barrier, issued by the producer warp's lane 0. Paged: every lane of the warp
+  // calls it, lane j holding piece j's page; dense: lane 0 alone (lanePage unused), one piece, K's 64-column boxes back to back, then V's (the
   // two halves of a 256-byte row go out close together), or one rank-5 copy each.
   __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, int x, int lanePage) const {
     const int slot = x % Stages;
@@ -261,45 +261,48 @@ struct TensorMapLoader {
     const int key0 = w.keyBegin + x * TileKeys;
     const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
     const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
-    if (!p.paged) {
-      if (lane() == 0) {
-        prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
-        copyPiece(p, w, kDst, vDst, barrier, key0, w.batch, 0);
-      }
-      return;
+    if constexpr (!Paged) {
+      prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
+      copyPiece(p, w, kDst, vDst, barrier, key0, w.batch, 0);
+    } else {
+      const int pieces = p.pagePieces;
+      const int rows = TileKeys / pieces;
+      const uint32_t pagesPresent = __ballot_sync(0xffffffffu, lanePage >= 0);
+      int pages[kMaxPieces];
+#pragma unroll
+      for (int j = 0; j < kMaxPieces; ++j) pages[j] = __shfl_sync(0xffffffffu, lanePage, j);
+      if (lane() != 0) return;
+      uint64_t present = 0;
+      const uint64_t pieceBits = rows >= 64 ? ~0ull : (1ull << rows) - 1ull;
+      for (int j = 0; j < pieces; ++j)
+        if ((pagesPresent >> j) & 1u) present |= pieceBits << (j * rows);
+      const int inChunk = w.keyEnd - key0;
+      if (inChunk < 64) present &= (1ull << inChunk) - 1ull;
+      validMask[slot * 2] = uint32_t(present);
+      validMask[slot * 2 + 1] = uint32_t(present >> 32);
+      prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
+      // A page at least a tile long holds the whole tile (key0 % pageSize is its first row); shorter pages are whole.
+      const int firstRow = pieces == 1 ? p.cache.pageSize.remainder(key0, p.cache.pageSize.divide(key0)) : 0;
+#pragma unroll
+      for (int j = 0; j < kMaxPieces; ++j)
+        if (j < pieces) copyPiece(p, w, kDst, vDst, barrier, firstRow, pages[j], j * rows);
     }
-    const int pieces = p.pagePieces;
-    const int rows = TileKeys / pieces;
-    const uint32_t pagesPresent = __ballot_sync(0xffffffffu, lanePage >= 0);
-    int pages[kMaxPieces];
-#pragma unroll
-    for (int j = 0; j < kMaxPieces; ++j) pages[j] = __shfl_sync(0xffffffffu, lanePage, j);
-    if (lane() != 0) return;
-    uint64_t present = 0;
-    const uint64_t pieceBits = rows >= 64 ? ~0ull : (1ull << rows) - 1ull;
-    for (int j = 0; j < pieces; ++j)
-      if ((pagesPresent >> j) & 1u) present |= pieceBits << (j * rows);
-    const int inChunk = w.keyEnd - key0;
-    if (inChunk < 64) present &= (1ull << inChunk) - 1ull;
-    validMask[slot * 2] = uint32_t(present);
-    validMask[slot * 2 + 1] = uint32_t(present >> 32);
-    prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
-    // A page at least a tile long holds the whole tile (key0 % pageSize is its first row); shorter pages are whole.
-    const int firstRow = pieces == 1 ? p.cache.pageSize.remainder(key0, p.cache.pageSize.divide(key0)) : 0;
-#pragma unroll
-    for (int j = 0; j < kMaxPieces; ++j)
-      if (j < pieces) copyPiece(p, w, kDst, vDst, barrier, firstRow, pages[j], j * rows);
   }
 
   // Every stage starts empty: the whole ring goes out before anything else (the pages of its tiles read at once).
   __device__ __forceinline__ void start(const DecodeParams &p, const DecodeWork &w) const {
     if (!producer()) return;
-    int pages[Stages];
+    if constexpr (!Paged) {
+      if (lane() == 0)
+        for (int x = 0; x < Stages && x < w.numTiles; ++x) issue(p, w, x, -1);
+    } else {
+      int pages[Stages];
 #pragma unroll
-    for (int x = 0; x < Stages; ++x) pages[x] = piecePage(p, w, x, lane());
+      for (int x = 0; x < Stages; ++x) pages[x] = piecePage(p, w, x, lane());
 #pragma unroll
-    for (int x = 0; x < Stages; ++x)
-      if (x < w.numTiles) issue(p, w, x, pages[x]);
+      for (int x = 0; x < Stages; ++x)
+        if (x < w.numTiles) issue(p, w, x, pages[x]);
+    }
   }
 
   // Q and the barriers' initialization are visible to every warp after one CTA barrier; from there on the producer
@@ -312,15 +315,24 @@ struct TensorMapLoader {
     prim::cpAsyncWaitAll();
     __syncthreads();
     if (producer()) {
-      int nextPage = piecePage(p, w, Stages, lane());
-      for (int x = Stages; x < numTiles; ++x) {
-        const int slot = x % Stages;
-        const int page = nextPage;
-        nextPage = piecePage(p, w, x + 1, lane());  // in flight while the stage drains
-        // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
-        if (lane() == 0) prim::mbarrierWait(emptyBase + 8u * uint32_t(slot), uint32_t(x / Stages - 1) & 1u);
-        __syncwarp();
-        issue(p, w, x, page);
+      // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
+      auto waitEmpty = [&](int x) {
+        prim::mbarrierWait(emptyBase + 8u * uint32_t(x % Stages), uint32_t(x / Stages - 1) & 1u);
+      };
+      if constexpr (Paged) {
+        int nextPage = piecePage(p, w, Stages, lane());
+        for (int x = Stages; x < numTiles; ++x) {
+          const int page = nextPage;
+          nextPage = piecePage(p, w, x + 1, lane());  // in flight while the stage drains
+          if (lane() == 0) waitEmpty(x);
+          __syncwarp();
+          issue(p, w, x, page);
+        }
+      } else if (lane() == 0) {
+        for (int x = Stages; x < numTiles; ++x) {
+          waitEmpty(x);
+          issue(p, w, x, -1);
+        }
       }
       __syncwarp();
     } else {
@@ -331,7 +343,7 @@ struct TensorMapLoader {
         const uint32_t parity = uint32_t(it / Stages) & 1u;
         prim::mbarrierWait(fullBase + 8u * uint32_t(slot), parity);
         uint64_t present;
-        if (p.paged) {
+        if constexpr (Paged) {
           present = uint64_t(validMask[slot * 2]) | (uint64_t(validMask[slot * 2 + 1]) << 32);
         } else {  // the keys before the chunk's end (dense caches: every key there exists)
           const int inChunk = min(TileKeys, w.keyEnd - (w.keyBegin + it * TileKeys));
@@ -346,7 +358,9 @@ struct TensorMapLoader {
 };
 
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, int LoaderKind>
-using LoaderOf = std::conditional_t<isTensorLoader(LoaderKind), TensorMapLoader<Element, HeadDim, Warps, TileKeys, Stages>,
-                                  CpAsyncLoader<Element, HeadDim, Warps, TileKeys, Stages>>;
+using LoaderOf = std::conditional_t<
+    isTensorLoader(LoaderKind),
+    TensorMapLoader<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind == kLoaderPagedTensorMap>,
+    CpAsyncLoader<Element, HeadDim, Warps, TileKeys, Stages>>;
 
 }  // namespace flashattn::cuda::decode

@@ -26,7 +26,8 @@ struct DecodeWork {
   }
 };
 
-template <int TileKeys>
+// AlignTiles: the chunk's tiles start at multiples of TileKeys (the paged tensor-map loader's pages).
+template <int TileKeys, bool AlignTiles>
 __device__ __forceinline__ DecodeWork findWork(const DecodeParams &p) {
   DecodeWork w;
   // Block -> (row block, chunk, KV head, batch); the row block varies fastest so CTAs sharing K/V run together, except
@@ -64,9 +65,9 @@ __device__ __forceinline__ DecodeWork findWork(const DecodeParams &p) {
     unionLo = seen.lo;
     unionHi = seen.hi;
   }
-  // Paged caches: tiles start at multiples of TileKeys, so that none straddles pages the tensor-map loader copies
-  // whole (the keys below the union are outside every row's visible range, the math masks them).
-  if (p.paged) unionLo -= unionLo % TileKeys;
+  // Tiles that start at multiples of TileKeys straddle no page the tensor-map loader copies whole (the keys below the
+  // union are outside every row's visible range, the math masks them).
+  if constexpr (AlignTiles) unionLo -= unionLo % TileKeys;
   const int64_t unionKeys = unionHi >= unionLo ? unionHi - unionLo + 1 : 0;
   const int tilesTotal = int((unionKeys + TileKeys - 1) / TileKeys);
   const int tileBegin = chunkTileBegin(w.chunk, tilesTotal, p.numChunks);
