@@ -210,7 +210,7 @@ struct TensorMapLoader {
   // for them. (Placed after the block arithmetic, this was compiled into warp-uniform instructions that racecheck
   // reads as another thread's writes.)
   __device__ __forceinline__ void prepare(const DecodeParams &p) const {
-    if (producer() && lane() == 0) {
+    if (int(threadIdx.x) == Warps * 32) {  // the producer warp's lane 0
       for (int st = 0; st < Stages; ++st) prim::mbarrierInit(fullBase + 8u * uint32_t(st), 1u);
       for (int st = 0; st < Stages; ++st) prim::mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
       prim::fenceBarrierInit();
@@ -259,12 +259,13 @@ struct TensorMapLoader {
     const int slot = x % Stages;
     const uint32_t barrier = fullBase + 8u * uint32_t(slot);
     const int key0 = w.keyBegin + x * TileKeys;
-    const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
-    const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
     if constexpr (!Paged) {
       prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
-      copyPiece(p, w, kDst, vDst, barrier, key0, w.batch, 0);
+      const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
+      copyPiece(p, w, kDst, kDst + uint32_t(kStageHalf * int(sizeof(Element))), barrier, key0, w.batch, 0);
     } else {
+      const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
+      const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
       const int pieces = p.pagePieces;
       const int rows = TileKeys / pieces;
       const uint32_t pagesPresent = __ballot_sync(0xffffffffu, lanePage >= 0);
@@ -291,11 +292,10 @@ struct TensorMapLoader {
 
   // Every stage starts empty: the whole ring goes out before anything else (the pages of its tiles read at once).
   __device__ __forceinline__ void start(const DecodeParams &p, const DecodeWork &w) const {
-    if (!producer()) return;
     if constexpr (!Paged) {
-      if (lane() == 0)
+      if (int(threadIdx.x) == Warps * 32)  // the producer warp's lane 0
         for (int x = 0; x < Stages && x < w.numTiles; ++x) issue(p, w, x, -1);
-    } else {
+    } else if (producer()) {
       int pages[Stages];
 #pragma unroll
       for (int x = 0; x < Stages; ++x) pages[x] = piecePage(p, w, x, lane());
@@ -310,25 +310,27 @@ struct TensorMapLoader {
   template <typename LoadQ, typename Consume>
   __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
                                       Consume &&consume) const {
+    const int warp = int(threadIdx.x) >> 5;
+    const int lane = int(threadIdx.x) & 31;
     const int numTiles = w.numTiles;
     prim::cpAsyncCommit();
     prim::cpAsyncWaitAll();
     __syncthreads();
-    if (producer()) {
+    if (warp == Warps) {
       // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
       auto waitEmpty = [&](int x) {
         prim::mbarrierWait(emptyBase + 8u * uint32_t(x % Stages), uint32_t(x / Stages - 1) & 1u);
       };
       if constexpr (Paged) {
-        int nextPage = piecePage(p, w, Stages, lane());
+        int nextPage = piecePage(p, w, Stages, lane);
         for (int x = Stages; x < numTiles; ++x) {
           const int page = nextPage;
-          nextPage = piecePage(p, w, x + 1, lane());  // in flight while the stage drains
-          if (lane() == 0) waitEmpty(x);
+          nextPage = piecePage(p, w, x + 1, lane);  // in flight while the stage drains
+          if (lane == 0) waitEmpty(x);
           __syncwarp();
           issue(p, w, x, page);
         }
-      } else if (lane() == 0) {
+      } else if (lane == 0) {
         for (int x = Stages; x < numTiles; ++x) {
           waitEmpty(x);
           issue(p, w, x, -1);
@@ -337,7 +339,6 @@ struct TensorMapLoader {
       __syncwarp();
     } else {
       loadQ();
-      const int lane = int(threadIdx.x) & 31;
       for (int it = 0; it < numTiles; ++it) {
         const int slot = it % Stages;
         const uint32_t parity = uint32_t(it / Stages) & 1u;
