@@ -81,12 +81,11 @@ struct CpAsyncLoader {
   __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
   __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
 
-  // Element offsets of a key's K and V rows (paged: on page `page`, fetchPage's); false when it has none (its page
-  // lies outside the pool).
-  static __device__ __forceinline__ bool rowOffsets(const DecodeParams &p, const DecodeWork &w, int key, int page,
-                                                    KeyOffsets &off) {
+  // Element offsets of a key's K and V rows (paged: at `row`, fetchRow's); false when it has none (its page lies
+  // outside the pool).
+  static __device__ __forceinline__ bool rowOffsets(const DecodeParams &p, const DecodeWork &w, int key,
+                                                    paged::PagedRow row, KeyOffsets &off) {
     if (p.paged) {
-      const paged::PagedRow row{page, p.cache.pageSize.remainder(key, p.cache.pageSize.divide(key))};
       if (row.page < 0) return false;
       off.k = paged::rowOffset(row, p.kBatch, p.kRow) + int64_t(w.kvHead) * p.kHead;
       off.v = paged::rowOffset(row, p.vBatch, p.vRow) + int64_t(w.kvHead) * p.vHead;
@@ -97,23 +96,24 @@ struct CpAsyncLoader {
     return true;
   }
 
-  // Paged caches: the page holding this thread's key of tile x (-1: none), read from the block table a whole tile
+  // Paged caches: where this thread's key of tile x lives (page -1: nowhere), read from the block table a whole tile
   // before computeOffsets needs it, so that the table's round trip overlaps a tile's copies and math instead of
   // stalling every warp at the barrier that publishes the offsets.
-  __device__ __forceinline__ int fetchPage(const DecodeParams &p, const DecodeWork &w, int x) const {
+  __device__ __forceinline__ paged::PagedRow fetchRow(const DecodeParams &p, const DecodeWork &w, int x) const {
     const int tid = int(threadIdx.x);
     const int key = w.keyBegin + x * TileKeys + tid;
-    if (!p.paged || tid >= TileKeys || x >= w.numTiles || key >= w.keyEnd) return -1;
-    return paged::pageAt(p.cache, w.batch, p.cache.pageSize.divide(key));
+    if (!p.paged || tid >= TileKeys || x >= w.numTiles || key >= w.keyEnd) return paged::PagedRow{-1, 0};
+    return paged::pagedRow(p.cache, w.batch, key);
   }
 
-  __device__ __forceinline__ void computeOffsets(const DecodeParams &p, const DecodeWork &w, int x, int page) const {
+  __device__ __forceinline__ void computeOffsets(const DecodeParams &p, const DecodeWork &w, int x,
+                                                 paged::PagedRow row) const {
     const int tid = int(threadIdx.x);
     if (tid < ((TileKeys + 31) & ~31)) {
       const int key = w.keyBegin + x * TileKeys + tid;
       KeyOffsets off{0, 0};
       bool present = tid < TileKeys && key < w.keyEnd;
-      if (present) present = rowOffsets(p, w, key, page, off);
+      if (present) present = rowOffsets(p, w, key, row, off);
       if (tid < TileKeys) offsetTable[(x & 1) * TileKeys + tid] = off;
       const uint32_t bits = __ballot_sync(0xffffffffu, present);
       if ((tid & 31) == 0) validMask[(x % kMaskSlots) * 2 + (tid >> 5)] = bits;
@@ -148,12 +148,12 @@ struct CpAsyncLoader {
   __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
                                       Consume &&consume) const {
     const int numTiles = w.numTiles;
-    int nextPage = fetchPage(p, w, 0);
+    paged::PagedRow nextRow = fetchRow(p, w, 0);
     for (int it = -(Stages - 1); it < numTiles; ++it) {
       const int x = it + Stages - 1;
-      const int page = nextPage;
-      nextPage = fetchPage(p, w, x + 1);
-      if (x < numTiles) computeOffsets(p, w, x, page);
+      const paged::PagedRow row = nextRow;
+      nextRow = fetchRow(p, w, x + 1);
+      if (x < numTiles) computeOffsets(p, w, x, row);
       __syncthreads();
       if (x < numTiles) issueTile(p, x);
       prim::cpAsyncCommit();
@@ -253,8 +253,8 @@ struct TensorMapLoader {
   }
 
   // Tile x's K and V on its stage's full barrier, issued by the producer warp's lane 0. Paged: every lane of the warp
-  // calls it, lane j holding piece j's page; dense: lane 0 alone (lanePage unused), one piece, K's 64-column boxes back to back, then V's (the
-  // two halves of a 256-byte row go out close together), or one rank-5 copy each.
+  // calls it, lane j holding piece j's page; dense: lane 0 alone (lanePage unused), one piece, K's 64-column boxes
+  // back to back, then V's (the two halves of a 256-byte row go out close together), or one rank-5 copy each.
   __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, int x, int lanePage) const {
     const int slot = x % Stages;
     const uint32_t barrier = fullBase + 8u * uint32_t(slot);
