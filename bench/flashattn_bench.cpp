@@ -661,6 +661,7 @@ struct Row {
   std::string kernel;
   double ms = NAN, tflops = NAN, kvGBps = NAN;
   double backToBackMs = NAN;  // mean of calls queued back to back (CUDA only)
+  double hostUs = NAN;        // median wall time of the API call itself, on the host (CUDA only)
   bool checked = false, pass = false;
   double maxErr = NAN, normwise = NAN, lseErr = NAN, checkSeconds = 0;
   int deterministic = -1;  // 1/0: the output after the timed calls is bitwise the checked one; -1: not looked at
@@ -724,6 +725,7 @@ std::string rowJson(const Row &r) {
   } else {
     j += ", \"ms\": " + jsonNumber(r.ms);
     if (std::isfinite(r.backToBackMs)) j += ", \"ms_back_to_back\": " + jsonNumber(r.backToBackMs);
+    if (std::isfinite(r.hostUs)) j += ", \"host_us\": " + jsonNumber(r.hostUs);
     if (r.kind == "decode")
       j += ", \"kv_GBps\": " + jsonNumber(r.kvGBps);
     else
@@ -1122,6 +1124,12 @@ class Bench {
   flashAttnHandle_t handle_, host_;
   Memory mem_;
   double backToBackMs_ = NAN;  // of the last timeCalls on CUDA
+  double hostUs_ = NAN;        // of the last timeCalls on CUDA
+  // The last timeCalls' figures beside the median event time.
+  void takeCallStats(Row &row) const {
+    row.backToBackMs = backToBackMs_;
+    row.hostUs = hostUs_;
+  }
   std::vector<Row> rows_;
   int failures_ = 0;
   size_t planned_ = 0;
@@ -1151,10 +1159,13 @@ std::vector<double> Bench::timeCalls(const std::function<flashAttnStatus_t(int64
     }
     cudaStream_t stream = mem_.stream();
     cudaError_t err = cudaStreamSynchronize(stream);
+    std::vector<double> hostUs(ms.size());
     for (size_t i = 0; i < ms.size() && err == cudaSuccess; ++i) {
       cudaEventRecord(start[i], stream);
       try {
+        const auto t0 = std::chrono::steady_clock::now();
         apiCheck(call(index++), what);
+        hostUs[i] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       } catch (const std::exception &) {
         for (size_t j = 0; j < ms.size(); ++j) {
           cudaEventDestroy(start[j]);
@@ -1170,6 +1181,8 @@ std::vector<double> Bench::timeCalls(const std::function<flashAttnStatus_t(int64
       err = cudaEventElapsedTime(&t, start[i], stop[i]);
       ms[i] = t;
     }
+    // The host's share of a call: validation, planning, the launches (the calls return once queued).
+    hostUs_ = err == cudaSuccess ? median(hostUs) : NAN;
     // Also the calls queued back to back: the GPU time alone, with the launch latency hidden behind the queue.
     backToBackMs_ = NAN;
     if (err == cudaSuccess) {
@@ -1448,7 +1461,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
         fwd.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       }
       fwd.ms = median(timeCalls(run, 1, "flashAttnForward"));
-      fwd.backToBackMs = backToBackMs_;
+      takeCallStats(fwd);
       fwd.tflops = fwdFlops / (fwd.ms * 1e-3) / 1e12;
       if (fwd.checked) checkRepeatable(fwd, ho, hl, *dout, *dlse);
     }
@@ -1632,7 +1645,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
         if (ddsinks) firstS = ddsinks->download();
       }
       row.ms = median(timeCalls(run, 1, "flashAttnBackward"));
-      row.backToBackMs = backToBackMs_;
+      takeCallStats(row);
       row.tflops = 2.5 * fwdFlops / (row.ms * 1e-3) / 1e12;
       if (row.op == "bwd-det") {
         row.deterministic = sameBytes(firstQ, ddq.download()) && sameBytes(firstK, ddk.download()) &&
@@ -1834,7 +1847,7 @@ void Bench::decode(const DecodeShape &s) {
       row.checkSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     row.ms = median(timeCalls(run, 1, "flashAttnDecodeChunk"));
-    row.backToBackMs = backToBackMs_;
+    takeCallStats(row);
     row.kvGBps = kvBytes / (row.ms * 1e-3) / 1e9;
     if (row.checked) checkRepeatable(row, ho, hl, dout, dlse);
   } catch (const std::exception &e) {
@@ -1918,7 +1931,7 @@ void Bench::chunked(const ChunkedShape &s) {
       const HostBlock firstO = o.download(), firstL = lse.download();
       const std::vector<double> ms = timeCalls([&](int64_t) { return call(paged); }, 0, "flashAttnForward");
       row.ms = median(ms);
-      row.backToBackMs = backToBackMs_;
+      takeCallStats(row);
       row.tflops = flops / (row.ms * 1e-3) / 1e12;
       if (!paged) {
         denseRow.checkScope = "not checked here: the dense cache's ragged forward is what the fwd rows check";
