@@ -75,8 +75,9 @@ void expectNonOverlapping(const flashAttnTensorStruct &t, const char *name) {
     if (stride < extent)
       fail(FLASHATTN_STATUS_BAD_PARAM, name, " is an output whose elements overlap (a dimension of size ", dim,
            " has stride ", stride, ", below the ", extent, " elements the smaller strides span)");
-    extent = mulAddOr(stride, dim - 1, extent, FLASHATTN_STATUS_BAD_PARAM, name, " (dims ", shapeOf(t),
-                      ") spans more than int64 elements");
+    // The message is built only on failure: this is every call's path.
+    if (!mulAddOk(stride, dim - 1, extent, &extent))
+      fail(FLASHATTN_STATUS_BAD_PARAM, name, " (dims ", shapeOf(t), ") spans more than int64 elements");
   }
 }
 

@@ -105,6 +105,42 @@ void requireFiniteLogitConstants(float scale, float softcap) {
          "infinite (use the HOST backend)");
 }
 
+// The last few plans of this thread. A decode loop asks for the plan of the same problem every step, and planning it
+// (staging, the chooser, tensor-map trials, the description) is host time that the caller pays on every call. A plan
+// is a pure function of the device and the normalized problem (the knobs are read once per process), so only a
+// problem equal in every field on the same device reuses one; the builder's checks and every pointer check still run
+// on each call. Per thread, so no lock.
+class PlanCache {
+ public:
+  const Plan *find(int device, const AttnProblem &p) const {
+    for (const Entry &e : entries_)
+      if (e.device == device && e.problem == p) return &e.plan;
+    return nullptr;
+  }
+  void insert(int device, const AttnProblem &p, const Plan &plan) {
+    Entry &e = entries_[next_];
+    next_ = (next_ + 1) % kEntries;
+    e.device = device;
+    e.problem = p;
+    e.plan = plan;
+  }
+
+ private:
+  struct Entry {
+    int device = -1;  // never a device: an empty entry matches nothing
+    AttnProblem problem;
+    Plan plan;
+  };
+  static constexpr int kEntries = 8;
+  Entry entries_[kEntries];
+  int next_ = 0;
+};
+
+PlanCache &planCache() {
+  thread_local PlanCache cache;
+  return cache;
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(const cuda::DeviceInfo &dev) : dev_(dev) {}
@@ -113,9 +149,16 @@ class CudaBackend final : public Backend {
   void setStream(CUstream_st *stream) override { stream_ = stream; }
   CUstream_st *stream() const override { return stream_; }
 
+  Plan plan(const AttnProblem &p) const override {
+    if (const Plan *cached = planCache().find(dev_.device, p)) return *cached;
+    Plan plan = planUncached(p);
+    planCache().insert(dev_.device, p, plan);
+    return plan;
+  }
+
   // The chooser's plan of the problem the kernels see: tensors whose strides their 16-byte loads cannot serve are
   // staged through the workspace (src/cuda/staging), in slots ahead of the family's own regions.
-  Plan plan(const AttnProblem &p) const override {
+  Plan planUncached(const AttnProblem &p) const {
     if (p.op == Op::MergeStates) fail(FLASHATTN_STATUS_INTERNAL_ERROR, "merge planned as an attention problem");
     requireFiniteLogitConstants(p.scale, p.softcap);
     const cuda::StagingPlan staging = stagingOf(p);

@@ -368,6 +368,25 @@ TEST(Choosers, DecodeFollowsTheCompiledArch) {
   }
 }
 
+// The L4's 99 KB per block do not hold three cp.async stages of the 16-bit head dim 128 decode kernel (106 KB): it
+// gets the two-stage variant; the A100 and the H100's portable pick keep three.
+TEST(Choosers, DecodeStagesFitTheDevice) {
+  for (DType dtype : {DType::FP16, DType::BF16}) {
+    AttnProblem p = dense(Op::DecodeChunk, dtype, 32, 8, 1, 8192, 128);
+    const Pick l4 = pick(kL4, p);
+    ASSERT_TRUE(l4.served) << l4.why;
+    EXPECT_EQ(l4.plan.as<flashattn::DecodeConfig>().stages, 2) << l4.plan.description;
+    EXPECT_EQ(l4.plan.as<flashattn::DecodeConfig>().loader, 0) << l4.plan.description;
+    const Pick a100 = pick(kA100, p);
+    ASSERT_TRUE(a100.served) << a100.why;
+    EXPECT_EQ(a100.plan.as<flashattn::DecodeConfig>().stages, 3) << a100.plan.description;
+    // Head dim 64 fits three stages everywhere.
+    const Pick narrow = pick(kL4, dense(Op::DecodeChunk, dtype, 32, 8, 1, 8192, 64));
+    ASSERT_TRUE(narrow.served) << narrow.why;
+    EXPECT_EQ(narrow.plan.as<flashattn::DecodeConfig>().stages, 3) << narrow.plan.description;
+  }
+}
+
 TEST(Choosers, WorkspaceRegionsAreDisjointAndCovered) {
   AttnProblem d = dense(Op::DecodeChunk, DType::BF16, 32, 8, 1, 8192, 128);
   d.numChunks = 16;

@@ -104,7 +104,7 @@ PlannedKernel fromConfig(const DecodeConfig &c) {
   const int index = findInstance(c.instance.dtype, c.instance.headDim);
   // Plans name instances of kInstances only; anything else is caught by launchDecode.
   k.instance = index >= 0 && kInstances[index].headDim == c.instance.headDim ? index : kInstanceCount;
-  k.libraryVariant = c.loader;  // a library variant's index is its loader
+  k.libraryVariant = libraryVariantIndex(k.variant);
   return k;
 }
 
@@ -182,10 +182,13 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
     if (d.size > 1) extent = std::max(extent, d.size * d.stride);
   for (int i = 1; i < 3; ++i)
     if (dims[i].size == 1) dims[i].stride = extent;  // never stepped; placed after the others
-  std::stable_sort(dims, dims + 3, [](const Dim &a, const Dim &b) {
+  // A stable insertion sort: std::stable_sort takes a heap buffer, and this runs on every launch.
+  const auto before = [](const Dim &a, const Dim &b) {
     if ((a.size == 1) != (b.size == 1)) return b.size == 1;
     return a.stride < b.stride;
-  });
+  };
+  for (int i = 1; i < 3; ++i)
+    for (int j = i; j > 0 && before(dims[j], dims[j - 1]); --j) std::swap(dims[j], dims[j - 1]);
   // Dimension 0: the head dim, or for the rank-5 view its first 64 columns, the boxes being a dimension of their own
   // (stride 128 bytes) right after the keys (shared layout [box][key][64]).
   const bool rank5 = key.view != kMapBoxes;
@@ -434,41 +437,6 @@ cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Pla
   return launchDecodeMergeKernel(p.dtype, d, dev.portableHasSm90(), stream);
 }
 
-// The last few decode plans of this thread. A decode loop asks for the plan of the same problem every step, and
-// planning it (the chooser, the tensor-map trials, the description) costs host time that a per-call event timing
-// counts in full. Only a problem equal in every field on the same device reuses a plan; the builder's checks, the
-// stride rules and every pointer check still run on each call. Per thread, so no lock.
-class PlanCache {
- public:
-  const Plan *find(int device, const AttnProblem &p) const {
-    for (const Entry &e : entries_)
-      if (e.device == device && e.problem == p) return &e.plan;
-    return nullptr;
-  }
-  void insert(int device, const AttnProblem &p, const Plan &plan) {
-    Entry &e = entries_[next_];
-    next_ = (next_ + 1) % kEntries;
-    e.device = device;
-    e.problem = p;
-    e.plan = plan;
-  }
-
- private:
-  struct Entry {
-    int device = -1;  // never a device: an empty entry matches nothing
-    AttnProblem problem;
-    Plan plan;
-  };
-  static constexpr int kEntries = 4;
-  Entry entries_[kEntries];
-  int next_ = 0;
-};
-
-PlanCache &planCache() {
-  thread_local PlanCache cache;
-  return cache;
-}
-
 // FLASHATTN_DECODE_MERGE, read once: how split KV ranges are merged where the planner would choose. "kernel" (the
 // separate merge kernel), "fused" (in the decode kernel, tagged counts in the workspace), "cluster" (a cluster of the
 // chunks wherever every unit's cluster is resident at once, else fused); unset or anything else: the planner's
@@ -488,17 +456,18 @@ MergeOverride mergeOverride() {
 }
 
 // FLASHATTN_DECODE_LOADER, read once: which loader where the planner would choose.
-enum class LoaderOverride { kAuto, kTensor, kCpAsync };
+enum class LoaderOverride { kAuto, kTensor, kCpAsync, kCpAsyncTwoStages };
 LoaderOverride loaderOverride() {
   static const LoaderOverride value = [] {
     if (knobIs(Knob::DecodeLoader, "tensor")) return LoaderOverride::kTensor;
     if (knobIs(Knob::DecodeLoader, "cp.async")) return LoaderOverride::kCpAsync;
+    if (knobIs(Knob::DecodeLoader, "cp.async-2")) return LoaderOverride::kCpAsyncTwoStages;
     return LoaderOverride::kAuto;
   }();
   return value;
 }
 
-bool planDecodeUncached(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
+bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (!checkProblem(p, whyNot)) return false;
   const int index = findInstance(p.dtype, p.headDim);
   if (index < 0) {
@@ -518,11 +487,21 @@ bool planDecodeUncached(const DeviceInfo &dev, const AttnProblem &p, Plan *plan,
     const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
     const LoaderOverride pin = loaderOverride();
     const bool shortPages = p.paged && pagedTensorPieces(p.pageSize, tileKeys) != 1 && pin == LoaderOverride::kAuto;
-    if (pin == LoaderOverride::kCpAsync || shortPages ||
+    if (pin == LoaderOverride::kCpAsync || pin == LoaderOverride::kCpAsyncTwoStages || shortPages ||
         !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
-      kernel.libraryVariant = 0;
-      kernel.variant = libraryVariant(0);
+      kernel.libraryVariant = kLoaderCpAsync;
+      kernel.variant = libraryVariant(kLoaderCpAsync);
     }
+  }
+  // Three cp.async stages past the device's shared memory per block (sm86/sm89 at head dim 128 and up): two.
+  const int elementBytes = int(dtypeSize(p.dtype));
+  Variant threeStages = kernel.variant;
+  threeStages.tileKeys = resolvedTileKeys(threeStages, elementBytes, kernel.headDim);
+  if (!isTensorLoader(kernel.variant.loader) && twoStagesCompiled(elementBytes, kernel.headDim) &&
+      (loaderOverride() == LoaderOverride::kCpAsyncTwoStages ||
+       shapeOf(p, kernel.headDim, threeStages).smem.total > dev.smemPerBlockOptin)) {
+    kernel.libraryVariant = kVariantTwoStages;
+    kernel.variant = libraryVariant(kVariantTwoStages);
   }
   kernel.merge = kMergeFused;
   kernel.clusterWhereFits = true;
@@ -541,19 +520,6 @@ bool planDecodeUncached(const DeviceInfo &dev, const AttnProblem &p, Plan *plan,
 }
 
 }  // namespace
-}  // namespace decode
-
-bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
-  if (const Plan *cached = decode::planCache().find(dev.device, p)) {
-    *plan = *cached;
-    return true;
-  }
-  if (!decode::planDecodeUncached(dev, p, plan, whyNot)) return false;
-  decode::planCache().insert(dev.device, p, *plan);
-  return true;
-}
-
-namespace decode {
 
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                               DecodeParams *params) {
@@ -619,7 +585,8 @@ cudaError_t launchDecode(const DeviceInfo &dev, const AttnProblem &p, const Plan
                          void *workspace, cudaStream_t stream) {
   using namespace decode;
   const PlannedKernel kernel = fromConfig(plan.as<DecodeConfig>());
-  if (kernel.instance >= kInstanceCount || plan.numChunks < 1) return cudaErrorInvalidValue;
+  if (kernel.instance >= kInstanceCount || kernel.libraryVariant < 0 || plan.numChunks < 1)
+    return cudaErrorInvalidValue;
   const Instance &inst = kInstances[kernel.instance];
   auto launchKernel = [&](const DecodeParams &d, const DeviceInfo &device, cudaStream_t s) {
     return inst.launch(d, kernel.libraryVariant, device, s);
@@ -648,7 +615,7 @@ Verdict planDecodeFamily(const DeviceInfo &dev, const AttnProblem &p, Plan *plan
     *whyNot = "a data pointer is not 16-byte aligned: the decode kernels move rows in 16-byte vectors";
     return Verdict::Refused;
   }
-  return planDecode(dev, p, plan, whyNot) ? Verdict::Served : Verdict::Refused;
+  return decode::planDecode(dev, p, plan, whyNot) ? Verdict::Served : Verdict::Refused;
 }
 
 // DecodeChunk past the split-KV kernels' 16 query tokens (or head dims they do not take: Q/K's and V/O's apart, not

@@ -212,12 +212,18 @@ struct DecodeKernel {
   }
 };
 
-// The library's variant `Index` of an instance; where the tensor loader cannot serve the instance (FP32, head dims
-// that are not whole 64-column boxes) the planner never asks for it, and it stands for the portable variant.
+// The library's variant `Index` of an instance. Where the tensor loader cannot serve the instance (FP32, head dims
+// that are not whole 64-column boxes) the planner never asks for it, and it stands for the portable variant; so does
+// the two-stage variant where the instance does not compile it (twoStagesCompiled).
 template <typename Element, int HeadDim, int Index>
 constexpr Variant instanceVariant() {
-  return isTensorLoader(Index) && !tensorLoadable(int(sizeof(Element)), HeadDim) ? libraryVariant(0)
-                                                                                  : libraryVariant(Index);
+  constexpr int elementBytes = int(sizeof(Element));
+  if constexpr (isTensorLoader(libraryVariant(Index).loader) && !tensorLoadable(elementBytes, HeadDim))
+    return libraryVariant(kLoaderCpAsync);
+  else if constexpr (Index == kVariantTwoStages && !twoStagesCompiled(elementBytes, HeadDim))
+    return libraryVariant(kLoaderCpAsync);
+  else
+    return libraryVariant(Index);
 }
 
 template <typename Element, int HeadDim, int Index>
@@ -229,11 +235,13 @@ using LibraryKernel =
 template <typename Element, int HeadDim>
 cudaError_t launchDecodeInstance(const DecodeParams &params, int libraryVariantIndex, const DeviceInfo &dev,
                                  cudaStream_t stream) {
-  static_assert(kLibraryVariantCount == 3, "one branch per library variant");
+  static_assert(kLibraryVariantCount == 4, "one branch per library variant");
   switch (libraryVariantIndex) {
     case 0: return LibraryKernel<Element, HeadDim, 0>::launch(params, dev, stream);
     case 1: return LibraryKernel<Element, HeadDim, 1>::launch(params, dev, stream);
-    default: return LibraryKernel<Element, HeadDim, 2>::launch(params, dev, stream);
+    case 2: return LibraryKernel<Element, HeadDim, 2>::launch(params, dev, stream);
+    case 3: return LibraryKernel<Element, HeadDim, 3>::launch(params, dev, stream);
+    default: return cudaErrorInvalidValue;
   }
 }
 
@@ -242,7 +250,8 @@ int occupancyDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int 
   switch (libraryVariantIndex) {
     case 0: return LibraryKernel<Element, HeadDim, 0>::occupancy(dev, rowTilesPerCta);
     case 1: return LibraryKernel<Element, HeadDim, 1>::occupancy(dev, rowTilesPerCta);
-    default: return LibraryKernel<Element, HeadDim, 2>::occupancy(dev, rowTilesPerCta);
+    case 2: return LibraryKernel<Element, HeadDim, 2>::occupancy(dev, rowTilesPerCta);
+    default: return LibraryKernel<Element, HeadDim, 3>::occupancy(dev, rowTilesPerCta);
   }
 }
 
@@ -251,7 +260,8 @@ int clusterCapacityDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex
   switch (libraryVariantIndex) {
     case 0: return LibraryKernel<Element, HeadDim, 0>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
     case 1: return LibraryKernel<Element, HeadDim, 1>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
-    default: return LibraryKernel<Element, HeadDim, 2>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
+    case 2: return LibraryKernel<Element, HeadDim, 2>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
+    default: return LibraryKernel<Element, HeadDim, 3>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
   }
 }
 

@@ -92,12 +92,25 @@ constexpr int resolvedTileKeys(const Variant &v, int elementBytes, int headDim) 
 }
 
 // The variants the library instances compile, by index: the portable one first (any sm80+ GPU), then the Hopper ones
-// (dense and paged caches). A variant's index is its loader.
-constexpr int kLibraryVariantCount = 3;
-constexpr Variant libraryVariant(int index) { return Variant{4, 0, 3, index}; }
+// (dense and paged caches), whose index is their loader; last the portable one with a two-stage ring, for the GPUs
+// whose 99 KB of shared memory per block do not hold three stages of the wider instances (sm86, sm89: FP16/BF16 head
+// dim 128 needs 106 KB with three).
+constexpr int kVariantTwoStages = 3;
+constexpr int kLibraryVariantCount = 4;
+constexpr Variant libraryVariant(int index) {
+  return index == kVariantTwoStages ? Variant{4, 0, 2, kLoaderCpAsync} : Variant{4, 0, 3, index};
+}
 static_assert(libraryVariant(kLoaderCpAsync).loader == kLoaderCpAsync &&
                   libraryVariant(kLoaderPagedTensorMap).loader == kLoaderPagedTensorMap,
-              "variant index = loader");
+              "a Hopper variant's index is its loader");
+// The library variant of these warps, stages and loader, or -1 (a plan's DecodeConfig names its variant so).
+constexpr int libraryVariantIndex(const Variant &v) {
+  for (int i = 0; i < kLibraryVariantCount; ++i) {
+    const Variant l = libraryVariant(i);
+    if (l.warps == v.warps && l.stages == v.stages && l.loader == v.loader) return i;
+  }
+  return -1;
+}
 
 // Shared-memory row of a K, V or Q tile: the instance head dim plus 16 bytes, so the 8 rows one ldmatrix (or one
 // 16-byte cp.async wavefront) touches start in 8 distinct 16-byte bank groups.
@@ -160,6 +173,17 @@ constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int ti
   const std::size_t pBytes = elementBytes == 4 ? std::size_t(warps) * kRowsPerTile * (16 + 4) * 4 : 0;
   s.total = alignUp(s.pScratch + pBytes, 128);
   return s;
+}
+
+// The smallest opt-in shared memory per block of the GPUs the portable kernels run on (sm86, sm89: 99 KB).
+constexpr std::size_t kSmallestSmemPerBlock = 101376;
+// Whether an instance compiles the two-stage variant: only where the three-stage one may not fit kSmallestSmemPerBlock
+// (its largest row tiling); elsewhere that index stands for the three-stage variant, which every sm80+ GPU holds.
+constexpr bool twoStagesCompiled(int elementBytes, int headDim) {
+  const Variant v = libraryVariant(kLoaderCpAsync);
+  return smemLayout(elementBytes, headDim, v.warps, resolvedTileKeys(v, elementBytes, headDim), v.stages, v.loader,
+                    kMaxRowTilesPerCta)
+             .total > kSmallestSmemPerBlock;
 }
 
 // Which tensor-map dimension (1..3; 0 is the head dim) holds the key, KV head and batch coordinate: the map lists them
