@@ -34,7 +34,7 @@
 #                        side by side (its own small build); the table goes to $OUT/variants.txt
 #   baseline             the previous build (.baseline/source.tar, a git archive of it) against this one: both
 #                        flashattn-bench sweeps twice (BASELINE_ROUNDS), interleaved, --no-check; bench/compare.py ->
-#                        $OUT/baseline.md
+#                        $OUT/baseline.md, the rounds' JSON in $OUT/baseline-rounds.tar.gz
 #   all                  build tests sanitize peers bench report
 # Without arguments: $DEVICE_RUN_PARTS, or `tests`.
 #
@@ -315,6 +315,8 @@ if wants baseline; then
     step baseline-compare 60 python3 bench/compare.py --new "$OUT"/new-*.json --old "$OUT"/old-*.json \
       --markdown "$OUT/baseline.md"
     cat "$LOGS/baseline-compare.log"
+    # The device tool returns at most 8 files: the rounds travel as one archive.
+    (cd "$OUT" && tar -czf baseline-rounds.tar.gz new-*.json old-*.json 2>/dev/null && rm -f new-*.json old-*.json)
   else
     printf '%-24s SKIPPED (.baseline/source.tar missing or no build)\n' baseline | tee -a "$STEPS"
   fi
