@@ -60,6 +60,7 @@ struct DecodeConfig {
   InstanceKey instance;
   int32_t warps = 4, tileKeys = 0, stages = 3, loader = 0;
   int32_t merge = 0;              // decode::MergeMode
+  int32_t rowTileCap = 0;         // row tiles per CTA at most (0: the loader's own limit)
   bool clusterWhereFits = false;  // the cluster merge where it pays and every unit's cluster is resident
   bool clusterWherever = false;   // with clusterWhereFits: wherever it fits, paying or not (FLASHATTN_DECODE_MERGE)
 };

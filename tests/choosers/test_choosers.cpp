@@ -369,7 +369,7 @@ TEST(Choosers, DecodeFollowsTheCompiledArch) {
 }
 
 // The L4's 99 KB per block do not hold three cp.async stages of the 16-bit head dim 128 decode kernel (106 KB): it
-// gets the two-stage variant; the A100 and the H100's portable pick keep three.
+// gets the two-stage variant, and fewer row tiles per CTA where two stages are still too many; the A100 keeps three.
 TEST(Choosers, DecodeStagesFitTheDevice) {
   for (DType dtype : {DType::FP16, DType::BF16}) {
     AttnProblem p = dense(Op::DecodeChunk, dtype, 32, 8, 1, 8192, 128);
@@ -385,6 +385,18 @@ TEST(Choosers, DecodeStagesFitTheDevice) {
     ASSERT_TRUE(narrow.served) << narrow.why;
     EXPECT_EQ(narrow.plan.as<flashattn::DecodeConfig>().stages, 3) << narrow.plan.description;
   }
+  // FP32 head dim 128, 64 rows per KV head (GQA 8, 8 tokens): two stages and four row tiles still take 100 KB, so a
+  // CTA takes two of them on the L4; the A100 keeps four.
+  const AttnProblem wide = dense(Op::DecodeChunk, DType::FP32, 32, 4, 8, 4096, 128);
+  const Pick l4 = pick(kL4, wide);
+  ASSERT_TRUE(l4.served) << l4.why;
+  EXPECT_EQ(l4.plan.as<flashattn::DecodeConfig>().stages, 2) << l4.plan.description;
+  EXPECT_EQ(l4.plan.as<flashattn::DecodeConfig>().rowTileCap, 2) << l4.plan.description;
+  EXPECT_NE(l4.plan.description.find("2 x 16-row tiles"), std::string::npos) << l4.plan.description;
+  const Pick a100 = pick(kA100, wide);
+  ASSERT_TRUE(a100.served) << a100.why;
+  EXPECT_EQ(a100.plan.as<flashattn::DecodeConfig>().rowTileCap, 0) << a100.plan.description;
+  EXPECT_NE(a100.plan.description.find("4 x 16-row tiles"), std::string::npos) << a100.plan.description;
 }
 
 TEST(Choosers, WorkspaceRegionsAreDisjointAndCovered) {

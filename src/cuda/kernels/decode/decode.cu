@@ -77,6 +77,7 @@ struct PlannedKernel {
   int headDim = 0;         // of the kernel (>= the problem's)
   Variant variant;         // tileKeys resolved
   int merge = kMergeFused;
+  int rowTileCap = 0;             // row tiles per CTA at most (0: the loader's own limit)
   bool clusterWhereFits = false;  // planDecode: the cluster merge where it pays and fits (else `merge`)
   bool clusterWherever = false;   // with clusterWhereFits: wherever it fits, paying or not (FLASHATTN_DECODE_MERGE)
 };
@@ -89,6 +90,7 @@ DecodeConfig toConfig(DType dtype, const PlannedKernel &k) {
   c.stages = k.variant.stages;
   c.loader = k.variant.loader;
   c.merge = k.merge;
+  c.rowTileCap = k.rowTileCap;
   c.clusterWhereFits = k.clusterWhereFits;
   c.clusterWherever = k.clusterWherever;
   return c;
@@ -99,6 +101,7 @@ PlannedKernel fromConfig(const DecodeConfig &c) {
   k.headDim = c.instance.headDim;
   k.variant = Variant{c.warps, c.tileKeys, c.stages, c.loader};
   k.merge = c.merge;
+  k.rowTileCap = c.rowTileCap;
   k.clusterWhereFits = c.clusterWhereFits;
   k.clusterWherever = c.clusterWherever;
   const int index = findInstance(c.instance.dtype, c.instance.headDim);
@@ -119,7 +122,7 @@ struct Shape {
   SmemLayout smem;
 };
 
-Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v) {
+Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v, int rowTileCap = 0) {
   Shape s;
   const int elementBytes = int(dtypeSize(p.dtype));
   const bool broadcast = p.kvHeads > 1 && p.k.head == 0 && p.v.head == 0;
@@ -130,7 +133,8 @@ Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v) {
   // The tensor loader's CTAs take at most two row tiles, so that every row tile has two warps splitting its keys and
   // two CTAs fit an SM: four warps walking every key of one row tile each were bound by their own math chains (16
   // query tokens of GQA 4, H200: 1210-1430 GB/s at one 4-tile CTA per SM, whatever the chunk count).
-  const int maxTiles = isTensorLoader(v.loader) ? 2 : kMaxRowTilesPerCta;
+  int maxTiles = isTensorLoader(v.loader) ? 2 : kMaxRowTilesPerCta;
+  if (rowTileCap > 0) maxTiles = std::min(maxTiles, rowTileCap);
   s.rowTilesPerCta = int(std::min<int64_t>(rowTiles, maxTiles));
   s.keyGroups = v.warps / s.rowTilesPerCta;
   s.rowBlocks = (rowTiles + s.rowTilesPerCta - 1) / s.rowTilesPerCta;
@@ -319,7 +323,13 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
   const int elementBytes = int(dtypeSize(p.dtype));
   kernel.variant.tileKeys = resolvedTileKeys(kernel.variant, elementBytes, kernel.headDim);
-  const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
+  Shape shape = shapeOf(p, kernel.headDim, kernel.variant, kernel.rowTileCap);
+  // Fewer row tiles per CTA where the device's shared memory per block does not hold them beside the ring (sm86/sm89
+  // with FP32 or head dim 256 and more than 32 rows per KV head); halving keeps the key groups whole.
+  while (shape.smem.total > dev.smemPerBlockOptin && shape.rowTilesPerCta > 1) {
+    kernel.rowTileCap = std::max(1, shape.rowTilesPerCta / 2);
+    shape = shapeOf(p, kernel.headDim, kernel.variant, kernel.rowTileCap);
+  }
   const int loader = kernel.variant.loader;
   if (isTensorLoader(loader) &&
       !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, kernel.variant.tileKeys, loader, whyNot))
@@ -524,7 +534,7 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                               DecodeParams *params) {
   const PlannedKernel kernel = fromConfig(plan.as<DecodeConfig>());
-  const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
+  const Shape shape = shapeOf(p, kernel.headDim, kernel.variant, kernel.rowTileCap);
   DecodeParams &d = *params;
   d = DecodeParams{};
   d.q = buf.q;
