@@ -58,7 +58,10 @@ STEPS="$LOGS/steps.txt"
 : >"$STEPS"
 ARGS_TEXT="$*"
 FAILED_STEPS=()
+# A tree that differs from its HEAD (edits, or a copy whose .git is older than its files) is marked, so that its
+# figures are never filed under a commit they did not come from.
 if [ -z "${FLASHATTN_BENCH_COMMIT:-}" ] && commit=$(git rev-parse --short HEAD 2>/dev/null); then
+  git diff --quiet HEAD -- 2>/dev/null || commit="$commit+dirty"
   export FLASHATTN_BENCH_COMMIT="$commit"
 fi
 
