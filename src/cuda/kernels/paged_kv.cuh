@@ -19,10 +19,6 @@ struct PagedRow {
   int32_t row;
 };
 
-// Key `key` (0 <= key < 2^31) of sequence `sequence`. The table entry is read only when the key's page lies inside the
-// sequence's table row; an entry outside the pool gives page -1, whose key the caller must not read (it arrives as
-// zeros: wrong values give wrong results, never an access outside the tensors, as flashattn.h promises). Callers ask
-// only for keys below the sequence's length, so no entry past its last page is ever read.
 // The id of page `index` of a sequence's table row, -1 where the row has no such entry or it lies outside the pool.
 __device__ __forceinline__ int32_t pageAt(const PagedCache &c, int32_t sequence, int32_t index) {
   if (int64_t(index) >= c.maxPagesPerSeq) return -1;
@@ -30,6 +26,10 @@ __device__ __forceinline__ int32_t pageAt(const PagedCache &c, int32_t sequence,
   return id >= 0 && int64_t(id) < c.numPages ? id : -1;
 }
 
+// Key `key` (0 <= key < 2^31) of sequence `sequence`. The table entry is read only when the key's page lies inside the
+// sequence's table row; an entry outside the pool gives page -1, whose key the caller must not read (it arrives as
+// zeros: wrong values give wrong results, never an access outside the tensors, as flashattn.h promises). Callers ask
+// only for keys below the sequence's length, so no entry past its last page is ever read.
 __device__ __forceinline__ PagedRow pagedRow(const PagedCache &c, int32_t sequence, int32_t key) {
   const int32_t index = c.pageSize.divide(key);
   return PagedRow{pageAt(c, sequence, index), c.pageSize.remainder(key, index)};
