@@ -505,13 +505,14 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
   }
   // Three cp.async stages past the device's shared memory per block (sm86/sm89 at head dim 128 and up): two.
   const int elementBytes = int(dtypeSize(p.dtype));
-  Variant threeStages = kernel.variant;
-  threeStages.tileKeys = resolvedTileKeys(threeStages, elementBytes, kernel.headDim);
-  if (!isTensorLoader(kernel.variant.loader) && twoStagesCompiled(elementBytes, kernel.headDim) &&
-      (loaderOverride() == LoaderOverride::kCpAsyncTwoStages ||
-       shapeOf(p, kernel.headDim, threeStages).smem.total > dev.smemPerBlockOptin)) {
-    kernel.libraryVariant = kVariantTwoStages;
-    kernel.variant = libraryVariant(kVariantTwoStages);
+  if (!isTensorLoader(kernel.variant.loader) && twoStagesCompiled(elementBytes, kernel.headDim)) {
+    Variant threeStages = kernel.variant;
+    threeStages.tileKeys = resolvedTileKeys(threeStages, elementBytes, kernel.headDim);
+    if (loaderOverride() == LoaderOverride::kCpAsyncTwoStages ||
+        shapeOf(p, kernel.headDim, threeStages).smem.total > dev.smemPerBlockOptin) {
+      kernel.libraryVariant = kVariantTwoStages;
+      kernel.variant = libraryVariant(kVariantTwoStages);
+    }
   }
   kernel.merge = kMergeFused;
   kernel.clusterWhereFits = true;

@@ -232,37 +232,41 @@ using LibraryKernel =
                  resolvedTileKeys(instanceVariant<Element, HeadDim, Index>(), int(sizeof(Element)), HeadDim),
                  instanceVariant<Element, HeadDim, Index>().stages, instanceVariant<Element, HeadDim, Index>().loader>;
 
-template <typename Element, int HeadDim>
-cudaError_t launchDecodeInstance(const DecodeParams &params, int libraryVariantIndex, const DeviceInfo &dev,
-                                 cudaStream_t stream) {
+// f(LibraryKernel<Element, HeadDim, index>{}) for a library variant index, `otherwise` for any other: the one switch
+// over the variants.
+template <typename Element, int HeadDim, typename Result, typename F>
+Result onLibraryKernel(int index, Result otherwise, F &&f) {
   static_assert(kLibraryVariantCount == 4, "one branch per library variant");
-  switch (libraryVariantIndex) {
-    case 0: return LibraryKernel<Element, HeadDim, 0>::launch(params, dev, stream);
-    case 1: return LibraryKernel<Element, HeadDim, 1>::launch(params, dev, stream);
-    case 2: return LibraryKernel<Element, HeadDim, 2>::launch(params, dev, stream);
-    case 3: return LibraryKernel<Element, HeadDim, 3>::launch(params, dev, stream);
-    default: return cudaErrorInvalidValue;
+  switch (index) {
+    case 0: return f(LibraryKernel<Element, HeadDim, 0>{});
+    case 1: return f(LibraryKernel<Element, HeadDim, 1>{});
+    case 2: return f(LibraryKernel<Element, HeadDim, 2>{});
+    case 3: return f(LibraryKernel<Element, HeadDim, 3>{});
+    default: return otherwise;
   }
 }
 
 template <typename Element, int HeadDim>
+cudaError_t launchDecodeInstance(const DecodeParams &params, int libraryVariantIndex, const DeviceInfo &dev,
+                                 cudaStream_t stream) {
+  return onLibraryKernel<Element, HeadDim>(libraryVariantIndex, cudaErrorInvalidValue, [&](auto kernel) {
+    return decltype(kernel)::launch(params, dev, stream);
+  });
+}
+
+// 1 (one CTA per SM, as when the runtime cannot tell) and 0 clusters for an index that names no variant.
+template <typename Element, int HeadDim>
 int occupancyDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int rowTilesPerCta) {
-  switch (libraryVariantIndex) {
-    case 0: return LibraryKernel<Element, HeadDim, 0>::occupancy(dev, rowTilesPerCta);
-    case 1: return LibraryKernel<Element, HeadDim, 1>::occupancy(dev, rowTilesPerCta);
-    case 2: return LibraryKernel<Element, HeadDim, 2>::occupancy(dev, rowTilesPerCta);
-    default: return LibraryKernel<Element, HeadDim, 3>::occupancy(dev, rowTilesPerCta);
-  }
+  return onLibraryKernel<Element, HeadDim>(libraryVariantIndex, 1, [&](auto kernel) {
+    return decltype(kernel)::occupancy(dev, rowTilesPerCta);
+  });
 }
 
 template <typename Element, int HeadDim>
 int clusterCapacityDecodeInstance(const DeviceInfo &dev, int libraryVariantIndex, int rowTilesPerCta, int clusterSize) {
-  switch (libraryVariantIndex) {
-    case 0: return LibraryKernel<Element, HeadDim, 0>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
-    case 1: return LibraryKernel<Element, HeadDim, 1>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
-    case 2: return LibraryKernel<Element, HeadDim, 2>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
-    default: return LibraryKernel<Element, HeadDim, 3>::clusterCapacity(dev, rowTilesPerCta, clusterSize);
-  }
+  return onLibraryKernel<Element, HeadDim>(libraryVariantIndex, 0, [&](auto kernel) {
+    return decltype(kernel)::clusterCapacity(dev, rowTilesPerCta, clusterSize);
+  });
 }
 
 }  // namespace flashattn::cuda::decode
