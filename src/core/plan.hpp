@@ -27,6 +27,7 @@ enum class KernelId : int32_t {
   BackwardWgmma = 22,
   DecodeSplitKv = 30,  // split-KV decode with the merge in the kernel or after it
   DecodeAsForward = 31,  // DecodeChunk past the split-KV kernels' query tokens: a forward family's plan, run as is
+  DecodeWgmma = 32,      // Hopper split-KV decode of 64-row tiles (wgmma): absorbed-MLA head dims (576/512)
   MergeStates = 40,
 };
 
@@ -126,6 +127,7 @@ inline const char *kernelIdName(KernelId id) {
     case KernelId::BackwardWgmma: return "cuda.bwd.wgmma";
     case KernelId::DecodeSplitKv: return "cuda.decode";
     case KernelId::DecodeAsForward: return "cuda.decode.forward";
+    case KernelId::DecodeWgmma: return "cuda.decode.wgmma";
     case KernelId::MergeStates: return "cuda.merge";
   }
   return "unknown";

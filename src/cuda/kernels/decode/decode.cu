@@ -142,111 +142,6 @@ Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v, int row
   return s;
 }
 
-// Chunk count: as many chunks as fit beside the problem's units in one wave of `slots` CTAs, at least two key tiles
-// each (H200 sweep in NOTES.md: every count that spills into a second, partial wave was 10-30% slower). A count just
-// over 32 is trimmed to 32, which the merge reads in one pass. The slots: every resident CTA for the loaders that keep
-// Stages - 1 tiles in flight (counts below one full wave lost up to 10%), one CTA per SM for the producer-warp loader,
-// whose CTA has its whole ring in flight (B1 L8k / L64k / L128k: 16 chunks beat 32 by 8 / 3.5 / 1.3%, B8 L8k 2 beat 4
-// by 1.6%).
-int64_t chooseChunks(int64_t units, int64_t tiles, int64_t slots) {
-  int64_t chunks = std::max<int64_t>(1, slots / std::max<int64_t>(units, 1));
-  chunks = std::min(chunks, std::max<int64_t>(1, tiles / 2));
-  if (chunks > 32 && chunks <= 36) chunks = 32;
-  return std::min<int64_t>(chunks, 1024);
-}
-
-// ---- Tensor maps of the caches for the tensor loader.
-
-// How a map views a row: 64-column boxes (one copy per box), or the rank-5 wide view whose one copy takes every box of
-// a tile, landing them one after another ([box][key][64], as the boxes do).
-enum MapView : int { kMapBoxes = 0, kMapWide = 1 };
-
-// Everything a cache's tensor map depends on (a map is a pure function of it).
-struct CacheMapKey {
-  const void *base = nullptr;
-  int64_t dtype = 0, tileKeys = 0, headDim = 0, seqK = 0, kvHeads = 0, batch = 0;
-  int64_t rowStride = 0, headStride = 0, batchStride = 0;  // elements
-  int64_t view = 0;  // MapView
-};
-
-// The map of one dense K or V cache: dimension 0 the head dim (64-column boxes, 128-byte swizzle), then keys, KV heads
-// and batches by increasing stride (dimensions of size 1 last), boxes of tileKeys keys.
-bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *slots) {
-  const uint64_t elementBytes = key.dtype == int64_t(DType::FP32) ? 4 : 2;
-  if (elementBytes != 2 || key.seqK < 1 || key.rowStride <= 0) return false;
-  struct Dim {
-    uint64_t size, stride;
-    int which;  // 0 key, 1 KV head, 2 batch
-  };
-  Dim dims[3] = {{uint64_t(key.seqK), uint64_t(key.rowStride) * elementBytes, 0},
-                 {uint64_t(std::max<int64_t>(key.kvHeads, 1)), uint64_t(key.headStride) * elementBytes, 1},
-                 {uint64_t(std::max<int64_t>(key.batch, 1)), uint64_t(key.batchStride) * elementBytes, 2}};
-  uint64_t extent = dims[0].size * dims[0].stride;
-  for (const Dim &d : dims)
-    if (d.size > 1) extent = std::max(extent, d.size * d.stride);
-  for (int i = 1; i < 3; ++i)
-    if (dims[i].size == 1) dims[i].stride = extent;  // never stepped; placed after the others
-  // A stable insertion sort: std::stable_sort takes a heap buffer, and this runs on every launch.
-  const auto before = [](const Dim &a, const Dim &b) {
-    if ((a.size == 1) != (b.size == 1)) return b.size == 1;
-    return a.stride < b.stride;
-  };
-  for (int i = 1; i < 3; ++i)
-    for (int j = i; j > 0 && before(dims[j], dims[j - 1]); --j) std::swap(dims[j], dims[j - 1]);
-  // Dimension 0: the head dim, or for the rank-5 view its first 64 columns, the boxes being a dimension of their own
-  // (stride 128 bytes) right after the keys (shared layout [box][key][64]).
-  const bool rank5 = key.view != kMapBoxes;
-  const int64_t boxes = key.headDim / 64;
-  if (rank5 && (key.headDim % 64 != 0 || boxes < 1)) return false;
-  TiledMapSpec spec;
-  spec.base = key.base;
-  spec.dtype = DType(key.dtype);
-  spec.rank = rank5 ? 5 : 4;
-  spec.dims[0] = uint64_t(rank5 ? 64 : key.headDim);
-  spec.boxes[0] = 64;
-  for (int i = 1; i < 5; ++i) spec.dims[i] = 1, spec.boxes[i] = 1;
-  TensorMapSlots s;
-  s.rank = int8_t(spec.rank);
-  int next = 1;
-  for (int i = 0; i < 3; ++i) {
-    spec.dims[next] = dims[i].size;
-    spec.strides[next] = dims[i].stride;
-    if (dims[i].which == 0) s.key = int8_t(next), spec.boxes[next] = uint32_t(key.tileKeys);
-    if (dims[i].which == 1) s.head = int8_t(next);
-    if (dims[i].which == 2) s.batch = int8_t(next);
-    ++next;
-    if (dims[i].which == 0 && rank5) {
-      spec.dims[next] = uint64_t(boxes);
-      spec.strides[next] = 64 * elementBytes;
-      spec.boxes[next] = uint32_t(boxes);
-      ++next;
-    }
-  }
-  // 128-byte L2 promotion: every request of these copies is a whole 128-byte line already; with 256-byte promotion the
-  // decode's own copies stream at 4.19 TB/s instead of 4.62 on an H200 (NOTES.md, fifth pass).
-  *slots = s;
-  return encodeTiledMap(spec, map);
-}
-
-// A paged cache is mapped as a dense one whose batch entries are the pool's pages, of pageSize keys each, and whose
-// boxes are a piece of a tile (a page, or the tile where a page holds whole tiles).
-CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys,
-                        int view) {
-  CacheMapKey k;
-  k.view = view;
-  k.base = base;
-  k.dtype = int64_t(p.dtype);
-  k.tileKeys = p.paged ? tileKeys / std::max(pagedTensorPieces(p.pageSize, tileKeys), 1) : tileKeys;
-  k.headDim = p.headDim;
-  k.seqK = p.paged ? p.pageSize : p.seqK;
-  k.kvHeads = kvHeads;
-  k.batch = p.paged ? p.numPages : p.batch;
-  k.rowStride = layout.row;
-  k.headStride = layout.head;
-  k.batchStride = layout.batch;
-  return k;
-}
-
 // The K and V maps of the tensor loader: the rank-5 wide view needs the problem's head dim to be the kernel's (its boxes
 // are whole 64-column pieces of real rows) and whole tiles per copy; where it cannot be had the loader falls back to
 // 64-column boxes (the same shared layout), so K and V always come in maps of one rank.
@@ -531,6 +426,82 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
 }
 
 }  // namespace
+
+// The map of one dense K or V cache: dimension 0 the head dim (64-column boxes, 128-byte swizzle), then keys, KV heads
+// and batches by increasing stride (dimensions of size 1 last), boxes of tileKeys keys.
+bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *slots) {
+  const uint64_t elementBytes = key.dtype == int64_t(DType::FP32) ? 4 : 2;
+  if (elementBytes != 2 || key.seqK < 1 || key.rowStride <= 0) return false;
+  struct Dim {
+    uint64_t size, stride;
+    int which;  // 0 key, 1 KV head, 2 batch
+  };
+  Dim dims[3] = {{uint64_t(key.seqK), uint64_t(key.rowStride) * elementBytes, 0},
+                 {uint64_t(std::max<int64_t>(key.kvHeads, 1)), uint64_t(key.headStride) * elementBytes, 1},
+                 {uint64_t(std::max<int64_t>(key.batch, 1)), uint64_t(key.batchStride) * elementBytes, 2}};
+  uint64_t extent = dims[0].size * dims[0].stride;
+  for (const Dim &d : dims)
+    if (d.size > 1) extent = std::max(extent, d.size * d.stride);
+  for (int i = 1; i < 3; ++i)
+    if (dims[i].size == 1) dims[i].stride = extent;  // never stepped; placed after the others
+  // A stable insertion sort: std::stable_sort takes a heap buffer, and this runs on every launch.
+  const auto before = [](const Dim &a, const Dim &b) {
+    if ((a.size == 1) != (b.size == 1)) return b.size == 1;
+    return a.stride < b.stride;
+  };
+  for (int i = 1; i < 3; ++i)
+    for (int j = i; j > 0 && before(dims[j], dims[j - 1]); --j) std::swap(dims[j], dims[j - 1]);
+  // Dimension 0: the head dim, or for the rank-5 view its first 64 columns, the boxes being a dimension of their own
+  // (stride 128 bytes) right after the keys (shared layout [box][key][64]).
+  const bool rank5 = key.view != kMapBoxes;
+  const int64_t boxes = key.headDim / 64;
+  if (rank5 && (key.headDim % 64 != 0 || boxes < 1)) return false;
+  TiledMapSpec spec;
+  spec.base = key.base;
+  spec.dtype = DType(key.dtype);
+  spec.rank = rank5 ? 5 : 4;
+  spec.dims[0] = uint64_t(rank5 ? 64 : key.headDim);
+  spec.boxes[0] = 64;
+  for (int i = 1; i < 5; ++i) spec.dims[i] = 1, spec.boxes[i] = 1;
+  TensorMapSlots s;
+  s.rank = int8_t(spec.rank);
+  int next = 1;
+  for (int i = 0; i < 3; ++i) {
+    spec.dims[next] = dims[i].size;
+    spec.strides[next] = dims[i].stride;
+    if (dims[i].which == 0) s.key = int8_t(next), spec.boxes[next] = uint32_t(key.tileKeys);
+    if (dims[i].which == 1) s.head = int8_t(next);
+    if (dims[i].which == 2) s.batch = int8_t(next);
+    ++next;
+    if (dims[i].which == 0 && rank5) {
+      spec.dims[next] = uint64_t(boxes);
+      spec.strides[next] = 64 * elementBytes;
+      spec.boxes[next] = uint32_t(boxes);
+      ++next;
+    }
+  }
+  // 128-byte L2 promotion: every request of these copies is a whole 128-byte line already; with 256-byte promotion the
+  // decode's own copies stream at 4.19 TB/s instead of 4.62 on an H200 (NOTES.md, fifth pass).
+  *slots = s;
+  return encodeTiledMap(spec, map);
+}
+
+CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys,
+                        int view) {
+  CacheMapKey k;
+  k.view = view;
+  k.base = base;
+  k.dtype = int64_t(p.dtype);
+  k.tileKeys = p.paged ? tileKeys / std::max(pagedTensorPieces(p.pageSize, tileKeys), 1) : tileKeys;
+  k.headDim = p.headDim;
+  k.seqK = p.paged ? p.pageSize : p.seqK;
+  k.kvHeads = kvHeads;
+  k.batch = p.paged ? p.numPages : p.batch;
+  k.rowStride = layout.row;
+  k.headStride = layout.head;
+  k.batchStride = layout.batch;
+  return k;
+}
 
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                               DecodeParams *params) {

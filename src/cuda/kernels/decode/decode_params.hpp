@@ -10,6 +10,7 @@
 #include <cuda.h>  // CUtensorMap (a plain 128-byte value; the driver is reached through cudaGetDriverEntryPoint)
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
@@ -261,6 +262,41 @@ __host__ __device__ inline int chunkTileBegin(int chunk, int tiles, const FastDi
   const int extra = numChunks.remainder(tiles, share);
   return chunk * share + (chunk < extra ? chunk : extra);
 }
+
+// Chunk count: as many chunks as fit beside the problem's units in one wave of `slots` CTAs, at least two key tiles
+// each (H200 sweep in NOTES.md: every count that spills into a second, partial wave was 10-30% slower). A count just
+// over 32 is trimmed to 32, which the merge reads in one pass. The slots: every resident CTA for the loaders that keep
+// Stages - 1 tiles in flight (counts below one full wave lost up to 10%), one CTA per SM for the producer-warp loader,
+// whose CTA has its whole ring in flight (B1 L8k / L64k / L128k: 16 chunks beat 32 by 8 / 3.5 / 1.3%, B8 L8k 2 beat 4
+// by 1.6%).
+inline int64_t chooseChunks(int64_t units, int64_t tiles, int64_t slots) {
+  int64_t chunks = std::max<int64_t>(1, slots / std::max<int64_t>(units, 1));
+  chunks = std::min(chunks, std::max<int64_t>(1, tiles / 2));
+  if (chunks > 32 && chunks <= 36) chunks = 32;
+  return std::min<int64_t>(chunks, 1024);
+}
+
+// Tensor maps of the caches (the tensor loader here, and the wgmma decode of decode_sm90/).
+
+// How a map views a row: 64-column boxes (one copy per box), or the rank-5 wide view whose one copy takes every box of
+// a tile, landing them one after another ([box][key][64], as the boxes do).
+enum MapView : int { kMapBoxes = 0, kMapWide = 1 };
+
+// Everything a cache's tensor map depends on (a map is a pure function of it).
+struct CacheMapKey {
+  const void *base = nullptr;
+  int64_t dtype = 0, tileKeys = 0, headDim = 0, seqK = 0, kvHeads = 0, batch = 0;
+  int64_t rowStride = 0, headStride = 0, batchStride = 0;  // elements
+  int64_t view = 0;  // MapView
+};
+
+// The map of one K or V cache, and which map dimension holds the key, KV head and batch (decode.cu).
+bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *slots);
+
+// The key of a cache's map: a dense cache, or a paged one seen as a batch of pages of pageSize keys whose boxes are a
+// piece of a tile (a page, or the tile where a page holds whole tiles).
+CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys,
+                        int view);
 
 // The kernel parameters of a planned problem (tensor maps encoded for the tensor loader).
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,

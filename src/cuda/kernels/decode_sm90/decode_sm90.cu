@@ -1,0 +1,231 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The Hopper wgmma decode family, cuda.decode.wgmma (src/cuda/family.hpp): its plan function and launcher. Compiled
+// for sm_90a only, in the object library of sources.cmake, with the instances of the generated list
+// (src/cuda/generate.py); ranked before the forward that would otherwise take a DecodeChunk whose head dims differ.
+//
+// It serves the problems of its instances' exact head dims (absorbed-MLA decode: Q/K 576, V/O 512): any number of
+// query heads per KV head and query tokens (64-row blocks of heads x tokens), every mask and window, sinks, per-sequence
+// lengths, dense caches and paged ones whose pages hold whole 64-key tiles. V is read from K's stages when the call
+// passes K's memory and strides for V (V is K's first headDimV columns), from its own otherwise; the plan does not
+// depend on which (the run tells them apart by the pointers). Split key ranges are merged by the split-KV decode's
+// merge kernel, from the same partial states.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "core/error.hpp"
+#include "cuda/family.hpp"
+#include "cuda/generated/decode_sm90_instance_list.hpp"
+#include "cuda/instances.hpp"
+#include "cuda/kernels/decode/decode_params.hpp"
+#include "cuda/kernels/decode_sm90/decode_sm90.hpp"
+#include "cuda/vector_rule.hpp"
+
+namespace flashattn::cuda::decode_sm90 {
+namespace {
+
+using LaunchFn = cudaError_t (*)(const DecodeParams &, bool, int, cudaStream_t);
+
+struct Instance {
+  DType dtype;
+  int headDim;
+  int headDimV;
+  LaunchFn launch;
+  std::size_t sharedBytes;  // the larger of its two kernels' (V from K, V apart)
+};
+
+const Instance kInstances[] = {
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV) \
+  {DType::DT, HD, HDV, &launchDecodeSm90Instance<CT, HD, HDV>, instanceSharedBytes<HD, HDV>(false)},
+#include "cuda/generated/decode_sm90_instances.inc"
+#undef FLASHATTN_INSTANCE
+    {DType::FP32, 0, 0, nullptr, 0},  // end marker (keeps the array non-empty)
+};
+constexpr int kInstanceCount = int(sizeof(kInstances) / sizeof(kInstances[0])) - 1;
+
+// The instance of exactly these head dims: a wider one would read zero columns at the rate of real ones, which the
+// split-KV decode and the forward do better for every narrower problem.
+const Instance *findInstance(DType dtype, int64_t headDim, int64_t headDimV) {
+  for (int i = 0; i < kInstanceCount; ++i)
+    if (kInstances[i].dtype == dtype && kInstances[i].headDim == headDim && kInstances[i].headDimV == headDimV)
+      return &kInstances[i];
+  return nullptr;
+}
+
+// K and V broadcast one head through a zero head stride: one effective KV head (the split-KV decode's rule).
+int64_t effectiveKvHeads(const AttnProblem &p) {
+  return p.kvHeads > 1 && p.k.head == 0 && p.v.head == 0 ? 1 : p.kvHeads;
+}
+
+// The rank-5 maps of K and V (one copy per 64-key tile: every 64-column box of the head dim). V's covers its own
+// head dim, whether it lies in K's memory or apart.
+bool encodeMaps(const AttnProblem &p, const void *k, const void *v, DecodeParams *d) {
+  const int64_t kvHeads = effectiveKvHeads(p);
+  decode::CacheMapKey kKey = decode::cacheMapKey(p, k, p.k, kvHeads, kTileKeys, decode::kMapWide);
+  decode::CacheMapKey vKey = decode::cacheMapKey(p, v, p.v, kvHeads, kTileKeys, decode::kMapWide);
+  kKey.headDim = p.headDim;
+  vKey.headDim = p.headDimV;
+  if (!decode::encodeCacheMap(kKey, &d->kMap, &d->kSlots) || !decode::encodeCacheMap(vKey, &d->vMap, &d->vSlots))
+    return false;
+  return d->kSlots.rank == 5 && d->vSlots.rank == 5;
+}
+
+// V is K's first headDimV columns: the same memory and strides (absorbed MLA's latent cache).
+bool vIsKPrefix(const AttnProblem &p, const AttnBuffers &buf) {
+  return buf.v == buf.k && p.v == p.k && p.headDimV <= p.headDim;
+}
+
+struct Shape {
+  int64_t kvHeads, groupSize, rows, rowBlocks, tiles;
+};
+
+Shape shapeOf(const AttnProblem &p) {
+  Shape s;
+  s.kvHeads = effectiveKvHeads(p);
+  s.groupSize = p.heads / s.kvHeads;
+  s.rows = s.groupSize * p.seqQ;
+  s.rowBlocks = (s.rows + kRows - 1) / kRows;
+  s.tiles = (p.seqK + kTileKeys - 1) / kTileKeys;
+  return s;
+}
+
+Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
+  if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
+  const Instance *inst = findInstance(p.dtype, p.headDim, p.headDimV);
+  if (inst == nullptr) return Verdict::NotForThis;  // head dims of the other decode families
+  const std::string dims = concat("head dims ", p.headDim, "/", p.headDimV);
+  auto refuse = [&](const std::string &reason) {
+    *whyNot = reason;
+    return Verdict::Refused;
+  };
+  if (p.ragged) return refuse("ragged Q: the wgmma decode (" + dims + ") takes a dense Q [batch, heads, seqQ, headDim]");
+  if (p.softcap > 0.f) return refuse("softcap: the wgmma decode (" + dims + ") has no softcap");
+  if (p.alibiSlopes != nullptr) return refuse("ALiBi slopes: the wgmma decode (" + dims + ") has no ALiBi");
+  if (p.paged && p.pageSize % kTileKeys != 0)
+    return refuse(concat("pageSize ", p.pageSize, ": the wgmma decode (", dims, ") copies whole 64-key tiles of a page, ",
+                         "so pages must hold a multiple of 64 keys"));
+  if (!p.buffersAligned16) return refuse("a data pointer is not 16-byte aligned: the wgmma decode moves 16-byte vectors");
+  if (!vectorStridesFit(p.dtype, {{"Q", p.q, p.batch > 1, p.heads > 1}, {"O", p.o, p.batch > 1, p.heads > 1}},
+                        "wgmma decode", whyNot))
+    return Verdict::Refused;
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  const Shape shape = shapeOf(p);
+  if (p.seqK > kInt32Max - 2 * kTileKeys || p.batch > kInt32Max || p.heads > kInt32Max || shape.rows > kInt32Max ||
+      (p.paged && p.pageSize > kInt32Max))
+    return refuse(concat("batch ", p.batch, ", heads ", p.heads, ", seqQ ", p.seqQ, ", seqK ", p.seqK,
+                         ": the wgmma decode counts them in 32 bits"));
+  {
+    DecodeParams scratch;
+    const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
+    if (!encodeMaps(p, standIn, standIn, &scratch))
+      return refuse(concat("the K/V strides (", p.k.batch, ", ", p.k.head, ", ", p.k.row, ") / (", p.v.batch, ", ",
+                           p.v.head, ", ", p.v.row, ") have no tensor map of 64-key tiles for the wgmma decode"));
+  }
+  if (inst->sharedBytes > dev.smemPerBlockOptin)
+    return refuse(concat("the wgmma decode (", dims, ") needs ", inst->sharedBytes,
+                         " bytes of shared memory per block; the device allows ", dev.smemPerBlockOptin));
+
+  // One CTA per SM (its shared memory), so the chunks fill one wave of SMs beside the row blocks.
+  const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
+  const int64_t maxChunks = std::max<int64_t>(1, shape.tiles);
+  const int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks)
+                                         : decode::chooseChunks(units, maxChunks, std::max(dev.numSMs, 1));
+  if (units > kInt32Max / chunks)
+    return refuse(concat("the wgmma decode grid would have ", units, " x ", chunks, " CTAs, more than one launch addresses"));
+
+  *plan = Plan{};
+  plan->kernel = KernelId::DecodeWgmma;
+  DecodeConfig config;
+  config.instance = InstanceKey{p.dtype, int32_t(inst->headDim), int32_t(inst->headDimV)};
+  config.warps = kThreads / 32;
+  config.tileKeys = kTileKeys;
+  config.loader = decode::kLoaderTensorMap;
+  config.merge = decode::kMergeSeparate;
+  plan->config = config;
+  plan->numChunks = int32_t(chunks);
+  plan->deterministic = true;
+  if (chunks > 1) {
+    const std::size_t states = std::size_t(chunks) * std::size_t(p.batch) * std::size_t(p.heads) * std::size_t(p.seqQ);
+    if (states > (std::size_t(1) << 52) / std::size_t(p.headDimV))
+      return refuse(concat("the decode workspace for ", chunks, " chunks overflows"));
+    plan->addRegion(decode::kPartialORegion, "partial O", states * std::size_t(p.headDimV) * 4);
+    plan->addRegion(decode::kPartialLseRegion, "partial max and sum", states * 2 * sizeof(float));
+  }
+  plan->description =
+      concat("cuda.decode.wgmma ", dtypeName(p.dtype), " d", inst->headDim, "v", inst->headDimV,
+             ": tensor-map copies of 64-key tiles (V from K's stages where V is K's first ", p.headDimV,
+             " columns), a producer warpgroup + 2 consumer warpgroups (S and softmax; O split by columns), ",
+             shape.rowBlocks, " x 64-row blocks of ", shape.rows, " rows per KV head, ", chunks, " KV chunks",
+             chunks > 1 ? " + merge kernel" : "", ", 1 CTA/SM; fp32 accumulate; deterministic");
+  return Verdict::Served;
+}
+
+cudaError_t buildParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
+                        DecodeParams *params) {
+  const Shape shape = shapeOf(p);
+  DecodeParams &d = *params;
+  d = DecodeParams{};
+  d.q = buf.q;
+  d.k = buf.k;
+  d.v = buf.v;
+  d.o = buf.o;
+  d.lse = p.hasLse ? buf.lse : nullptr;
+  if (plan.numChunks > 1) {
+    d.partialO = static_cast<float *>(plan.regionPointer(decode::kPartialORegion, workspace));
+    d.partialLse = static_cast<float *>(plan.regionPointer(decode::kPartialLseRegion, workspace));
+  }
+  d.qBatch = p.q.batch, d.qHead = p.q.head, d.qRow = p.q.row;
+  d.kBatch = p.k.batch, d.kHead = p.k.head, d.kRow = p.k.row;
+  d.vBatch = p.v.batch, d.vHead = p.v.head, d.vRow = p.v.row;
+  d.oBatch = p.o.batch, d.oHead = p.o.head, d.oRow = p.o.row;
+  d.lseBatch = p.lse.batch, d.lseHead = p.lse.head, d.lseRow = p.lse.row;
+  d.batch = int32_t(p.batch);
+  d.heads = int32_t(p.heads);
+  d.kvHeads = int32_t(shape.kvHeads);
+  d.groupSize = int32_t(shape.groupSize);
+  d.seqQ = int32_t(p.seqQ);
+  d.seqK = int32_t(p.seqK);
+  d.headDim = int32_t(p.headDim);
+  d.rows = int32_t(shape.rows);
+  d.rowTilesPerCta = kRows / decode::kRowsPerTile;
+  d.rowBlocks = int32_t(shape.rowBlocks);
+  d.numChunks = plan.numChunks;
+  d.seqlensK = p.seqlensK;
+  d.paged = p.paged;
+  d.cache = paged::pagedCacheOf(p);
+  d.scale = p.scale;
+  d.mask = int32_t(p.mask);
+  d.windowLeft = p.windowLeft;
+  d.windowRight = p.windowRight;
+  d.sinks = p.sinks;
+  // The plan encoded the same maps at a stand-in address; only a misaligned pointer fails here.
+  return encodeMaps(p, buf.k, buf.v, &d) ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+cudaError_t launchDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &plan, const AttnBuffers &buf,
+                             void *workspace, cudaStream_t stream) {
+  const DecodeConfig &config = plan.as<DecodeConfig>();
+  const Instance *inst = findInstance(config.instance.dtype, config.instance.headDim, config.instance.headDimV);
+  if (inst == nullptr || plan.numChunks < 1) return cudaErrorInvalidValue;
+  DecodeParams d;
+  cudaError_t err = buildParams(p, plan, buf, workspace, &d);
+  if (err != cudaSuccess) return err;
+  err = inst->launch(d, vIsKPrefix(p, buf), dev.device, stream);
+  if (err != cudaSuccess || plan.numChunks == 1) return err;
+  // The merge reads rows of V/O's width.
+  DecodeParams merge = d;
+  merge.headDim = int32_t(p.headDimV);
+  return decode::launchDecodeMergeKernel(p.dtype, merge, true, stream);
+}
+
+}  // namespace
+
+FLASHATTN_REGISTER_FAMILY(KernelId::DecodeWgmma, Op::DecodeChunk, 80, false, "wgmma decode", planDecodeSm90,
+                          launchDecodeSm90);
+
+}  // namespace flashattn::cuda::decode_sm90

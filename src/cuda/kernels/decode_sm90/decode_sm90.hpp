@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Host-visible description of the Hopper wgmma decode (cuda.decode.wgmma): the shared-memory layout of an instance
+// and its launch entry point (defined by the generated instance files). The kernel takes the split-KV decode's
+// DecodeParams, so a CTA's work, the mask rule, the partial states and their merge are that family's.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/kernels/decode/decode_params.hpp"
+
+namespace flashattn::cuda::decode_sm90 {
+
+using decode::DecodeParams;
+
+constexpr int kRows = 64;      // query rows per CTA: one wgmma M (heads x tokens of one KV head)
+constexpr int kTileKeys = 64;  // keys per stage: one wgmma N of S = Q K^T, four k-steps of O += P V
+constexpr int kThreads = 384;  // a producer warpgroup and two consumer warpgroups
+constexpr std::size_t kSharedLimit = 232448;  // sm90's opt-in shared memory per block (227 KB)
+
+// Shared memory of instance (DK, DV): Q [DK / 64][64 rows][64] and each stage's K [DK / 64][64 keys][64] (and V
+// [DV / 64][64 keys][64] unless V is K's first DV columns), 128-byte swizzled 1024-byte-aligned slabs as wgmma reads
+// them; then P [64 rows][64 keys] (one slab), the rows' rescale factors and final (max, sum), and the mbarriers.
+// Stages: as many as fit (at most 4); the dynamic window is only 16-byte aligned, hence 1024 bytes of slack.
+template <int DK, int DV, bool VFromK>
+struct SharedLayout {
+  static_assert(DK % 64 == 0 && DV % 128 == 0, "Q/K tiles are whole 64-column slabs; V/O splits into two halves of slabs");
+  static_assert(!VFromK || DV <= DK, "V read from K's columns needs DV <= DK");
+  static constexpr uint32_t kSlab = uint32_t(kRows) * 128;  // 64 rows (or keys) x 64 elements x 2 bytes
+  static constexpr uint32_t kQBytes = uint32_t(DK / 64) * kSlab;
+  static constexpr uint32_t kKBytes = uint32_t(DK / 64) * kSlab;
+  static constexpr uint32_t kVBytes = VFromK ? 0u : uint32_t(DV / 64) * kSlab;
+  static constexpr uint32_t kStageBytes = kKBytes + kVBytes;
+  static constexpr uint32_t kTailBytes = kSlab + 3u * kRows * 4u + 64u;  // P, factors, (max, sum), barriers
+  static constexpr int kFitting = int((kSharedLimit - 1024 - kQBytes - kTailBytes) / kStageBytes);
+  static constexpr int kStages = kFitting > 4 ? 4 : kFitting;
+  static_assert(kStages >= 1, "one stage must fit beside Q");
+  static constexpr uint32_t kQ = 0;
+  static constexpr uint32_t kStage0 = kQ + kQBytes;
+  static constexpr uint32_t kP = kStage0 + uint32_t(kStages) * kStageBytes;
+  static constexpr uint32_t kFactors = kP + kSlab;           // [64] FP32 rescale of the tile being handed over
+  static constexpr uint32_t kStats = kFactors + kRows * 4u;  // [64] x (max in log2 units, sum)
+  static constexpr uint32_t kBarriers = kStats + kRows * 8u;  // full[kStages], empty[kStages]
+  static constexpr uint32_t kBytes = kBarriers + 2u * uint32_t(kStages) * 8u;
+  static constexpr std::size_t kDynamicBytes = std::size_t(kBytes) + 1024;
+  static_assert(kDynamicBytes <= kSharedLimit, "the layout must fit sm90's shared memory per block");
+};
+
+// Defined once per (Element, DK, DV) by the generated instance files; Element is __half or __nv_bfloat16.
+// vFromK: V is K's first DV columns (same memory and strides), read from K's stages; paged: pages of a multiple of
+// 64 keys. The plan checked both maps encode.
+template <typename Element, int DK, int DV>
+cudaError_t launchDecodeSm90Instance(const DecodeParams &params, bool vFromK, int device, cudaStream_t stream);
+
+// Shared memory of an instance's kernel (vFromK or not), for the plan's check against the device.
+template <int DK, int DV>
+constexpr std::size_t instanceSharedBytes(bool vFromK) {
+  return vFromK ? SharedLayout<DK, DV, true>::kDynamicBytes : SharedLayout<DK, DV, false>::kDynamicBytes;
+}
+
+}  // namespace flashattn::cuda::decode_sm90

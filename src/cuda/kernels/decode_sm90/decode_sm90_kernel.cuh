@@ -1,0 +1,402 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The Hopper (sm_90a) wgmma decode: split-KV decode for query rows too wide for one warp's registers, above all
+// absorbed-MLA decode (Q/K 576 = 512 latent + 64 rope, V/O 512, one KV head). A CTA serves 64 query rows (heads x
+// tokens of one KV head, as the split-KV decode numbers them) against one chunk of the keys:
+//   warpgroup 0, producer: one thread issues tensor-map copies of 64-key tiles of K (and of V, unless V is K's first
+//     DV columns) into a ring of stages guarded by full / empty mbarriers;
+//   warpgroup 1: S = Q K^T (wgmma m64n64, Q resident in shared memory), the mask and the online softmax, hands P and
+//     the rows' rescale factor over through shared memory, and accumulates O[:, 0 : DV/2] += P V from registers;
+//   warpgroup 2: O[:, DV/2 : DV] += P V with P read from shared memory.
+// O is split by columns because one warpgroup cannot hold 64 x 512 FP32 accumulators (256 registers a thread).
+// Warpgroup 1 issues the next tile's S before this tile's P V, so the next softmax runs while the tensor cores work.
+//
+// The CTA's work (row block, chunk, key range), the mask rule, the partial states (normalized O and (max, sum) per
+// row) and the sink's place are the split-KV decode's (decode_work.cuh, decode_epilogue.cuh): the partial states of
+// split chunks are merged by decodeMergeKernel. Keys of a tile past the chunk's end exist in memory (another chunk's,
+// or unused slots that may hold NaN): their logits are masked, and their V rows are zeroed before any P V reads them,
+// since 0 x NaN would reach O.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/mask.hpp"
+#include "cuda/kernels/decode/decode_params.hpp"
+#include "cuda/kernels/decode/decode_work.cuh"
+#include "cuda/kernels/decode_sm90/decode_sm90.hpp"
+#include "cuda/kernels/forward_sm90/forward_sm90_kernel.cuh"
+#include "cuda/kernels/paged_kv.cuh"
+#include "cuda/primitives/cp_async.cuh"
+#include "cuda/primitives/math.cuh"
+#include "cuda/primitives/mbarrier.cuh"
+#include "cuda/primitives/merge_state.cuh"
+#include "cuda/primitives/tma.cuh"
+#include "cuda/primitives/wgmma.cuh"
+
+namespace flashattn::cuda::decode_sm90 {
+
+// Named barriers between the two consumer warpgroups (0 is __syncthreads).
+constexpr uint32_t kQReady = 1;     // Q has landed (both consumer warpgroups)
+constexpr uint32_t kPReady = 2;     // warpgroup 1 -> 2: P, the rescale factors and zeroed tail rows of a tile
+constexpr uint32_t kPFree = 3;      // warpgroup 2 -> 1: P and the factors may be overwritten
+constexpr uint32_t kStatsReady = 4;  // warpgroup 1 -> 2: the rows' final (max, sum)
+constexpr uint32_t kTailZeroed = 5;  // inside warpgroup 1: every thread's zeroing is done before its own P V
+
+// setmaxnreg split: 384 threads x 168 at entry = 2 x 128 x 232 + 128 x 40.
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+
+struct KeySpan {
+  int32_t lo, hi;  // inclusive; empty when lo > hi
+};
+
+// Copies one tile (a rank-5 map: every 64-column box of 64 keys in one copy) of a K or V map into `destination`.
+__device__ __forceinline__ void copyTile(uint32_t destination, const CUtensorMap *map, const decode::TensorMapSlots &s,
+                                         int key, int kvHead, int outer, uint32_t barrier) {
+  auto coordinate = [&](int dim) {
+    return s.key == dim ? key : s.head == dim ? kvHead : s.batch == dim ? outer : 0;
+  };
+  prim::tensorCopy5d(destination, map, 0, coordinate(1), coordinate(2), coordinate(3), coordinate(4), barrier);
+}
+
+// O (+)= P V for one warpgroup's Half columns: V slabs from `vHalf` (64 keys each, MN-major B), P as A fragments.
+template <typename Element, int Half>
+__device__ __forceinline__ void issuePVRegisters(float (&o)[Half / 2], const uint32_t (&p)[kTileKeys / 16][4],
+                                                 uint32_t vHalf) {
+  const uint64_t v = prim::wgmmaDescriptorSw128(vHalf, kTileKeys * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kTileKeys / 16; ++kk)
+    prim::WgmmaOp<Element, Half>::rsTransB(o, p[kk], prim::wgmmaDescriptorAdvance(v, uint32_t(kk) * 2048));
+}
+
+// The same with P read from its shared slab (K-major A: a k-step of 16 keys is 32 bytes into each row).
+template <typename Element, int Half>
+__device__ __forceinline__ void issuePVShared(float (&o)[Half / 2], uint32_t sP, uint32_t vHalf) {
+  const uint64_t a = prim::wgmmaDescriptorSw128(sP, 16, 1024);
+  const uint64_t v = prim::wgmmaDescriptorSw128(vHalf, kTileKeys * 128, 1024);
+#pragma unroll
+  for (int kk = 0; kk < kTileKeys / 16; ++kk)
+    prim::WgmmaOp<Element, Half>::template ssTransposed<0, 1>(o, prim::wgmmaDescriptorAdvance(a, uint32_t(kk) * 32),
+                                                              prim::wgmmaDescriptorAdvance(v, uint32_t(kk) * 2048),
+                                                              1u);
+}
+
+// P's fragments into the swizzled slab, at the places wgmma reads A from: row r, key k at r * 128 + 16 * ((k / 8) ^
+// (r % 8)) + 2 * (k % 8). A thread holds rows row0, row0 + 8 and keys 16 kk + 8 c + 2 quad (+1) per fragment register.
+__device__ __forceinline__ void storeP(uint32_t sP, const uint32_t (&p)[kTileKeys / 16][4], int row0, int quad) {
+#pragma unroll
+  for (int kk = 0; kk < kTileKeys / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = row0 + 8 * (r & 1);
+      const int chunk = 2 * kk + (r >> 1);
+      const uint32_t address = sP + uint32_t(row * 128 + 16 * (chunk ^ (row & 7)) + 4 * quad);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(p[kk][r]) : "memory");
+    }
+}
+
+// Rows [first, 64) of every V slab of a stage to zeros (keys past the chunk: 0 x NaN must not reach O), by the 128
+// threads of warpgroup 1.
+template <int DV>
+__device__ __forceinline__ void zeroTailRows(uint32_t vStage, int first, int thread) {
+  constexpr int kChunksPerRow = 8;  // 128 bytes of a slab row
+  const int rows = kTileKeys - first;
+  for (int item = thread; item < rows * kChunksPerRow * (DV / 64); item += 128) {
+    const int slab = item / (rows * kChunksPerRow);
+    const int rest = item - slab * rows * kChunksPerRow;
+    const int row = first + rest / kChunksPerRow;
+    const int chunk = rest % kChunksPerRow;
+    prim::storeShared16(vStage + uint32_t(slab) * kTileKeys * 128 + uint32_t(row * 128 + chunk * 16),
+                        make_uint4(0u, 0u, 0u, 0u));
+  }
+}
+
+// One consumer warpgroup's O columns [column0, column0 + Half) of its rows, from the accumulators and the rows' (max
+// in log2 units, sum): with one chunk, O and the LSE with the sink folded in (decode_epilogue.cuh's rule); otherwise
+// the chunk's partial state (normalized O, and (max, sum) apart) for decodeMergeKernel. A row without a visible key
+// (sum 0) gets O = 0. The LSE and (max, sum) come from the warpgroup that writesStats.
+template <typename Element, int Half>
+__device__ __forceinline__ void storeRows(const DecodeParams &p, const decode::DecodeWork &w,
+                                          const float (&o)[Half / 2], const float (&maxLog2)[2],
+                                          const float (&total)[2], int localRow0, int quad, int column0,
+                                          bool writesStats) {
+  const bool direct = int32_t(p.numChunks) == 1;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = w.firstRow + localRow0 + 8 * h;
+    if (row >= p.rows) continue;
+    const int groupHead = row / p.seqQ;
+    const int token = row - groupHead * p.seqQ;
+    const int64_t head = w.headOf(p, groupHead);
+    float m = maxLog2[h];
+    float l = total[h];
+    float keep = 1.f;
+    if (direct && p.sinks != nullptr) keep = prim::foldSink<prim::Exp2>(m, l, __ldg(p.sinks + head) * prim::kLog2e);
+    const bool emptyRow = !(l > 0.f);
+    const float inverse = emptyRow ? 0.f : keep / l;
+    if (direct) {
+      Element *out = static_cast<Element *>(p.o) + int64_t(w.batch) * p.oBatch + head * p.oHead +
+                     int64_t(token) * p.oRow + column0 + 2 * quad;
+#pragma unroll
+      for (int dt = 0; dt < Half / 8; ++dt)
+        *reinterpret_cast<uint32_t *>(out + dt * 8) =
+            prim::packFloat2<Element>(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);
+      if (writesStats && quad == 0 && p.lse != nullptr)
+        p.lse[int64_t(w.batch) * p.lseBatch + head * p.lseHead + int64_t(token) * p.lseRow] =
+            emptyRow ? prim::negInf() : float((double(m) + double(log2f(l))) * double(prim::kLn2));
+    } else {
+      const int64_t stateRow = ((int64_t(w.chunk) * p.batch + w.batch) * p.heads + head) * p.seqQ + token;
+      float *dst = p.partialO + stateRow * (2 * Half) + column0 + 2 * quad;
+#pragma unroll
+      for (int dt = 0; dt < Half / 8; ++dt)
+        *reinterpret_cast<float2 *>(dst + dt * 8) =
+            make_float2(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);
+      if (writesStats && quad == 0) *reinterpret_cast<float2 *>(p.partialLse + 2 * stateRow) = make_float2(m, l);
+    }
+  }
+}
+
+template <typename Element, int DK, int DV, bool VFromK, bool Paged>
+__global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_constant__ DecodeParams p) {
+  using L = SharedLayout<DK, DV, VFromK>;
+  constexpr int kStages = L::kStages;
+  constexpr int kHalf = DV / 2;
+  static_assert(kHalf % 64 == 0 && kHalf <= 256, "a consumer warpgroup's O columns are one wgmma N of whole slabs");
+  extern __shared__ __align__(16) unsigned char smemRaw[];
+  const uint32_t rawAddress = prim::smemAddress(smemRaw);
+  const uint32_t base = (rawAddress + 1023u) & ~1023u;
+  unsigned char *smem = smemRaw + (base - rawAddress);
+  auto sK = [&](int slot) { return base + L::kStage0 + uint32_t(slot) * L::kStageBytes; };
+  auto sV = [&](int slot) { return VFromK ? sK(slot) : sK(slot) + L::kKBytes; };
+  const uint32_t sQ = base + L::kQ;
+  const uint32_t sP = base + L::kP;
+  float *factors = reinterpret_cast<float *>(smem + L::kFactors);
+  float2 *stats = reinterpret_cast<float2 *>(smem + L::kStats);
+  auto full = [&](int slot) { return base + L::kBarriers + 8u * uint32_t(slot); };
+  auto empty = [&](int slot) { return base + L::kBarriers + 8u * uint32_t(kStages + slot); };
+
+  if (threadIdx.x == 0) {
+    for (int st = 0; st < kStages; ++st) {
+      prim::mbarrierInit(full(st), 1u);
+      prim::mbarrierInit(empty(st), 8u);  // every consumer warp
+    }
+    prim::fenceBarrierInit();
+    prim::prefetchTensorMap(&p.kMap);
+    if constexpr (!VFromK) prim::prefetchTensorMap(&p.vMap);
+  }
+  const decode::DecodeWork w = decode::findWork<kTileKeys, Paged>(p);
+  __syncthreads();
+  const int warpGroup = int(threadIdx.x) / 128;
+  const int numTiles = w.numTiles;
+
+  if (warpGroup == 0) {
+    // ---------------------------------------------------------------------------------------------------- producer
+    prim::setMaxRegistersDecrease<kProducerRegisters>();
+    if (threadIdx.x != 0) return;
+    for (int x = 0; x < numTiles; ++x) {
+      const int slot = x % kStages;
+      if (x >= kStages) prim::mbarrierWait(empty(slot), uint32_t(x / kStages - 1) & 1u);
+      const int key0 = w.keyBegin + x * kTileKeys;
+      int key = key0, outer = w.batch;
+      if constexpr (Paged) {  // tiles start at multiples of 64 and pages hold whole tiles: one page per tile
+        const int index = p.cache.pageSize.divide(key0);
+        outer = paged::pageAt(p.cache, w.batch, index);  // -1: outside the map, the copy reads zeros
+        key = p.cache.pageSize.remainder(key0, index);
+      }
+      prim::mbarrierArriveExpectTx(full(slot), L::kStageBytes);
+      copyTile(sK(slot), &p.kMap, p.kSlots, key, w.kvHead, outer, full(slot));
+      if constexpr (!VFromK) copyTile(sV(slot), &p.vMap, p.vSlots, key, w.kvHead, outer, full(slot));
+    }
+    return;
+  }
+
+  // ------------------------------------------------------------------------------------------------------ consumers
+  prim::setMaxRegistersIncrease<kConsumerRegisters>();
+  const int group = warpGroup - 1;
+  const int thread = int(threadIdx.x) - 128 * warpGroup;
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  const int quad = lane % 4;
+  const int localRow0 = 16 * warp + lane / 4;  // this thread's rows: localRow0 and localRow0 + 8
+
+  {  // Q: 64 rows x DK / 8 chunks by the 256 consumer threads; rows past the group's arrive as zeros
+    constexpr int kChunks = DK / 8;
+    const Element *q = static_cast<const Element *>(p.q);
+    for (int item = int(threadIdx.x) - 128; item < kRows * kChunks; item += 256) {
+      const int r = item / kChunks;
+      const int c = item - r * kChunks;
+      const int row = w.firstRow + r;
+      const bool valid = row < p.rows;
+      const int groupHead = valid ? row / p.seqQ : 0;
+      const int token = valid ? row - groupHead * p.seqQ : 0;
+      const Element *source = valid ? q + int64_t(w.batch) * p.qBatch + w.headOf(p, groupHead) * p.qHead +
+                                          int64_t(token) * p.qRow + c * 8
+                                    : q;
+      prim::cpAsync16(sQ + uint32_t(c / 8) * L::kSlab + uint32_t(r * 128 + 16 * ((c % 8) ^ (r % 8))), source, valid);
+    }
+    prim::cpAsyncCommit();
+    prim::cpAsyncWaitAll();
+    prim::fenceProxyAsyncShared();  // cp.async wrote through the generic proxy; wgmma reads through the async one
+    prim::namedBarrierSync(kQReady, 256);
+  }
+
+  auto releaseStage = [&](int slot) {
+    __syncwarp();
+    if (lane == 0) prim::mbarrierArrive(empty(slot));
+  };
+
+  if (group == 0) {
+    // ---------------------------------------------------------------------------- warpgroup 1: S, softmax, O half 0
+    const float scaleLog2 = p.scale * prim::kLog2e;
+    const bool anyMask = Mask(p.mask) != Mask::None || p.windowLeft >= 0 || p.windowRight >= 0;
+    const Diagonals diagonals = visibleDiagonals(Mask(p.mask), p.windowLeft, p.windowRight, p.seqQ, w.seqLen);
+    // Each row's visible keys inside the chunk: the mask rule of its token, cut at the chunk's end.
+    KeySpan span[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = w.firstRow + localRow0 + 8 * h;
+      const int token = row % p.seqQ;
+      span[h] = anyMask ? keysOnDiagonals<KeySpan>(diagonals, token, w.seqLen) : KeySpan{0, w.seqLen - 1};
+      span[h].hi = min(span[h].hi, w.keyEnd - 1);
+    }
+    float o[kHalf / 2];
+#pragma unroll
+    for (int i = 0; i < kHalf / 2; ++i) o[i] = 0.f;
+    float s[kTileKeys / 2];
+    uint32_t pFragments[kTileKeys / 16][4];
+    float rowMax[2] = {forward_sm90::negativeInfinity(), forward_sm90::negativeInfinity()};
+    float rowSum[2] = {0.f, 0.f};
+    float correction[2] = {1.f, 1.f};
+    const uint64_t qDescriptor = prim::wgmmaDescriptorSw128(sQ, 16, 1024);
+
+    auto issueS = [&](int x) {
+      prim::mbarrierWait(full(x % kStages), uint32_t(x / kStages) & 1u);
+      prim::wgmmaFence();
+      forward_sm90::issueQK<Element, DK, kTileKeys, kRows>(s, qDescriptor,
+                                                            prim::wgmmaDescriptorSw128(sK(x % kStages), 16, 1024));
+      prim::wgmmaCommitGroup();
+    };
+    // S of tile x (complete) -> masked, P = exp2 in place, the rows' correction factors.
+    auto softmax = [&](int x) {
+      const int key0 = w.keyBegin + x * kTileKeys;
+      if (anyMask || key0 + kTileKeys > w.keyEnd) {
+#pragma unroll
+        for (int nt = 0; nt < kTileKeys / 8; ++nt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int key = key0 + 8 * nt + 2 * quad + e;
+              if (key < span[h].lo || key > span[h].hi) s[4 * nt + 2 * h + e] = forward_sm90::negativeInfinity();
+            }
+      }
+      forward_sm90::softmaxBlock<kTileKeys>(s, rowMax, rowSum, correction, scaleLog2);
+    };
+    // P of tile x and the factors to warpgroup 2 (once it has read the previous ones), with V's rows past the chunk
+    // zeroed in the stage first.
+    auto handOver = [&](int x) {
+      forward_sm90::convertP<Element, kTileKeys>(s, pFragments);
+      if (x > 0) prim::namedBarrierSync(kPFree, 256);
+      const int inChunk = w.keyEnd - (w.keyBegin + x * kTileKeys);
+      if (inChunk < kTileKeys) zeroTailRows<DV>(sV(x % kStages), inChunk, thread);
+      storeP(sP, pFragments, localRow0, quad);
+      if (quad == 0) {
+        factors[localRow0] = correction[0];
+        factors[localRow0 + 8] = correction[1];
+      }
+      prim::fenceProxyAsyncShared();  // P and the zeros are read by wgmma (async proxy), here and in warpgroup 2
+      if (inChunk < kTileKeys) prim::namedBarrierSync(kTailZeroed, 128);
+      prim::namedBarrierArrive(kPReady, 256);
+    };
+
+    if (numTiles > 0) {
+      issueS(0);
+      prim::wgmmaWaitGroup<0>();
+      prim::wgmmaFenceOperands(s);
+      softmax(0);
+      handOver(0);
+    }
+    // Every tile but the last: its P V beside the next tile's S and softmax (one stage: after them).
+    auto issuePV = [&](int x) {
+      prim::wgmmaFence();
+      issuePVRegisters<Element, kHalf>(o, pFragments, sV(x % kStages));
+      prim::wgmmaCommitGroup();
+    };
+    auto finishPV = [&](int x) {
+      prim::wgmmaWaitGroup<0>();
+      prim::wgmmaFenceOperands(o);
+      prim::wgmmaFenceOperands(pFragments);
+      releaseStage(x % kStages);
+    };
+#pragma unroll 1
+    for (int x = 0; x + 1 < numTiles; ++x) {
+      forward_sm90::rescaleO<kHalf>(o, correction);
+      if constexpr (kStages > 1) {
+        issueS(x + 1);
+        issuePV(x);
+        prim::wgmmaWaitGroup<1>();  // S of the next tile; this tile's P V may still run
+        prim::wgmmaFenceOperands(s);
+        softmax(x + 1);
+        finishPV(x);
+      } else {  // the next tile's copy waits for this tile's release
+        issuePV(x);
+        finishPV(x);
+        issueS(x + 1);
+        prim::wgmmaWaitGroup<0>();
+        prim::wgmmaFenceOperands(s);
+        softmax(x + 1);
+      }
+      handOver(x + 1);
+    }
+    if (numTiles > 0) {
+      forward_sm90::rescaleO<kHalf>(o, correction);
+      issuePV(numTiles - 1);
+      finishPV(numTiles - 1);
+    }
+    if (numTiles > 0) prim::namedBarrierSync(kPFree, 256);  // balances warpgroup 2's last arrival
+    float maxLog2[2], total[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      total[h] = prim::quadSum(rowSum[h]);
+      maxLog2[h] = rowMax[h] == forward_sm90::negativeInfinity() ? rowMax[h] : rowMax[h] * scaleLog2;
+    }
+    if (quad == 0) {
+      stats[localRow0] = make_float2(maxLog2[0], total[0]);
+      stats[localRow0 + 8] = make_float2(maxLog2[1], total[1]);
+    }
+    prim::namedBarrierArrive(kStatsReady, 256);
+    storeRows<Element, kHalf>(p, w, o, maxLog2, total, localRow0, quad, 0, true);
+  } else {
+    // --------------------------------------------------------------------------------- warpgroup 2: O half 1
+    float o[kHalf / 2];
+#pragma unroll
+    for (int i = 0; i < kHalf / 2; ++i) o[i] = 0.f;
+#pragma unroll 1
+    for (int x = 0; x < numTiles; ++x) {
+      prim::namedBarrierSync(kPReady, 256);
+      const float c[2] = {factors[localRow0], factors[localRow0 + 8]};
+      forward_sm90::rescaleO<kHalf>(o, c);
+      prim::wgmmaFence();
+      issuePVShared<Element, kHalf>(o, sP, sV(x % kStages) + uint32_t(kHalf / 64) * kTileKeys * 128);
+      prim::wgmmaCommitGroup();
+      prim::wgmmaWaitGroup<0>();
+      prim::wgmmaFenceOperands(o);
+      prim::namedBarrierArrive(kPFree, 256);
+      releaseStage(x % kStages);
+    }
+    prim::namedBarrierSync(kStatsReady, 256);
+    float maxLog2[2], total[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 st = stats[localRow0 + 8 * h];
+      maxLog2[h] = st.x;
+      total[h] = st.y;
+    }
+    storeRows<Element, kHalf>(p, w, o, maxLog2, total, localRow0, quad, kHalf, false);
+  }
+}
+
+}  // namespace flashattn::cuda::decode_sm90

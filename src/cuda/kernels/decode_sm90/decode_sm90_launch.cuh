@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// Launch of the wgmma decode kernels of one instance: V read from K's stages or from its own, dense or paged cache.
+// Included by the generated instance files (decode_sm90_instance.cu.in).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/kernels/decode_sm90/decode_sm90.hpp"
+#include "cuda/kernels/decode_sm90/decode_sm90_kernel.cuh"
+#include "cuda/shared_limit.hpp"
+
+namespace flashattn::cuda::decode_sm90 {
+
+template <typename Element, int DK, int DV, bool VFromK, bool Paged>
+cudaError_t launchKernel(const DecodeParams &params, int device, cudaStream_t stream) {
+  using Layout = SharedLayout<DK, DV, VFromK>;
+  static std::atomic<uint64_t> configured{0};
+  const auto kernel = decodeSm90Kernel<Element, DK, DV, VFromK, Paged>;
+  const cudaError_t err = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured);
+  if (err != cudaSuccess) return err;
+  const int64_t ctas = int64_t(params.batch) * int32_t(params.kvHeads) * int32_t(params.rowBlocks) *
+                       int32_t(params.numChunks);
+  if (ctas <= 0) return cudaSuccess;
+  kernel<<<dim3(uint32_t(ctas)), dim3(kThreads), Layout::kDynamicBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <typename Element, int DK, int DV>
+cudaError_t launchDecodeSm90Instance(const DecodeParams &params, bool vFromK, int device, cudaStream_t stream) {
+  if (params.paged)
+    return vFromK ? launchKernel<Element, DK, DV, true, true>(params, device, stream)
+                  : launchKernel<Element, DK, DV, false, true>(params, device, stream);
+  return vFromK ? launchKernel<Element, DK, DV, true, false>(params, device, stream)
+                : launchKernel<Element, DK, DV, false, false>(params, device, stream);
+}
+
+}  // namespace flashattn::cuda::decode_sm90
