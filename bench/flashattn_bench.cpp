@@ -653,6 +653,7 @@ struct Row {
   flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
   int64_t B = 0, H = 0, HK = 0, Sq = 0, Sk = 0, D = 0;
   int64_t Dv = 0;  // head dim of V and O (and dO, dV); D unless --dim-v or the mla sweep says otherwise
+  bool vInK = false;  // decode: V is K's first Dv columns (same pointer, K's strides), as absorbed MLA stores it
   bool causal = false;
   bool sinks = false;  // --sinks: the call had attention sinks (and the backward computed dSinks)
   int32_t chunks = 0;
@@ -718,6 +719,7 @@ std::string rowJson(const Row &r) {
   if (r.kind == "decode") {
     j += ", \"chunks\": " + std::to_string(r.chunks) + ", \"page_size\": " + std::to_string(r.pageSize) +
          ", \"copies\": " + std::to_string(r.copies);
+    if (r.vInK) j += ", \"v_aliases_k\": true";
   }
   if (r.kind == "chunked") j += ", \"page_size\": " + std::to_string(r.pageSize);
   if (!r.error.empty()) {
@@ -726,10 +728,10 @@ std::string rowJson(const Row &r) {
     j += ", \"ms\": " + jsonNumber(r.ms);
     if (std::isfinite(r.backToBackMs)) j += ", \"ms_back_to_back\": " + jsonNumber(r.backToBackMs);
     if (std::isfinite(r.hostUs)) j += ", \"host_us\": " + jsonNumber(r.hostUs);
-    if (r.kind == "decode")
-      j += ", \"kv_GBps\": " + jsonNumber(r.kvGBps);
-    else
-      j += ", \"tflops\": " + jsonNumber(r.tflops);
+    if (r.kind == "decode") j += ", \"kv_GBps\": " + jsonNumber(r.kvGBps);
+    // Absorbed-MLA decode does ~240 FLOP per KV byte at 128 heads (GQA 32/8 at head dim 128: 4), so the tensor cores
+    // may bound it before the stream does: its rows carry both figures.
+    if (r.kind != "decode" || r.Dv != r.D) j += ", \"tflops\": " + jsonNumber(r.tflops);
   }
   if (!r.kernel.empty()) j += ", \"kernel\": " + jsonString(r.kernel);
   if (r.checked) {
@@ -747,8 +749,11 @@ std::string rowJson(const Row &r) {
 std::string shapeText(const Row &r) {
   char buf[256];
   if (r.kind == "decode") {
-    std::snprintf(buf, sizeof buf, "decode %s B=%lld H=%lld/%lld Sq=%lld L=%lld D=%lld%s%s%s%s", dtypeName(r.dtype),
-                  (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk, (long long)r.D,
+    // "D=576/512 V=K" for absorbed MLA; rows of one head dim keep the text they always had.
+    const std::string dims =
+        std::to_string(r.D) + (r.Dv != r.D ? "/" + std::to_string(r.Dv) : "") + (r.vInK ? " V=K" : "");
+    std::snprintf(buf, sizeof buf, "decode %s B=%lld H=%lld/%lld Sq=%lld L=%lld D=%s%s%s%s%s", dtypeName(r.dtype),
+                  (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk, dims.c_str(),
                   r.causal ? " causal" : "", r.sinks ? " sinks" : "", r.pageSize ? (" page=" + std::to_string(r.pageSize)).c_str() : "",
                   r.chunks ? (" chunks=" + std::to_string(r.chunks)).c_str() : "");
   } else if (r.kind == "chunked") {
@@ -773,7 +778,9 @@ std::string resultText(const Row &r) {
     return buf;
   }
   std::string perf;
-  if (r.kind == "decode")
+  if (r.kind == "decode" && r.Dv != r.D)
+    std::snprintf(buf, sizeof buf, "%9.4f ms %8.4g GB/s %7.4g TFLOP/s", r.ms, r.kvGBps, r.tflops);
+  else if (r.kind == "decode")
     std::snprintf(buf, sizeof buf, "%9.4f ms %8.4g GB/s", r.ms, r.kvGBps);
   else
     std::snprintf(buf, sizeof buf, "%9.4f ms %7.4g TFLOP/s", r.ms, r.tflops);
@@ -842,9 +849,15 @@ void usage(FILE *f) {
                "                              (causal) on the dense caches of 256 MiB and more; chunked B4 H32/8\n"
                "                              D128 causal, 512 new tokens over 4k..16k cached keys, paged (page 16)\n"
                "                              and dense; mla: DeepSeek-V3's prefill, bf16 H=128/128 D192 DV128\n"
-               "                              causal, S 4k/8k/16k, B*S=16k (all: prefill, decode and serving, not\n"
-               "                              chunked or mla; --op fwd|bwd|decode filters; --dim-v filters the\n"
-               "                              prefill and mla rows as --dim does)\n"
+               "                              causal, S 4k/8k/16k, B*S=16k, and its absorbed decode, bf16 D576 DV512\n"
+               "                              with V read from K's first 512 columns (V's pointer and strides are\n"
+               "                              K's), 1 KV head, 1 query token, H 128 and 16 at (B,L) = (1,32k)\n"
+               "                              (8,32k) (32,8k) (64,4k) (128,2k), plus 2 tokens (causal) and a paged\n"
+               "                              cache (page 64) at B32 L8k H128; its GB/s count the cache once\n"
+               "                              (B*L*576*2 bytes), its TFLOP/s 2*B*H*Sq*L*(576+512); on HOST one small\n"
+               "                              shape of each kind (all: prefill, decode and serving, not chunked or\n"
+               "                              mla; --op fwd|bwd|decode filters; --dim-v filters the prefill and mla\n"
+               "                              rows as --dim does)\n"
                "  --json FILE                 write the result rows (rewritten after every shape)\n"
                "  --check-gflop G             host work allowed per correctness check (default 2)\n"
                "  --no-check                  skip the correctness check (rows say \"not checked\")\n"
@@ -853,7 +866,9 @@ void usage(FILE *f) {
                "  --sinks                     attention sinks (a fixed logit in [-1, 1] per query head) on every\n"
                "                              fwd, bwd, bwd-det and decode call, dSinks from every backward (checked\n"
                "                              against the oracle); rows say \"sinks\": time a run with and one without\n"
-               "  --list                      print the rows the other options plan, one per line, and run none\n"
+               "  --list                      print the rows the other options plan, one per line, and run none;\n"
+               "                              --backend cuda|host: that backend's plan, listed without a handle (the\n"
+               "                              GPU plan on a machine without a GPU)\n"
                "  --backend auto|cuda|host    handle to benchmark (default auto)\n"
                "  --device N                  CUDA device to use\n"
                "Without shape, operation or sweep options a short demo runs (small shapes when no GPU is usable).\n"
@@ -1008,6 +1023,9 @@ struct DecodeShape {
   bool causal;
   int32_t chunks;
   int64_t pageSize;
+  int64_t Dv = 0;     // of V and O; 0: D
+  bool vInK = false;  // V is K's first Dv columns (absorbed MLA): the V descriptor has K's strides and pointer
+  int64_t dimV() const { return Dv ? Dv : D; }
 };
 
 // Chunked prefill: T new tokens per sequence (a ragged Q) attending to L keys (the cached L - T and their own).
@@ -1042,9 +1060,10 @@ Row prefillRow(const PrefillShape &s, const char *op, bool sinks) {
 }
 
 Row decodeRow(const DecodeShape &s, bool sinks) {
-  Row r = shapeRow("decode", "decode", s.dtype, s.B, s.H, s.HK, s.T, s.L, s.D, s.D, s.causal, sinks);
+  Row r = shapeRow("decode", "decode", s.dtype, s.B, s.H, s.HK, s.T, s.L, s.D, s.dimV(), s.causal, sinks);
   r.chunks = s.chunks;
   r.pageSize = s.pageSize;
+  r.vInK = s.vInK;
   return r;
 }
 
@@ -1685,14 +1704,28 @@ void Bench::decode(const DecodeShape &s) {
   Row row = decodeRow(s, opt_.sinks);
   const size_t es = elementBytes(s.dtype);
   const bool paged = s.pageSize > 0;
-  const double kvBytes = 2.0 * double(s.B) * double(s.HK) * double(s.L) * double(s.D) * double(es);
+  const int64_t Dv = s.dimV();
+  // V inside K (absorbed MLA) is read with K: the cache's bytes count once.
+  const double kvBytes =
+      double(s.B) * double(s.HK) * double(s.L) * double(s.vInK ? s.D : s.D + Dv) * double(es);
+  const double flops = 2.0 * double(s.B) * double(s.H) * visiblePairs(s.T, s.L, s.causal) * double(s.D + Dv);
 
   try {
     const View qv = tensor4(opt_.layout, s.B, s.H, s.T, s.D);
+    const View ov = tensor4(opt_.layout, s.B, s.H, s.T, Dv);
     const View lv = View::dense({s.B, s.H, s.T});
     const int64_t pagesPerSeq = paged ? (s.L + s.pageSize - 1) / s.pageSize : 0;
     const int64_t numPages = s.B * pagesPerSeq;
-    const View cv = paged ? View::dense({numPages, s.pageSize, s.HK, s.D}) : tensor4(opt_.layout, s.B, s.HK, s.L, s.D);
+    auto cacheView = [&](int64_t width) {
+      return paged ? View::dense({numPages, s.pageSize, s.HK, width}) : tensor4(opt_.layout, s.B, s.HK, s.L, width);
+    };
+    const View kView = cacheView(s.D);
+    // V aliasing K keeps K's strides and offset, narrowed to the first Dv columns of each row.
+    View vView = cacheView(Dv);
+    if (s.vInK) {
+      vView = kView;
+      vView.dims[3] = Dv;
+    }
 
     // --sinks: host logits for the checks, a copy in the handle's memory for the timed calls.
     const std::vector<float> sinks = opt_.sinks ? sinkLogits(s.H) : std::vector<float>();
@@ -1701,7 +1734,7 @@ void Bench::decode(const DecodeShape &s) {
     Buffer dSinks(mem_, sinks.size() * 4);
     if (opt_.sinks) dSinks.upload(hSinks);
     AttnDesc attn(s.causal, false, static_cast<const float *>(dSinks.get()));
-    TensorDesc qD(s.dtype, qv), cD(s.dtype, cv), oD(s.dtype, qv), lD(FLASHATTN_DATA_FP32, lv);
+    TensorDesc qD(s.dtype, qv), kD(s.dtype, kView), vD(s.dtype, vView), oD(s.dtype, ov), lD(FLASHATTN_DATA_FP32, lv);
 
     // Per-sequence lengths and the block table, in host memory (for the HOST check) and in the handle's memory.
     std::vector<int32_t> lengths(size_t(s.B), int32_t(s.L));
@@ -1723,22 +1756,25 @@ void Bench::decode(const DecodeShape &s) {
     if (paged)
       apiCheck(flashAttnSetSeqPaged(seq, s.B, static_cast<const int32_t *>(dTable.get()), pagesPerSeq),
                "flashAttnSetSeqPaged");
-    row.kernel = support(FLASHATTN_OP_DECODE_CHUNK, attn, seq, qD, cD, cD, oD);
+    row.kernel = support(FLASHATTN_OP_DECODE_CHUNK, attn, seq, qD, kD, vD, oD);
 
     HostBlock hq = randomTensor(s.dtype, qv.extent(), 11);
-    HostBlock hk = randomTensor(s.dtype, cv.extent(), 12);
-    HostBlock hv = randomTensor(s.dtype, cv.extent(), 13);
+    HostBlock hk = randomTensor(s.dtype, kView.extent(), 12);
+    HostBlock hvOwn = s.vInK ? HostBlock() : randomTensor(s.dtype, vView.extent(), 13);
+    const HostBlock &hv = s.vInK ? hk : hvOwn;
     if (paged && s.L % s.pageSize) {
-      // Slots past the end of each sequence hold NaN: a kernel that reads them spoils the output.
+      // Slots past the end of each sequence hold NaN: a kernel that reads them spoils the output. V inside K gets
+      // them from K's rows.
       for (int64_t b = 0; b < s.B; ++b) {
         const int64_t page = table[size_t(b * pagesPerSeq + pagesPerSeq - 1)];
         for (int64_t r = s.L % s.pageSize; r < s.pageSize; ++r)
-          for (int64_t h = 0; h < s.HK; ++h)
-            for (int64_t d = 0; d < s.D; ++d) {
-              const int64_t off = page * cv.strides[0] + r * cv.strides[1] + h * cv.strides[2] + d;
-              storeElement(hk.data(), s.dtype, off, NAN);
-              storeElement(hv.data(), s.dtype, off, NAN);
-            }
+          for (int64_t h = 0; h < s.HK; ++h) {
+            const int64_t kOff = page * kView.strides[0] + r * kView.strides[1] + h * kView.strides[2];
+            for (int64_t d = 0; d < s.D; ++d) storeElement(hk.data(), s.dtype, kOff + d, NAN);
+            if (s.vInK) continue;
+            const int64_t vOff = page * vView.strides[0] + r * vView.strides[1] + h * vView.strides[2];
+            for (int64_t d = 0; d < Dv; ++d) storeElement(hvOwn.data(), s.dtype, vOff + d, NAN);
+          }
       }
     }
 
@@ -1749,20 +1785,22 @@ void Bench::decode(const DecodeShape &s) {
     for (int64_t c = 0; c < copies; ++c) {
       cq.emplace_back(mem_, hq.bytes());
       ck.emplace_back(mem_, hk.bytes());
-      cvb.emplace_back(mem_, hv.bytes());
       cq.back().upload(hq);
       ck.back().upload(hk);
+      if (s.vInK) continue;
+      cvb.emplace_back(mem_, hv.bytes());
       cvb.back().upload(hv);
     }
-    Buffer dout(mem_, size_t(qv.extent()) * es), dlse(mem_, size_t(lv.extent()) * 4);
+    Buffer dout(mem_, size_t(ov.extent()) * es), dlse(mem_, size_t(lv.extent()) * 4);
     size_t wsBytes = 0;
-    apiCheck(flashAttnDecodeChunkGetWorkspaceSize(handle_, attn, seq, qD, cD, cD, oD, lD, s.chunks, &wsBytes),
+    apiCheck(flashAttnDecodeChunkGetWorkspaceSize(handle_, attn, seq, qD, kD, vD, oD, lD, s.chunks, &wsBytes),
              "flashAttnDecodeChunkGetWorkspaceSize");
     Buffer ws(mem_, wsBytes);
     auto run = [&](int64_t i) {
       const size_t c = size_t(i % copies);
-      return flashAttnDecodeChunk(handle_, attn, seq, qD, cq[c].get(), cD, ck[c].get(), cD, cvb[c].get(), oD,
-                                  dout.get(), lD, static_cast<float *>(dlse.get()), s.chunks, ws.get(), wsBytes);
+      return flashAttnDecodeChunk(handle_, attn, seq, qD, cq[c].get(), kD, ck[c].get(), vD,
+                                  s.vInK ? ck[c].get() : cvb[c].get(), oD, dout.get(), lD,
+                                  static_cast<float *>(dlse.get()), s.chunks, ws.get(), wsBytes);
     };
     dout.poison();
     dlse.poison();
@@ -1776,37 +1814,44 @@ void Bench::decode(const DecodeShape &s) {
       hl = dlse.download();
       Pick batch = allOf(s.B);
       HeadPick heads{allOf(s.H), allOf(s.HK)};
-      if (double(s.B) * s.H * s.T * s.L * s.D * 4 > budgetFlops()) {
+      const double perHead = double(s.T) * double(s.L) * double(s.D + Dv) * 2;
+      if (double(s.B) * double(s.H) * perHead > budgetFlops()) {
         batch = Pick{s.B - 1, 1, 1};
         heads = pairOfHeads(s.H, s.HK);
+        // With one KV head any query heads share its cache slice: as many as the budget takes, spread over all.
+        if (s.HK == 1)
+          heads.q = spread(s.H, std::clamp<int64_t>(int64_t(budgetFlops() / perHead), heads.q.count, s.H));
       }
       const View q1 = qv.pick(0, batch).pick(1, heads.q);
+      const View o1 = ov.pick(0, batch).pick(1, heads.q);
       const View l1 = lv.pick(0, batch).pick(1, heads.q);
-      const View c1 = paged ? cv.pick(2, heads.kv) : cv.pick(0, batch).pick(1, heads.kv);
-      const View oRef = q1.compact(), lRef = l1.compact();
+      auto cacheSlice = [&](const View &v) { return paged ? v.pick(2, heads.kv) : v.pick(0, batch).pick(1, heads.kv); };
+      const View k1 = cacheSlice(kView), v1 = cacheSlice(vView);
+      const View oRef = o1.compact(), lRef = l1.compact();
       HostBlock refO(size_t(oRef.elements()) * es), refL(size_t(lRef.elements()) * 4);
       const int32_t *lens = reinterpret_cast<const int32_t *>(hLengths.data()) + batch.start;
       const int32_t *pageIds = reinterpret_cast<const int32_t *>(hTable.data()) + batch.start * pagesPerSeq;
       if (useOracle()) {
         // The cache rows of each sequence in token order (through the block table when paged), as dense
-        // [batch, kvHeads, L, D]; rows past a sequence's length stay 0 and are not read.
+        // [batch, kvHeads, L, D] and [batch, kvHeads, L, Dv]; rows past a sequence's length stay 0 and are not read.
         bench_oracle::Shape os;
         os.B = batch.count, os.H = heads.q.count, os.HK = heads.kv.count, os.Sq = s.T, os.Sk = s.L, os.D = s.D;
-        os.causal = s.causal;
+        os.Dv = Dv, os.causal = s.causal;
         for (float x : pickSinks(sinks, heads.q)) os.sinks.push_back(x);
-        std::vector<double> ck(size_t(os.B * os.HK * os.Sk * os.D)), cv2(ck.size());
+        std::vector<double> ck(size_t(os.B * os.HK * os.Sk * os.D)), cv2(size_t(os.B * os.HK * os.Sk * Dv));
+        auto rowAt = [&](const View &v, int64_t b, int64_t h, int64_t t) {
+          return paged ? v.offset + pageIds[b * pagesPerSeq + t / s.pageSize] * v.strides[0] +
+                             (t % s.pageSize) * v.strides[1] + h * v.strides[2]
+                       : v.offset + b * v.strides[0] + h * v.strides[1] + t * v.strides[2];
+        };
         for (int64_t b = 0; b < os.B; ++b) {
           os.keyLengths.push_back(lens[b]);
           for (int64_t h = 0; h < os.HK; ++h)
             for (int64_t t = 0; t < lens[b]; ++t) {
-              const int64_t row = paged ? c1.offset + pageIds[b * pagesPerSeq + t / s.pageSize] * c1.strides[0] +
-                                              (t % s.pageSize) * c1.strides[1] + h * c1.strides[2]
-                                        : c1.offset + b * c1.strides[0] + h * c1.strides[1] + t * c1.strides[2];
-              for (int64_t d = 0; d < s.D; ++d) {
-                const size_t at = size_t(((b * os.HK + h) * os.Sk + t) * os.D + d);
-                ck[at] = loadElement(hk.data(), s.dtype, row + d);
-                cv2[at] = loadElement(hv.data(), s.dtype, row + d);
-              }
+              const int64_t kRow = rowAt(k1, b, h, t), vRow = rowAt(v1, b, h, t);
+              const size_t at = size_t((b * os.HK + h) * os.Sk + t);
+              for (int64_t d = 0; d < s.D; ++d) ck[at * size_t(s.D) + size_t(d)] = loadElement(hk.data(), s.dtype, kRow + d);
+              for (int64_t d = 0; d < Dv; ++d) cv2[at * size_t(Dv) + size_t(d)] = loadElement(hv.data(), s.dtype, vRow + d);
             }
         }
         std::vector<double> o, l;
@@ -1814,7 +1859,8 @@ void Bench::decode(const DecodeShape &s) {
         storeRounded(o, refO.data(), s.dtype);
         storeFloats(l, refL.data());
       } else {
-        TensorDesc q1D(s.dtype, q1), c1D(s.dtype, c1), o1D(s.dtype, oRef), l1D(FLASHATTN_DATA_FP32, lRef);
+        TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), v1D(s.dtype, v1), o1D(s.dtype, oRef),
+            l1D(FLASHATTN_DATA_FP32, lRef);
         SeqDesc hostSeq;
         apiCheck(flashAttnSetSeqKvLengths(hostSeq, batch.count, lens), "HOST flashAttnSetSeqKvLengths");
         if (paged)
@@ -1824,16 +1870,17 @@ void Bench::decode(const DecodeShape &s) {
         const AttnDesc hostAttn(s.causal, false, opt_.sinks ? sinks1.data() : nullptr);
         size_t hostWs = 0;
         apiCheck(
-            flashAttnDecodeChunkGetWorkspaceSize(host_, hostAttn, hostSeq, q1D, c1D, c1D, o1D, l1D, s.chunks, &hostWs),
+            flashAttnDecodeChunkGetWorkspaceSize(host_, hostAttn, hostSeq, q1D, k1D, v1D, o1D, l1D, s.chunks, &hostWs),
             "HOST flashAttnDecodeChunkGetWorkspaceSize");
         HostBlock hws(hostWs);
-        apiCheck(flashAttnDecodeChunk(host_, hostAttn, hostSeq, q1D, hq.data() + q1.offset * es, c1D,
-                                      hk.data() + c1.offset * es, c1D, hv.data() + c1.offset * es, o1D, refO.data(),
+        // V inside K: the HOST call gets the same pointer for both, as the device call did.
+        apiCheck(flashAttnDecodeChunk(host_, hostAttn, hostSeq, q1D, hq.data() + q1.offset * es, k1D,
+                                      hk.data() + k1.offset * es, v1D, hv.data() + v1.offset * es, o1D, refO.data(),
                                       l1D, reinterpret_cast<float *>(refL.data()), s.chunks,
                                       hostWs ? hws.data() : nullptr, hostWs),
-                      "HOST flashAttnDecodeChunk");
+                 "HOST flashAttnDecodeChunk");
       }
-      const ErrorStats e = compare(ho.data(), q1, refO.data(), oRef, s.dtype);
+      const ErrorStats e = compare(ho.data(), o1, refO.data(), oRef, s.dtype);
       const LseStats le = compareLse(reinterpret_cast<const float *>(hl.data()), l1,
                                      reinterpret_cast<const float *>(refL.data()), lRef);
       row.checked = true;
@@ -1849,6 +1896,7 @@ void Bench::decode(const DecodeShape &s) {
     row.ms = median(timeCalls(run, 1, "flashAttnDecodeChunk"));
     takeCallStats(row);
     row.kvGBps = kvBytes / (row.ms * 1e-3) / 1e9;
+    row.tflops = flops / (row.ms * 1e-3) / 1e12;
     if (row.checked) checkRepeatable(row, ho, hl, dout, dlse);
   } catch (const std::exception &e) {
     row.error = e.what();
@@ -2027,14 +2075,39 @@ Plan makePlan(const Options &o, bool cuda) {
     return p;
   }
   if (o.sweep == "mla") {
+    // --dtype, --dim and --dim-v filter both parts like the prefill sweep, --op picks them (fwd/bwd: prefill, decode:
+    // decode). The HOST backend would take hours over the GPU shapes: it runs each kind of row at a size it finishes
+    // in seconds (`--backend cuda --list --sweep mla` lists the GPU plan on any machine).
+    const bool bf16 = !o.dtypeGiven || o.dtype == FLASHATTN_DATA_BF16;
     // DeepSeek-V3's prefill attention: the latent KV expanded to 128 heads of K (128 no-PE + 64 RoPE dims = 192) and
-    // V (128), causal, as bench/peers_mla.py times the peers. --dtype, --dim and --dim-v filter it like the prefill
-    // sweep; decode and chunked have no MLA rows.
-    const bool wanted = (!o.dtypeGiven || o.dtype == FLASHATTN_DATA_BF16) && (!o.dim || o.dim == 192) &&
-                        (!o.dimV || o.dimV == 128) && (p.fwd || p.bwd);
-    if (wanted)
+    // V (128), causal, as bench/peers_mla.py times the peers.
+    if (bf16 && (!o.dim || o.dim == 192) && (!o.dimV || o.dimV == 128) && (p.fwd || p.bwd)) {
+      if (!cuda) p.prefill.push_back({FLASHATTN_DATA_BF16, 1, 8, 8, 256, 256, 192, true, 128});
       for (int64_t S : {4096, 8192, 16384})
-        p.prefill.push_back({FLASHATTN_DATA_BF16, std::max<int64_t>(1, 16384 / S), 128, 128, S, S, 192, true, 128});
+        if (cuda) p.prefill.push_back({FLASHATTN_DATA_BF16, 16384 / S, 128, 128, S, S, 192, true, 128});
+    }
+    // Its absorbed decode: Q/K of 576 (512 latent + 64 RoPE), V/O of 512 read from K's first 512 columns (one
+    // cache, one KV head), 128 query heads and the 16 of one GPU under tensor parallelism 8. Four of the five
+    // caches hold >= 256 MiB (B*L*576*2 bytes), where the stream is the cost; then 2 query tokens (MTP) and a paged
+    // cache of 64-row pages on one of them.
+    if (bf16 && (!o.dim || o.dim == 576) && (!o.dimV || o.dimV == 512) && decodeOp) {
+      auto mla = [&](int64_t B, int64_t H, int64_t T, int64_t L, int64_t page) {
+        DecodeShape d{FLASHATTN_DATA_BF16, B, H, 1, T, L, 576, T > 1, o.chunks, page};
+        d.Dv = 512;
+        d.vInK = true;
+        p.decode.push_back(d);
+      };
+      // (batch, cache length); on HOST L 1000 is no multiple of the 64-row page, so the paged row has NaN slots past
+      // each sequence's end.
+      using Shapes = std::vector<std::pair<int64_t, int64_t>>;
+      const Shapes shapes = cuda ? Shapes{{1, 32768}, {8, 32768}, {32, 8192}, {64, 4096}, {128, 2048}}
+                                 : Shapes{{2, 1000}};
+      for (int64_t H : {128, 16})
+        for (const auto &[B, L] : shapes) mla(B, H, 1, L, o.pageSize);
+      const int64_t B = cuda ? 32 : 2, L = cuda ? 8192 : 1000;
+      mla(B, 128, 2, L, o.pageSize);
+      if (o.pageSize != 64) mla(B, 128, 1, L, 64);
+    }
     return p;
   }
   if (o.op == "chunked") {
@@ -2117,6 +2190,19 @@ std::vector<Row> plannedRows(const Plan &p, const Options &o) {
   return rows;
 }
 
+// --list: the rows of the plan for a CUDA or a HOST handle, one per line.
+int listPlan(Options opt, bool cuda) {
+  try {
+    resolveShape(opt, cuda);
+    const Plan plan = makePlan(opt, cuda);
+    for (const Row &r : plannedRows(plan, opt)) std::printf("%s\n", shapeText(r).c_str());
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "flashattn-bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -2128,6 +2214,8 @@ int main(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
+  // A named backend's plan needs no handle: the GPU plan can be listed (and checked) on a machine without a GPU.
+  if (opt.list && opt.backend != "auto") return listPlan(opt, opt.backend == "cuda");
 
 #if defined(FLASHATTN_BENCH_CUDA)
   if (opt.device >= 0 && cudaSetDevice(opt.device) != cudaSuccess) {
@@ -2183,15 +2271,7 @@ int main(int argc, char **argv) {
 #endif
   if (opt.list) {
     // The plan depends on the backend (the demo's and the single shape's defaults), so it is listed only now.
-    int status = 0;
-    try {
-      resolveShape(opt, cuda);
-      const Plan plan = makePlan(opt, cuda);
-      for (const Row &r : plannedRows(plan, opt)) std::printf("%s\n", shapeText(r).c_str());
-    } catch (const std::exception &e) {
-      std::fprintf(stderr, "flashattn-bench: %s\n", e.what());
-      status = 1;
-    }
+    const int status = listPlan(opt, cuda);
     flashAttnDestroy(host);
     flashAttnDestroy(handle);
     return status;
@@ -2201,6 +2281,8 @@ int main(int argc, char **argv) {
               version / 100 % 100, version % 100, FLASHATTN_VERSION / 10000, FLASHATTN_VERSION / 100 % 100,
               FLASHATTN_VERSION % 100, cuda ? "CUDA" : "HOST", deviceName.c_str());
   if (!cuda) std::printf("no usable GPU: running on the HOST backend\n");
+  if (!cuda && opt.sweep == "mla")
+    std::printf("--sweep mla on HOST: one small shape of each kind of row (the GPU's: --backend cuda --list)\n");
   if (!opt.check)
     std::printf("results: not checked (--no-check)\n");
   else if (cuda)

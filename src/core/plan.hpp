@@ -27,7 +27,7 @@ enum class KernelId : int32_t {
   BackwardWgmma = 22,
   DecodeSplitKv = 30,  // split-KV decode with the merge in the kernel or after it
   DecodeAsForward = 31,  // DecodeChunk past the split-KV kernels' query tokens: a forward family's plan, run as is
-  DecodeWgmma = 32,      // Hopper split-KV decode of 64-row tiles (wgmma): absorbed-MLA head dims (576/512)
+  DecodeWgmma = 32,      // Hopper split-KV decode of 64-row tiles (wgmma): absorbed MLA (576/512), many rows per KV head
   MergeStates = 40,
 };
 

@@ -35,7 +35,7 @@ FAMILIES = {
     "forward_sm90": ("sm90a", HALF_DTYPES, (64, 128, 192, 256, (192, 128)),
                      "kernels/forward_sm90/forward_sm90_instance.cu.in"),
     "backward_sm90": ("sm90a", HALF_DTYPES, (64, 128, 256), "kernels/backward_sm90/backward_sm90_instance.cu.in"),
-    "decode_sm90": ("sm90a", HALF_DTYPES, ((576, 512),), "kernels/decode_sm90/decode_sm90_instance.cu.in"),
+    "decode_sm90": ("sm90a", HALF_DTYPES, (128, (576, 512)), "kernels/decode_sm90/decode_sm90_instance.cu.in"),
 }
 
 CTYPES = {"fp16": "__half", "bf16": "__nv_bfloat16", "fp32": "float"}

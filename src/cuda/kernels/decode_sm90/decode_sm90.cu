@@ -3,7 +3,8 @@
 // for sm_90a only, in the object library of sources.cmake, with the instances of the generated list
 // (src/cuda/generate.py); ranked before the forward that would otherwise take a DecodeChunk whose head dims differ.
 //
-// It serves the problems of its instances' exact head dims (absorbed-MLA decode: Q/K 576, V/O 512): any number of
+// It serves the problems of its instances' exact head dims (absorbed-MLA decode: Q/K 576, V/O 512; and head dim 128
+// from 64 rows per KV head, where the split-KV decode's mma.sync engine falls behind the stream): any number of
 // query heads per KV head and query tokens (64-row blocks of heads x tokens), every mask and window, sinks, per-sequence
 // lengths, dense caches and paged ones whose pages hold whole 64-key tiles. V is read from K's stages when the call
 // passes K's memory and strides for V (V is K's first headDimV columns), from its own otherwise; the plan does not
@@ -98,6 +99,9 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
   if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
   const Instance *inst = findInstance(p.dtype, p.headDim, p.headDimV);
   if (inst == nullptr) return Verdict::NotForThis;  // head dims of the other decode families
+  // Head dims the split-KV decode also serves: only where its mma.sync engine runs out of breath, 64 rows per KV head
+  // and more (16 query tokens of GQA 4), and only the query tokens it would take.
+  if (inst->headDim <= 256 && (shapeOf(p).rows < kRows || p.seqQ > kMaxSplitKvQueries)) return Verdict::NotForThis;
   const std::string dims = concat("head dims ", p.headDim, "/", p.headDimV);
   auto refuse = [&](const std::string &reason) {
     *whyNot = reason;
