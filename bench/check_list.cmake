@@ -41,21 +41,51 @@ endif()
 if(out MATCHES "D=192/128")
   message(FATAL_ERROR "--list --sweep all plans MLA rows; they belong to --sweep mla only")
 endif()
-execute_process(COMMAND "${BENCH}" --backend host --list --sweep mla RESULT_VARIABLE rc OUTPUT_VARIABLE mla
+# The GPU plan of `--sweep mla`, listed without a GPU (a named backend needs no handle for --list): the MLA prefill
+# (3 lengths x fwd and bwd) and the absorbed-MLA decode (5 caches x heads 128 and 16, 2 tokens and page 64 on one).
+execute_process(COMMAND "${BENCH}" --backend cuda --list --sweep mla RESULT_VARIABLE rc OUTPUT_VARIABLE mla
                 ERROR_VARIABLE err)
 if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "flashattn-bench --list --sweep mla exited with ${rc}: ${err}")
+  message(FATAL_ERROR "flashattn-bench --backend cuda --list --sweep mla exited with ${rc}: ${err}")
 endif()
 string(REPLACE "\n" ";" mla_lines "${mla}")
 list(REMOVE_ITEM mla_lines "")
 list(LENGTH mla_lines mla_count)
-if(NOT mla_count EQUAL 6)
-  message(FATAL_ERROR "--list --sweep mla plans ${mla_count} rows, not 3 lengths x fwd and bwd: ${mla}")
+if(NOT mla_count EQUAL 18)
+  message(FATAL_ERROR "--list --sweep mla plans ${mla_count} rows, not 6 prefill + 12 decode: ${mla}")
 endif()
 foreach(want "fwd bf16 B=4 H=128/128 S=4096/4096 D=192/128 causal"
-             "bwd bf16 B=1 H=128/128 S=16384/16384 D=192/128 causal")
+             "bwd bf16 B=1 H=128/128 S=16384/16384 D=192/128 causal"
+             "decode bf16 B=1 H=128/1 Sq=1 L=32768 D=576/512 V=K" "decode bf16 B=128 H=16/1 Sq=1 L=2048 D=576/512 V=K"
+             "decode bf16 B=32 H=128/1 Sq=2 L=8192 D=576/512 V=K causal"
+             "decode bf16 B=32 H=128/1 Sq=1 L=8192 D=576/512 V=K page=64")
   list(FIND mla_lines "${want}" at)
   if(at EQUAL -1)
     message(FATAL_ERROR "--list --sweep mla does not plan \"${want}\"")
   endif()
 endforeach()
+# At least three of the decode caches hold 256 MiB or more (B*L*576*2 bytes), where the KV stream is the cost.
+set(large 0)
+foreach(line IN LISTS mla_lines)
+  if(line MATCHES "^decode bf16 B=([0-9]+) H=[0-9]+/1 Sq=1 L=([0-9]+) D=576/512 V=K$")
+    math(EXPR bytes "${CMAKE_MATCH_1} * ${CMAKE_MATCH_2} * 576 * 2")
+    if(bytes GREATER_EQUAL 268435456)
+      math(EXPR large "${large} + 1")
+    endif()
+  endif()
+endforeach()
+if(large LESS 6)
+  message(FATAL_ERROR "--list --sweep mla plans ${large} dense one-token decode rows of >= 256 MiB, not 3+ per head count")
+endif()
+# The HOST plan: one small row of each kind, so that a run on a machine without a GPU ends in seconds.
+execute_process(COMMAND "${BENCH}" --backend host --list --sweep mla RESULT_VARIABLE rc OUTPUT_VARIABLE host_mla
+                ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "flashattn-bench --backend host --list --sweep mla exited with ${rc}: ${err}")
+endif()
+string(REPLACE "\n" ";" host_lines "${host_mla}")
+list(REMOVE_ITEM host_lines "")
+list(LENGTH host_lines host_count)
+if(NOT host_count EQUAL 6)
+  message(FATAL_ERROR "--backend host --list --sweep mla plans ${host_count} rows, not 2 prefill + 4 decode: ${host_mla}")
+endif()
