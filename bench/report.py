@@ -25,6 +25,11 @@ table for one of their own per (D, Dv), "MLA prefill (D192/Dv128)": every peer b
 FLASH may refuse the shape), "not served" where a peer refused it, and ours / the best peer that served it (column
 "ours/best", "not served" when none did). FLOPs there are 2*B*H*S*S*(D + Dv), halved when causal; backward 2.5x.
 
+Absorbed-MLA decode rows (flashattn-bench --sweep mla: decode rows whose "Dv" differs from "D", D576/Dv512 with
+"v_aliases_k": V read from K's first 512 columns) leave the decode and serving tables for one of their own: no peer
+measures them, so each shows its cache size, its KV-read GB/s (the cache counted once when V is inside K), its share of
+the copy bandwidth (the ceiling row of peers.py or bench/peers_mla.py) and its TFLOP/s, 2*B*H*Sq*L*(D + Dv).
+
 FlashAttention-3 rows (fa3_jax.py's fa3.json, backend "fa3") are peers like the others: give them as one more --peers
 file (by default $OUT/fa3.json is read when it exists); prefill rows then also show ours / the best peer of cuDNN and
 FA3 (column "ours/best"), the bar the kernels are held to.
@@ -86,6 +91,11 @@ def tokens(r):
 
 def page_size(r):
     return int(r.get("page_size") or 0)
+
+
+def is_mla_decode(r):
+    """A decode row whose V/O head dim differs from Q/K's (absorbed MLA, flashattn-bench --sweep mla)."""
+    return r.get("kind") == "decode" and head_dim_v(r) != int(r["D"])
 
 
 def ratio(a, b):
@@ -151,7 +161,7 @@ def build(ours, peers):
         if r.get("kind") == "prefill":
             # Sinks rows (--sinks) are their own operation, so a run with them and one without join side by side.
             our_prefill[(prefill_key(r), r.get("op") + (" sinks" if r.get("sinks") else ""))] = r
-        elif r.get("kind") == "decode" and tokens(r) == 1 and not page_size(r):
+        elif r.get("kind") == "decode" and tokens(r) == 1 and not page_size(r) and not is_mla_decode(r):
             # Several of our decode variants (chunk counts, sinks) may share one peer shape.
             our_decode.setdefault(decode_key(r, "H", "HK"), []).append(r)
 
@@ -368,7 +378,7 @@ def serving_rows(ours, peers, copy_gbps):
     best_peer = best_peer_decode(peers)
     by_variant = {}
     for r in ours:
-        if r.get("kind") == "decode":
+        if r.get("kind") == "decode" and not is_mla_decode(r):
             by_variant.setdefault(variant_key(r), {})[page_size(r)] = r
 
     def line(key, r):
@@ -397,6 +407,46 @@ def serving_rows(ours, peers, copy_gbps):
                        vs_one=ratio(row["ours"], ours_cell(one, "kv_GBps")[0]))
             multi.append(row)
     return paged, multi
+
+
+def mla_decode_rows(ours, copy_gbps):
+    """The absorbed-MLA decode rows (D576/Dv512, V inside K): no peer measures them, so each shows its KV-read GB/s
+    (the cache counted once when V is K's first columns), its share of the copy bandwidth and its TFLOP/s."""
+    rows = []
+    for r in sorted((r for r in ours if is_mla_decode(r)),
+                    key=lambda r: (int(r["D"]), head_dim_v(r), -int(r["H"]), page_size(r), tokens(r), int(r["B"]))):
+        value, text = ours_cell(r, "kv_GBps")
+        tf = None if value is None else r.get("tflops")
+        per_key = int(r["D"]) if r.get("v_aliases_k") else int(r["D"]) + head_dim_v(r)
+        cache = int(r["B"]) * int(r.get("HK", 1)) * int(r["L"]) * per_key * (4 if r.get("dtype") == "fp32" else 2)
+        t = tokens(r)
+        shape = (f"B{r['B']} L{r['L']} H{r['H']}/{r.get('HK', 1)} D{r['D']}/{head_dim_v(r)}" +
+                 (" V=K" if r.get("v_aliases_k") else "") +
+                 ("" if DTYPE_NAMES.get(str(r.get("dtype"))) == "bf16" else f" {r.get('dtype')}") +
+                 (f" T{t}" if t > 1 else "") + (" causal" if r.get("causal") and t > 1 else "") +
+                 (f" page {page_size(r)}" if page_size(r) else "") + (f" chunks{r['chunks']}" if r.get("chunks") else "") +
+                 (" sinks" if r.get("sinks") else ""))
+        rows.append(dict(shape=shape, cache_mib=cache / 2**20, ours=value, ours_text=text, tflops=tf,
+                         of_copy=ratio(value, copy_gbps), check=check_cell(r)))
+    return rows
+
+
+def mla_decode_summary(rows):
+    lines = []
+    large = [r["of_copy"] for r in rows if r["cache_mib"] >= 256 and r["of_copy"] is not None]
+    if large:
+        lines.append(f"caches of 256 MiB and more: {percent(min(large))}..{percent(max(large))} of copy BW over "
+                     f"{len(large)} rows")
+    tf = [r["tflops"] for r in rows if r["tflops"] is not None]
+    if tf:
+        lines.append(f"TFLOP/s (2*B*H*Sq*L*(D+Dv)) {min(tf):.0f}..{max(tf):.0f}")
+    missing = sum(1 for r in rows if r["ours"] is None)
+    if missing:
+        lines.append(f"{missing} MLA decode rows without a figure of ours (not supported or failed)")
+    failed = sum(1 for r in rows if r["check"].startswith("FAIL"))
+    if failed:
+        lines.append(f"{failed} MLA decode rows FAILED the correctness check")
+    return lines
 
 
 def percent(x):
@@ -533,6 +583,11 @@ def main():
     mt_cells = [[r["shape"], str(r["tokens"]), r["ours_text"], percent(r["of_copy"]), fmt(r["vs_one"], 2),
                  best_cell(r), fmt(r["vs_best"], 2), r["check"]] for r in multi_rows]
     s_summary = serving_summary(paged_rows, multi_rows)
+    md_rows = mla_decode_rows(ours, copy_bandwidth(ceiling))
+    md_header = ["shape", "cache MiB", "ours GB/s", "of copy BW", "TFLOP/s", "check"]
+    md_cells = [[r["shape"], fmt(r["cache_mib"]), r["ours_text"], percent(r["of_copy"]), fmt(r["tflops"], 1),
+                 r["check"]] for r in md_rows]
+    md_summary = mla_decode_summary(md_rows)
     d_header = ["shape", "ours GB/s", "FLASH", "CUDNN", "ours/FLASH", "ours/CUDNN", "of copy BW", "check"]
     d_cells = [[r["shape"], r["ours_text"], fmt(r["flash"]), fmt(r["cudnn"]), fmt(r["vs_flash"], 2),
                 fmt(r["vs_cudnn"], 2), fmt(None if r["of_copy"] is None else 100 * r["of_copy"]) +
@@ -570,7 +625,13 @@ def main():
         print(table(m_header, m_cells))
         for line in m_summary:
             print(line)
-    if not p_cells and not d_cells and not c_cells and not pg_cells and not mt_cells and not mla:
+    if md_cells:
+        print("\nAbsorbed-MLA decode (KV bytes read / time, the cache counted once where V is K's first columns; "
+              "TFLOP/s 2*B*H*Sq*L*(D+Dv))")
+        print(table(md_header, md_cells))
+        for line in md_summary:
+            print(line)
+    if not p_cells and not d_cells and not c_cells and not pg_cells and not mt_cells and not mla and not md_cells:
         print("\nno rows on either side")
 
     if args.markdown:
@@ -595,6 +656,9 @@ def main():
         for m_title, m_header, m_cells, m_summary in mla:
             md += ["", f"## {m_title} (TFLOP/s)", "", markdown_table(m_header, m_cells), ""]
             md += [f"- {line}" for line in m_summary]
+        if md_cells:
+            md += ["", "## Absorbed-MLA decode (KV-read GB/s, TFLOP/s)", "", markdown_table(md_header, md_cells), ""]
+            md += [f"- {line}" for line in md_summary]
         try:
             with open(args.markdown, "w") as f:
                 f.write("\n".join(md) + "\n")
