@@ -38,7 +38,12 @@ bool portableOnly() {
 
 bool choose(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   std::string passedOver;  // why the families ranked before the chosen one were not used
-  std::string refusal;  // the portable family's reason where one refused (the general rule), else the first reason
+  // On refusal: the portable family's reason first (the general rule), else the first; then every other family's,
+  // so that an arch-specific family refusing one feature (softcap on the MLA decode) is named beside a portable
+  // family that has no kernel of the width at all.
+  std::string refusal;
+  std::string refusalLabel;
+  std::string others;
   bool portableRefused = false;
   for (const Family &f : registry()) {
     if (f.op != p.op || (!f.portable && portableOnly())) continue;
@@ -53,11 +58,18 @@ bool choose(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string
       return true;
     }
     passedOver += concat("; ", f.label, " not used: ", why);
-    if (refusal.empty() || (f.portable && !portableRefused)) refusal = why;
+    if (refusal.empty() || (f.portable && !portableRefused)) {
+      if (!refusal.empty()) others = concat("; ", refusalLabel, refusal, others);
+      refusal = why;
+      refusalLabel = concat(f.label, ": ");
+    } else {
+      others += concat("; ", f.label, ": ", why);
+    }
     portableRefused = portableRefused || f.portable;
   }
   if (whyNot != nullptr)
-    *whyNot = refusal.empty() ? concat("no CUDA kernel of this build serves this operation on sm", dev.arch()) : refusal;
+    *whyNot = refusal.empty() ? concat("no CUDA kernel of this build serves this operation on sm", dev.arch())
+                              : refusal + others;
   return false;
 }
 
