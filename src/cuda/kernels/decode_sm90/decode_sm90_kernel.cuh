@@ -45,9 +45,9 @@ constexpr uint32_t kPFree = 3;      // warpgroup 2 -> 1: P and the factors may b
 constexpr uint32_t kStatsReady = 4;  // warpgroup 1 -> 2: the rows' final (max, sum)
 constexpr uint32_t kTailZeroed = 5;  // inside warpgroup 1: every thread's zeroing is done before its own P V
 
-// setmaxnreg split: 384 threads x 168 at entry = 2 x 128 x 232 + 128 x 40.
-constexpr int kProducerRegisters = 40;
-constexpr int kConsumerRegisters = 232;
+// setmaxnreg split: 384 threads x 168 at entry >= 2 x 128 x 240 + 128 x 24 (the producer thread keeps a few).
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
 
 struct KeySpan {
   int32_t lo, hi;  // inclusive; empty when lo > hi
@@ -266,10 +266,13 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
 #pragma unroll
     for (int i = 0; i < kHalf / 2; ++i) o[i] = 0.f;
     float s[kTileKeys / 2];
-    uint32_t pFragments[kTileKeys / 16][4];
+    // P of two consecutive tiles: this tile's fragments stay with its P V while the next tile's are formed and handed
+    // over, so warpgroup 2 gets them without waiting for this warpgroup's P V.
+    uint32_t pEven[kTileKeys / 16][4], pOdd[kTileKeys / 16][4];
     float rowMax[2] = {forward_sm90::negativeInfinity(), forward_sm90::negativeInfinity()};
     float rowSum[2] = {0.f, 0.f};
     float correction[2] = {1.f, 1.f};
+    bool moved = false;  // whether a row maximum of this warp moved in the last softmax (else O's rescale is 1)
     const uint64_t qDescriptor = prim::wgmmaDescriptorSw128(sQ, 16, 1024);
 
     auto issueS = [&](int x) {
@@ -293,16 +296,16 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
               if (key < span[h].lo || key > span[h].hi) s[4 * nt + 2 * h + e] = forward_sm90::negativeInfinity();
             }
       }
-      forward_sm90::softmaxBlock<kTileKeys>(s, rowMax, rowSum, correction, scaleLog2);
+      moved = __any_sync(0xffffffffu, forward_sm90::softmaxBlock<kTileKeys>(s, rowMax, rowSum, correction, scaleLog2));
     };
-    // P of tile x and the factors to warpgroup 2 (once it has read the previous ones), with V's rows past the chunk
-    // zeroed in the stage first.
-    auto handOver = [&](int x) {
-      forward_sm90::convertP<Element, kTileKeys>(s, pFragments);
+    // P of tile x (into `fragments`) and the factors to warpgroup 2, once it has read the previous ones; V's rows past
+    // the chunk are zeroed in the stage first.
+    auto handOver = [&](int x, uint32_t(&fragments)[kTileKeys / 16][4]) {
+      forward_sm90::convertP<Element, kTileKeys>(s, fragments);
       if (x > 0) prim::namedBarrierSync(kPFree, 256);
       const int inChunk = w.keyEnd - (w.keyBegin + x * kTileKeys);
       if (inChunk < kTileKeys) zeroTailRows<DV>(sV(x % kStages), inChunk, thread);
-      storeP(sP, pFragments, localRow0, quad);
+      storeP(sP, fragments, localRow0, quad);
       if (quad == 0) {
         factors[localRow0] = correction[0];
         factors[localRow0 + 8] = correction[1];
@@ -311,50 +314,69 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
       if (inChunk < kTileKeys) prim::namedBarrierSync(kTailZeroed, 128);
       prim::namedBarrierArrive(kPReady, 256);
     };
+    auto issuePV = [&](int x, const uint32_t(&fragments)[kTileKeys / 16][4]) {
+      if (moved) forward_sm90::rescaleO<kHalf>(o, correction);
+      prim::wgmmaFence();
+      issuePVRegisters<Element, kHalf>(o, fragments, sV(x % kStages));
+      prim::wgmmaCommitGroup();
+    };
+    auto finishPV = [&](int x, uint32_t(&fragments)[kTileKeys / 16][4]) {
+      prim::wgmmaWaitGroup<0>();
+      prim::wgmmaFenceOperands(o);
+      prim::wgmmaFenceOperands(fragments);
+      releaseStage(x % kStages);
+    };
+    // Tile x (its P in `current`) and the next one's S, softmax and hand-over (its P into `next`): with two stages the
+    // next S goes to the tensor cores before this P V, and the hand-over before this P V completes; with one stage
+    // the next tile's copy waits for this tile's release.
+    auto step = [&](int x, uint32_t(&current)[kTileKeys / 16][4], uint32_t(&next)[kTileKeys / 16][4]) {
+      if constexpr (kStages > 1) {
+        issueS(x + 1);
+        issuePV(x, current);
+        prim::wgmmaWaitGroup<1>();  // S of the next tile; this tile's P V may still run
+        prim::wgmmaFenceOperands(s);
+        softmax(x + 1);  // the factors of the next tile: O takes them once this P V is done
+        handOver(x + 1, next);
+        finishPV(x, current);
+      } else {
+        issuePV(x, current);
+        finishPV(x, current);
+        issueS(x + 1);
+        prim::wgmmaWaitGroup<0>();
+        prim::wgmmaFenceOperands(s);
+        softmax(x + 1);
+        handOver(x + 1, next);
+      }
+    };
 
     if (numTiles > 0) {
       issueS(0);
       prim::wgmmaWaitGroup<0>();
       prim::wgmmaFenceOperands(s);
       softmax(0);
-      handOver(0);
+      handOver(0, pEven);
     }
-    // Every tile but the last: its P V beside the next tile's S and softmax (one stage: after them).
-    auto issuePV = [&](int x) {
-      prim::wgmmaFence();
-      issuePVRegisters<Element, kHalf>(o, pFragments, sV(x % kStages));
-      prim::wgmmaCommitGroup();
-    };
-    auto finishPV = [&](int x) {
-      prim::wgmmaWaitGroup<0>();
-      prim::wgmmaFenceOperands(o);
-      prim::wgmmaFenceOperands(pFragments);
-      releaseStage(x % kStages);
-    };
+    int x = 0;
+    if constexpr (kStages > 1) {
 #pragma unroll 1
-    for (int x = 0; x + 1 < numTiles; ++x) {
-      forward_sm90::rescaleO<kHalf>(o, correction);
-      if constexpr (kStages > 1) {
-        issueS(x + 1);
-        issuePV(x);
-        prim::wgmmaWaitGroup<1>();  // S of the next tile; this tile's P V may still run
-        prim::wgmmaFenceOperands(s);
-        softmax(x + 1);
-        finishPV(x);
-      } else {  // the next tile's copy waits for this tile's release
-        issuePV(x);
-        finishPV(x);
-        issueS(x + 1);
-        prim::wgmmaWaitGroup<0>();
-        prim::wgmmaFenceOperands(s);
-        softmax(x + 1);
+      while (x + 1 < numTiles) {
+        step(x, pEven, pOdd);
+        if (++x + 1 >= numTiles) break;
+        step(x, pOdd, pEven);
+        ++x;
       }
-      handOver(x + 1);
+    } else {  // this tile's P V is done before the next P is formed: one set of fragments
+#pragma unroll 1
+      for (; x + 1 < numTiles; ++x) step(x, pEven, pEven);
     }
     if (numTiles > 0) {
-      forward_sm90::rescaleO<kHalf>(o, correction);
-      issuePV(numTiles - 1);
-      finishPV(numTiles - 1);
+      if (kStages == 1 || x % 2 == 0) {
+        issuePV(x, pEven);
+        finishPV(x, pEven);
+      } else {
+        issuePV(x, pOdd);
+        finishPV(x, pOdd);
+      }
     }
     if (numTiles > 0) prim::namedBarrierSync(kPFree, 256);  // balances warpgroup 2's last arrival
     float maxLog2[2], total[2];
@@ -378,7 +400,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
     for (int x = 0; x < numTiles; ++x) {
       prim::namedBarrierSync(kPReady, 256);
       const float c[2] = {factors[localRow0], factors[localRow0 + 8]};
-      forward_sm90::rescaleO<kHalf>(o, c);
+      if (__any_sync(0xffffffffu, c[0] != 1.f || c[1] != 1.f)) forward_sm90::rescaleO<kHalf>(o, c);
       prim::wgmmaFence();
       issuePVShared<Element, kHalf>(o, sP, sV(x % kStages) + uint32_t(kHalf / 64) * kTileKeys * 128);
       prim::wgmmaCommitGroup();
