@@ -76,6 +76,41 @@ template <typename Element, int N>
 struct WgmmaOp;
 
 template <>
+struct WgmmaOp<__half, 16> {
+  static __device__ __forceinline__ void ss(float (&d)[8], uint64_t descA, uint64_t descB, uint32_t accumulate) {
+    ssTransposed<0, 0>(d, descA, descB, accumulate);
+  }
+  template <int TransA, int TransB>
+  static __device__ __forceinline__ void ssTransposed(float (&d)[8], uint64_t descA, uint64_t descB,
+                                                      uint32_t accumulate) {
+    static_assert((TransA == 0 || TransA == 1) && (TransB == 0 || TransB == 1), "transpose flags are 0 or 1");
+    asm volatile(
+        "{\n"
+        ".reg .pred scaleD;\n"
+        "setp.ne.b32 scaleD, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "%8, %9, scaleD, 1, 1, %11, %12;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
+  }
+  static __device__ __forceinline__ void rs(float (&d)[8], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred scaleD;\n"
+        "setp.ne.b32 scaleD, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, scaleD, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(accumulate));
+  }
+};
+
+template <>
 struct WgmmaOp<__half, 32> {
   static __device__ __forceinline__ void ss(float (&d)[16], uint64_t descA, uint64_t descB, uint32_t accumulate) {
     ssTransposed<0, 0>(d, descA, descB, accumulate);
@@ -899,6 +934,41 @@ struct WgmmaOp<__half, 256> {
           "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
           "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(1));
+  }
+};
+
+template <>
+struct WgmmaOp<__nv_bfloat16, 16> {
+  static __device__ __forceinline__ void ss(float (&d)[8], uint64_t descA, uint64_t descB, uint32_t accumulate) {
+    ssTransposed<0, 0>(d, descA, descB, accumulate);
+  }
+  template <int TransA, int TransB>
+  static __device__ __forceinline__ void ssTransposed(float (&d)[8], uint64_t descA, uint64_t descB,
+                                                      uint32_t accumulate) {
+    static_assert((TransA == 0 || TransA == 1) && (TransB == 0 || TransB == 1), "transpose flags are 0 or 1");
+    asm volatile(
+        "{\n"
+        ".reg .pred scaleD;\n"
+        "setp.ne.b32 scaleD, %10, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "%8, %9, scaleD, 1, 1, %11, %12;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
+  }
+  static __device__ __forceinline__ void rs(float (&d)[8], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred scaleD;\n"
+        "setp.ne.b32 scaleD, %13, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7}, "
+        "{%8, %9, %10, %11}, %12, scaleD, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(accumulate));
   }
 };
 

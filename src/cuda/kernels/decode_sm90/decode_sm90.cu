@@ -4,9 +4,10 @@
 // (src/cuda/generate.py); ranked before the forward that would otherwise take a DecodeChunk whose head dims differ.
 //
 // It serves the problems of its instances' exact head dims (absorbed-MLA decode: Q/K 576, V/O 512; and head dim 128
-// from 64 rows per KV head, where the split-KV decode's mma.sync engine falls behind the stream): any number of
-// query heads per KV head and query tokens (64-row blocks of heads x tokens), every mask and window, sinks, per-sequence
-// lengths, dense caches and paged ones whose pages hold whole 64-key tiles. V is read from K's stages when the call
+// from 16 rows per KV head, multi-token decode, where the split-KV decode's mma.sync engine falls behind the stream):
+// any number of query heads per KV head and query tokens (64-row blocks of heads x tokens, or one narrow block of up
+// to 32), every mask and window, sinks, per-sequence lengths, dense caches and paged ones whose pages hold whole
+// 64-key tiles. V is read from K's stages when the call
 // passes K's memory and strides for V (V is K's first headDimV columns), from its own otherwise; the plan does not
 // depend on which (the run tells them apart by the pointers). Split key ranges are merged by the split-KV decode's
 // merge kernel, from the same partial states.
@@ -30,19 +31,19 @@
 namespace flashattn::cuda::decode_sm90 {
 namespace {
 
-using LaunchFn = cudaError_t (*)(const DecodeParams &, bool, int, cudaStream_t);
+using LaunchFn = cudaError_t (*)(const DecodeParams &, bool, int, int, cudaStream_t);
 
 struct Instance {
   DType dtype;
   int headDim;
   int headDimV;
   LaunchFn launch;
-  std::size_t sharedBytes;  // the larger of its two kernels' (V from K, V apart)
+  std::size_t sharedBytes;  // the largest of its kernels'
 };
 
 const Instance kInstances[] = {
 #define FLASHATTN_INSTANCE(DT, CT, HD, HDV) \
-  {DType::DT, HD, HDV, &launchDecodeSm90Instance<CT, HD, HDV>, instanceSharedBytes<HD, HDV>(false)},
+  {DType::DT, HD, HDV, &launchDecodeSm90Instance<CT, HD, HDV>, instanceSharedBytes<HD, HDV>()},
 #include "cuda/generated/decode_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE
     {DType::FP32, 0, 0, nullptr, 0},  // end marker (keeps the array non-empty)
@@ -81,16 +82,22 @@ bool vIsKPrefix(const AttnProblem &p, const AttnBuffers &buf) {
   return buf.v == buf.k && p.v == p.k && p.headDimV <= p.headDim;
 }
 
+constexpr int64_t kMinRowsBesideSplitKv = 16;
+
 struct Shape {
   int64_t kvHeads, groupSize, rows, rowBlocks, tiles;
+  int narrowRows;  // 16 or 32: the narrow kernel of that many rows (one CTA takes every row); 0: 64-row blocks
 };
 
-Shape shapeOf(const AttnProblem &p) {
+// The narrow kernel where the rows fit its N and the instance has it: with 64-row blocks, 16 rows of absorbed MLA
+// spend three quarters of the MMA work on padding (H200, 16 heads, caches of 288 MiB: 2830-3080 GB/s, 67-73% of copy).
+Shape shapeOf(const AttnProblem &p, int instanceHeadDim) {
   Shape s;
   s.kvHeads = effectiveKvHeads(p);
   s.groupSize = p.heads / s.kvHeads;
   s.rows = s.groupSize * p.seqQ;
-  s.rowBlocks = (s.rows + kRows - 1) / kRows;
+  s.narrowRows = !hasNarrowKernels(instanceHeadDim) || s.rows > kNarrowRows ? 0 : s.rows <= 16 ? 16 : 32;
+  s.rowBlocks = s.narrowRows > 0 ? 1 : (s.rows + kRows - 1) / kRows;
   s.tiles = (p.seqK + kTileKeys - 1) / kTileKeys;
   return s;
 }
@@ -99,9 +106,12 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
   if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
   const Instance *inst = findInstance(p.dtype, p.headDim, p.headDimV);
   if (inst == nullptr) return Verdict::NotForThis;  // head dims of the other decode families
-  // Head dims the split-KV decode also serves: only where its mma.sync engine runs out of breath, 64 rows per KV head
-  // and more (16 query tokens of GQA 4), and only the query tokens it would take.
-  if (inst->headDim <= 256 && (shapeOf(p).rows < kRows || p.seqQ > kMaxSplitKvQueries)) return Verdict::NotForThis;
+  // Head dims the split-KV decode also serves: from 16 rows per KV head (4 query tokens of GQA 4), where this kernel
+  // streams caches of 256 MiB and more at 81-103% of the copy bandwidth against the split-KV decode's 77-103% (H200,
+  // GQA 32/8, D128; 8 tokens 81-102% against 61-97%, 16 tokens 75-101% against 41-50%), and only the query tokens the
+  // split-KV decode would take.
+  if (inst->headDim <= 256 && (shapeOf(p, inst->headDim).rows < kMinRowsBesideSplitKv || p.seqQ > kMaxSplitKvQueries))
+    return Verdict::NotForThis;
   const std::string dims = concat("head dims ", p.headDim, "/", p.headDimV);
   auto refuse = [&](const std::string &reason) {
     *whyNot = reason;
@@ -118,7 +128,7 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
                         "wgmma decode", whyNot))
     return Verdict::Refused;
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-  const Shape shape = shapeOf(p);
+  const Shape shape = shapeOf(p, inst->headDim);
   if (p.seqK > kInt32Max - 2 * kTileKeys || p.batch > kInt32Max || p.heads > kInt32Max || shape.rows > kInt32Max ||
       (p.paged && p.pageSize > kInt32Max))
     return refuse(concat("batch ", p.batch, ", heads ", p.heads, ", seqQ ", p.seqQ, ", seqK ", p.seqK,
@@ -146,7 +156,8 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
   plan->kernel = KernelId::DecodeWgmma;
   DecodeConfig config;
   config.instance = InstanceKey{p.dtype, int32_t(inst->headDim), int32_t(inst->headDimV)};
-  config.warps = kThreads / 32;
+  config.warps = (shape.narrowRows > 0 ? kNarrowThreads : kThreads) / 32;
+  config.rowTileCap = shape.narrowRows;
   config.tileKeys = kTileKeys;
   config.loader = decode::kLoaderTensorMap;
   config.merge = decode::kMergeSeparate;
@@ -162,16 +173,20 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
   }
   plan->description =
       concat("cuda.decode.wgmma ", dtypeName(p.dtype), " d", inst->headDim, "v", inst->headDimV,
-             ": tensor-map copies of 64-key tiles (V from K's stages where V is K's first ", p.headDimV,
-             " columns), a producer warpgroup + 2 consumer warpgroups (S and softmax; O split by columns), ",
-             shape.rowBlocks, " x 64-row blocks of ", shape.rows, " rows per KV head, ", chunks, " KV chunks",
+             ": tensor-map copies of 64-key tiles (V from K's stages where V is K's first ", p.headDimV, " columns), ",
+             shape.narrowRows > 0
+                 ? concat("narrow: S^T = K Q^T and O^T += V^T P^T with the ", shape.rows, " rows as wgmma N = ",
+                          shape.narrowRows, ", a producer warp + 1 consumer warpgroup, ")
+                 : concat("a producer warpgroup + 2 consumer warpgroups (S and softmax; O split by columns), ",
+                          shape.rowBlocks, " x 64-row blocks of ", shape.rows, " rows per KV head, "),
+             chunks, " KV chunks",
              chunks > 1 ? " + merge kernel" : "", ", 1 CTA/SM; fp32 accumulate; deterministic");
   return Verdict::Served;
 }
 
 cudaError_t buildParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                         DecodeParams *params) {
-  const Shape shape = shapeOf(p);
+  const Shape shape = shapeOf(p, plan.as<DecodeConfig>().instance.headDim);
   DecodeParams &d = *params;
   d = DecodeParams{};
   d.q = buf.q;
@@ -196,7 +211,7 @@ cudaError_t buildParams(const AttnProblem &p, const Plan &plan, const AttnBuffer
   d.seqK = int32_t(p.seqK);
   d.headDim = int32_t(p.headDim);
   d.rows = int32_t(shape.rows);
-  d.rowTilesPerCta = kRows / decode::kRowsPerTile;
+  d.rowTilesPerCta = (shape.narrowRows > 0 ? shape.narrowRows : kRows) / decode::kRowsPerTile;
   d.rowBlocks = int32_t(shape.rowBlocks);
   d.numChunks = plan.numChunks;
   d.seqlensK = p.seqlensK;
@@ -219,7 +234,7 @@ cudaError_t launchDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, const 
   DecodeParams d;
   cudaError_t err = buildParams(p, plan, buf, workspace, &d);
   if (err != cudaSuccess) return err;
-  err = inst->launch(d, vIsKPrefix(p, buf), dev.device, stream);
+  err = inst->launch(d, vIsKPrefix(p, buf), config.rowTileCap, dev.device, stream);
   if (err != cudaSuccess || plan.numChunks == 1) return err;
   // The merge reads rows of V/O's width.
   DecodeParams merge = d;

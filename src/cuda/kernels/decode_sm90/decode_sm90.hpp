@@ -48,16 +48,60 @@ struct SharedLayout {
   static_assert(kDynamicBytes <= kSharedLimit, "the layout must fit sm90's shared memory per block");
 };
 
+// The narrow kernel (decode_sm90_narrow.cuh) for at most kNarrowRows query rows per KV head: the 64 keys of a tile
+// are the wgmma M, the N rows the N (16 or 32), so no MMA work goes to padding rows. Q [DK / 64][N rows][64], each
+// stage as above, then P [N rows][64 keys] (one N-row slab), the warps' row maxima and sums, and the mbarriers.
+constexpr int kNarrowRows = 32;
+constexpr int kNarrowThreads = 160;  // one consumer warpgroup and a producer warp
+
+template <int DK, int DV, int N, bool VFromK>
+struct NarrowLayout {
+  static_assert(N == 16 || N == 32, "narrow kernels take 16 or 32 rows");
+  static_assert(DK % 64 == 0 && DV % 64 == 0, "tiles are whole 64-column slabs");
+  static constexpr uint32_t kTileSlab = uint32_t(kTileKeys) * 128;
+  static constexpr uint32_t kRowSlab = uint32_t(N) * 128;
+  static constexpr uint32_t kQBytes = uint32_t(DK / 64) * kRowSlab;
+  static constexpr uint32_t kKBytes = uint32_t(DK / 64) * kTileSlab;
+  static constexpr uint32_t kVBytes = VFromK ? 0u : uint32_t(DV / 64) * kTileSlab;
+  static constexpr uint32_t kStageBytes = kKBytes + kVBytes;
+  static constexpr uint32_t kPBytes = ((kRowSlab + 1023u) / 1024u) * 1024u;
+  static constexpr uint32_t kReduceBytes = 3u * 4u * N * 4u;  // [2][4 warps][N] maxima by tile parity, [4][N] sums
+  static constexpr uint32_t kTailBytes = kPBytes + kReduceBytes + 64u;
+  static constexpr int kFitting = int((kSharedLimit - 1024 - ((kQBytes + 1023u) / 1024u) * 1024u - kTailBytes) /
+                                      kStageBytes);
+  static constexpr int kStages = kFitting > 4 ? 4 : kFitting;
+  static_assert(kStages >= 1, "one stage must fit beside Q");
+  static constexpr uint32_t kQ = 0;
+  static constexpr uint32_t kStage0 = ((kQBytes + 1023u) / 1024u) * 1024u;
+  static constexpr uint32_t kP = kStage0 + uint32_t(kStages) * kStageBytes;
+  static constexpr uint32_t kReduce = kP + kPBytes;
+  static constexpr uint32_t kBarriers = kReduce + kReduceBytes;
+  static constexpr uint32_t kBytes = kBarriers + 2u * uint32_t(kStages) * 8u;
+  static constexpr std::size_t kDynamicBytes = std::size_t(kBytes) + 1024;
+  static_assert(kDynamicBytes <= kSharedLimit, "the layout must fit sm90's shared memory per block");
+};
+
+// Whether an instance compiles the narrow kernels: only where no other family serves the head dims (the split-KV
+// decode takes the few rows of narrower ones well).
+constexpr bool hasNarrowKernels(int headDim) { return headDim > 256; }
+
 // Defined once per (Element, DK, DV) by the generated instance files; Element is __half or __nv_bfloat16.
 // vFromK: V is K's first DV columns (same memory and strides), read from K's stages; paged: pages of a multiple of
-// 64 keys. The plan checked both maps encode.
+// 64 keys; narrowRows: 16 or 32 for the narrow kernel of that many rows, 0 for the wide one. The plan checked that
+// both maps encode.
 template <typename Element, int DK, int DV>
-cudaError_t launchDecodeSm90Instance(const DecodeParams &params, bool vFromK, int device, cudaStream_t stream);
+cudaError_t launchDecodeSm90Instance(const DecodeParams &params, bool vFromK, int narrowRows, int device,
+                                     cudaStream_t stream);
 
-// Shared memory of an instance's kernel (vFromK or not), for the plan's check against the device.
+// Shared memory of an instance's kernels (the largest: V apart), for the plan's check against the device.
 template <int DK, int DV>
-constexpr std::size_t instanceSharedBytes(bool vFromK) {
-  return vFromK ? SharedLayout<DK, DV, true>::kDynamicBytes : SharedLayout<DK, DV, false>::kDynamicBytes;
+constexpr std::size_t instanceSharedBytes() {
+  std::size_t bytes = SharedLayout<DK, DV, false>::kDynamicBytes;
+  if constexpr (hasNarrowKernels(DK)) {
+    bytes = NarrowLayout<DK, DV, 32, false>::kDynamicBytes > bytes ? NarrowLayout<DK, DV, 32, false>::kDynamicBytes
+                                                                    : bytes;
+  }
+  return bytes;
 }
 
 }  // namespace flashattn::cuda::decode_sm90

@@ -10,6 +10,7 @@
 
 #include "cuda/kernels/decode_sm90/decode_sm90.hpp"
 #include "cuda/kernels/decode_sm90/decode_sm90_kernel.cuh"
+#include "cuda/kernels/decode_sm90/decode_sm90_narrow.cuh"
 #include "cuda/shared_limit.hpp"
 
 namespace flashattn::cuda::decode_sm90 {
@@ -28,8 +29,36 @@ cudaError_t launchKernel(const DecodeParams &params, int device, cudaStream_t st
   return cudaGetLastError();
 }
 
+template <typename Element, int DK, int DV, int N, bool VFromK, bool Paged>
+cudaError_t launchNarrowKernel(const DecodeParams &params, int device, cudaStream_t stream) {
+  using Layout = NarrowLayout<DK, DV, N, VFromK>;
+  static std::atomic<uint64_t> configured{0};
+  const auto kernel = decodeSm90NarrowKernel<Element, DK, DV, N, VFromK, Paged>;
+  const cudaError_t err = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured);
+  if (err != cudaSuccess) return err;
+  const int64_t ctas = int64_t(params.batch) * int32_t(params.kvHeads) * int32_t(params.numChunks);
+  if (ctas <= 0) return cudaSuccess;
+  kernel<<<dim3(uint32_t(ctas)), dim3(kNarrowThreads), Layout::kDynamicBytes, stream>>>(params);
+  return cudaGetLastError();
+}
+
+template <typename Element, int DK, int DV, int N>
+cudaError_t launchNarrow(const DecodeParams &params, bool vFromK, int device, cudaStream_t stream) {
+  if (params.paged)
+    return vFromK ? launchNarrowKernel<Element, DK, DV, N, true, true>(params, device, stream)
+                  : launchNarrowKernel<Element, DK, DV, N, false, true>(params, device, stream);
+  return vFromK ? launchNarrowKernel<Element, DK, DV, N, true, false>(params, device, stream)
+                : launchNarrowKernel<Element, DK, DV, N, false, false>(params, device, stream);
+}
+
 template <typename Element, int DK, int DV>
-cudaError_t launchDecodeSm90Instance(const DecodeParams &params, bool vFromK, int device, cudaStream_t stream) {
+cudaError_t launchDecodeSm90Instance(const DecodeParams &params, bool vFromK, int narrowRows, int device,
+                                     cudaStream_t stream) {
+  if constexpr (hasNarrowKernels(DK)) {
+    if (narrowRows == 16) return launchNarrow<Element, DK, DV, 16>(params, vFromK, device, stream);
+    if (narrowRows == 32) return launchNarrow<Element, DK, DV, 32>(params, vFromK, device, stream);
+  }
+  if (narrowRows != 0) return cudaErrorInvalidValue;
   if (params.paged)
     return vFromK ? launchKernel<Element, DK, DV, true, true>(params, device, stream)
                   : launchKernel<Element, DK, DV, false, true>(params, device, stream);
