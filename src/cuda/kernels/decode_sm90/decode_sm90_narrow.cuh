@@ -127,11 +127,12 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
 #pragma unroll
     for (int k = 0; k < N / 2; ++k) o[i][k] = 0.f;
 
-#pragma unroll 1
-  for (int x = 0; x < numTiles; ++x) {
+  float s[N / 2];
+  float correction[kJ][2];
+  bool moved = false;
+  auto issueS = [&](int x) {
     const int slot = x % kStages;
     prim::mbarrierWait(full(slot), uint32_t(x / kStages) & 1u);
-    float s[N / 2];
     prim::wgmmaFence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
@@ -142,9 +143,10 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
       prim::WgmmaOp<Element, N>::ss(s, a, b, ks > 0 ? 1u : 0u);
     }
     prim::wgmmaCommitGroup();
-    prim::wgmmaWaitGroup<0>();
-    prim::wgmmaFenceOperands(s);
-
+  };
+  // S^T of tile x (complete) -> masked, the rows' new maxima across the warps, P = exp2 in place, the sums, and the
+  // factors O takes once the previous tile's P V is done.
+  auto softmax = [&](int x) {
     const int key0 = w.keyBegin + x * kTileKeys;
     if (anyMask || key0 + kTileKeys > w.keyEnd) {
 #pragma unroll
@@ -158,7 +160,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
           }
     }
     // The tile's maximum of every row: this thread's two keys, the warp's 16 (lanes of one quad position), then the
-    // four warps through shared memory (buffers alternate by tile, so one barrier a tile orders reads and writes).
+    // four warps through shared memory (buffers alternate by tile: one barrier a tile orders reads and writes).
     float *tileMaxima = maxima + (x & 1) * 4 * N;
 #pragma unroll
     for (int j = 0; j < kJ; ++j)
@@ -171,8 +173,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
         if (g == 0) tileMaxima[warp * N + 8 * j + 2 * quad + e] = v;
       }
     prim::namedBarrierSync(kNarrowMaxima, 128);
-    float correction[kJ][2];
-    bool moved = false;
+    bool anyMoved = false;
 #pragma unroll
     for (int j = 0; j < kJ; ++j)
 #pragma unroll
@@ -184,7 +185,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
         // A row with nothing visible yet keeps max -inf: measured against 0, every P and the correction are 0.
         const float newMaxScaled = newMax == forward_sm90::negativeInfinity() ? 0.f : newMax * scaleLog2;
         correction[j][e] = prim::exp2Fast(rowMax[j][e] * scaleLog2 - newMaxScaled);
-        moved |= newMax != rowMax[j][e];
+        anyMoved |= newMax != rowMax[j][e];
         rowMax[j][e] = newMax;
         float tileSum = 0.f;
 #pragma unroll
@@ -195,20 +196,14 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
         }
         rowSum[j][e] = rowSum[j][e] * correction[j][e] + tileSum;
       }
-    if (__any_sync(0xffffffffu, moved)) {
-#pragma unroll
-      for (int i = 0; i < kMTiles; ++i)
-#pragma unroll
-        for (int j = 0; j < kJ; ++j)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) o[i][4 * j + 2 * h + e] *= correction[j][e];
-    }
-    // V's rows past the chunk to zeros (after S, which read them as K when V is K's), then P [row][key] for the B
-    // operand: key m of row n at n * 128 + 16 ((m / 8) ^ (n % 8)) + 2 (m % 8).
-    const int inChunk = w.keyEnd - key0;
-    if (inChunk < kTileKeys) zeroTailRows<DV>(sV(slot), inChunk, thread);
+    moved = __any_sync(0xffffffffu, anyMoved);
+  };
+  // V's rows of tile x past the chunk to zeros (after its S, which read them as K when V is K's), then P [row][key]
+  // into the tile's buffer for the B operand: key m of row n at n * 128 + 16 ((m / 8) ^ (n % 8)) + 2 (m % 8).
+  auto storeP = [&](int x) {
+    const int inChunk = w.keyEnd - (w.keyBegin + x * kTileKeys);
+    if (inChunk < kTileKeys) zeroTailRows<DV>(sV(x % kStages), inChunk, thread);
+    const uint32_t buffer = sP + uint32_t(x & 1) * L::kPBytes;
 #pragma unroll
     for (int j = 0; j < kJ; ++j)
 #pragma unroll
@@ -217,29 +212,81 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
         for (int e = 0; e < 2; ++e) {
           const int n = 8 * j + 2 * quad + e;
           const int m = 16 * warp + g + 8 * h;
-          const uint32_t address = sP + uint32_t(n * 128 + 16 * ((m >> 3) ^ (n & 7)) + 2 * (m & 7));
+          const uint32_t address = buffer + uint32_t(n * 128 + 16 * ((m >> 3) ^ (n & 7)) + 2 * (m & 7));
           const Element value = prim::fromFloat<Element>(s[4 * j + 2 * h + e]);
           asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(address), "h"(*reinterpret_cast<const uint16_t *>(&value))
                        : "memory");
         }
     prim::fenceProxyAsyncShared();
     prim::namedBarrierSync(kNarrowPReady, 128);
+  };
+  auto rescale = [&] {
+    if (!moved) return;
+#pragma unroll
+    for (int i = 0; i < kMTiles; ++i)
+#pragma unroll
+      for (int j = 0; j < kJ; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) o[i][4 * j + 2 * h + e] *= correction[j][e];
+  };
+
+  if (numTiles > 0) {
+    issueS(0);
+    prim::wgmmaWaitGroup<0>();
+    prim::wgmmaFenceOperands(s);
+    softmax(0);
+    storeP(0);
+  }
+  // Tile x's P V; with two stages the next tile's S^T goes first and its softmax and P run while P V is on the
+  // tensor cores (P alternates between two buffers); O takes the next tile's factors once P V is done.
+  auto issuePV = [&](int x) {
+    rescale();
     prim::wgmmaFence();
+    const uint32_t buffer = sP + uint32_t(x & 1) * L::kPBytes;
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
       for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-        const uint64_t a = prim::wgmmaDescriptorSw128(sV(slot) + uint32_t(i) * L::kTileSlab + uint32_t(kk) * 2048,
+        const uint64_t a = prim::wgmmaDescriptorSw128(sV(x % kStages) + uint32_t(i) * L::kTileSlab +
+                                                          uint32_t(kk) * 2048,
                                                       L::kTileSlab, 1024);
-        const uint64_t b = prim::wgmmaDescriptorSw128(sP + uint32_t(kk) * 32, 16, 1024);
+        const uint64_t b = prim::wgmmaDescriptorSw128(buffer + uint32_t(kk) * 32, 16, 1024);
         prim::WgmmaOp<Element, N>::template ssTransposed<1, 0>(o[i], a, b, 1u);
       }
     prim::wgmmaCommitGroup();
+  };
+  auto finishPV = [&](int x) {
     prim::wgmmaWaitGroup<0>();
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i) prim::wgmmaFenceOperands(o[i]);
     __syncwarp();
-    if (lane == 0) prim::mbarrierArrive(empty(slot));
+    if (lane == 0) prim::mbarrierArrive(empty(x % kStages));
+  };
+#pragma unroll 1
+  for (int x = 0; x + 1 < numTiles; ++x) {
+    if constexpr (kStages > 1) {
+      issueS(x + 1);
+      issuePV(x);
+      prim::wgmmaWaitGroup<1>();  // S^T of the next tile; this tile's P V may still run
+      prim::wgmmaFenceOperands(s);
+      softmax(x + 1);
+      storeP(x + 1);
+      finishPV(x);
+    } else {  // the next tile's copy waits for this tile's release
+      issuePV(x);
+      finishPV(x);
+      issueS(x + 1);
+      prim::wgmmaWaitGroup<0>();
+      prim::wgmmaFenceOperands(s);
+      softmax(x + 1);
+      storeP(x + 1);
+    }
+  }
+  if (numTiles > 0) {
+    issuePV(numTiles - 1);
+    finishPV(numTiles - 1);
   }
 
   // Row sums across the keys of the quad's lanes and the warps; then O (or the chunk's partial state) per element.
