@@ -239,8 +239,6 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
     softmax(0);
     storeP(0);
   }
-  // Tile x's P V; with two stages the next tile's S^T goes first and its softmax and P run while P V is on the
-  // tensor cores (P alternates between two buffers); O takes the next tile's factors once P V is done.
   auto issuePV = [&](int x) {
     rescale();
     prim::wgmmaFence();
@@ -264,25 +262,19 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
     __syncwarp();
     if (lane == 0) prim::mbarrierArrive(empty(x % kStages));
   };
+  // Tile x's P V, its stage's release, then the next tile's S^T: the problem is bound by the stream, so a stage goes
+  // back to the producer as soon as its P V is done. Issuing the next S^T first (overlapping the softmax with P V)
+  // waited for the next copy before this release, and so held the copy after next back: 2750-2970 GB/s against
+  // 3460-3900 on an H200 (16 heads, caches of 288 MiB and more).
 #pragma unroll 1
   for (int x = 0; x + 1 < numTiles; ++x) {
-    if constexpr (kStages > 1) {
-      issueS(x + 1);
-      issuePV(x);
-      prim::wgmmaWaitGroup<1>();  // S^T of the next tile; this tile's P V may still run
-      prim::wgmmaFenceOperands(s);
-      softmax(x + 1);
-      storeP(x + 1);
-      finishPV(x);
-    } else {  // the next tile's copy waits for this tile's release
-      issuePV(x);
-      finishPV(x);
-      issueS(x + 1);
-      prim::wgmmaWaitGroup<0>();
-      prim::wgmmaFenceOperands(s);
-      softmax(x + 1);
-      storeP(x + 1);
-    }
+    issuePV(x);
+    finishPV(x);
+    issueS(x + 1);
+    prim::wgmmaWaitGroup<0>();
+    prim::wgmmaFenceOperands(s);
+    softmax(x + 1);
+    storeP(x + 1);
   }
   if (numTiles > 0) {
     issuePV(numTiles - 1);
