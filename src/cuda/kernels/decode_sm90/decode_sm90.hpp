@@ -33,7 +33,7 @@ struct SharedLayout {
   static constexpr uint32_t kKBytes = uint32_t(DK / 64) * kSlab;
   static constexpr uint32_t kVBytes = VFromK ? 0u : uint32_t(DV / 64) * kSlab;
   static constexpr uint32_t kStageBytes = kKBytes + kVBytes;
-  static constexpr uint32_t kTailBytes = kSlab + 3u * kRows * 4u + 128u;  // P, factors, (max, sum), barriers
+  static constexpr uint32_t kTailBytes = kSlab + 3u * kRows * 4u + 64u;  // P, factors, (max, sum), barriers
   static constexpr int kFitting = int((kSharedLimit - 1024 - kQBytes - kTailBytes) / kStageBytes);
   static constexpr int kStages = kFitting > 4 ? 4 : kFitting;
   static_assert(kStages >= 1, "one stage must fit beside Q");
@@ -42,9 +42,8 @@ struct SharedLayout {
   static constexpr uint32_t kP = kStage0 + uint32_t(kStages) * kStageBytes;
   static constexpr uint32_t kFactors = kP + kSlab;           // [64] FP32 rescale of the tile being handed over
   static constexpr uint32_t kStats = kFactors + kRows * 4u;  // [64] x (max in log2 units, sum)
-  // full[kStages], empty[kStages], then the hand-overs between the consumer warpgroups: P ready, P free, stats ready
-  static constexpr uint32_t kBarriers = kStats + kRows * 8u;
-  static constexpr uint32_t kBytes = kBarriers + (2u * uint32_t(kStages) + 3u) * 8u;
+  static constexpr uint32_t kBarriers = kStats + kRows * 8u;  // full[kStages], empty[kStages]
+  static constexpr uint32_t kBytes = kBarriers + 2u * uint32_t(kStages) * 8u;
   static constexpr std::size_t kDynamicBytes = std::size_t(kBytes) + 1024;
   static_assert(kDynamicBytes <= kSharedLimit, "the layout must fit sm90's shared memory per block");
 };

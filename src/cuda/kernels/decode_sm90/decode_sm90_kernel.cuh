@@ -38,11 +38,11 @@
 
 namespace flashattn::cuda::decode_sm90 {
 
-// Named barriers (0 is __syncthreads), where every participant waits. The hand-overs from one consumer warpgroup to
-// the other are mbarriers (each warp arrives once, after __syncwarp): their arrive releases the warp's writes to the
-// waiting side, which compute-sanitizer's racecheck follows (a bar.arrive / bar.sync pair, the same ordering in the
-// PTX memory model, is reported there as a race).
-constexpr uint32_t kQReady = 1;      // Q has landed (both consumer warpgroups)
+// Named barriers between the two consumer warpgroups (0 is __syncthreads).
+constexpr uint32_t kQReady = 1;     // Q has landed (both consumer warpgroups)
+constexpr uint32_t kPReady = 2;     // warpgroup 1 -> 2: P, the rescale factors and zeroed tail rows of a tile
+constexpr uint32_t kPFree = 3;      // warpgroup 2 -> 1: P and the factors may be overwritten
+constexpr uint32_t kStatsReady = 4;  // warpgroup 1 -> 2: the rows' final (max, sum)
 constexpr uint32_t kTailZeroed = 5;  // inside warpgroup 1: every thread's zeroing is done before its own P V
 
 // setmaxnreg split: 384 threads x 168 at entry >= 2 x 128 x 240 + 128 x 24 (the producer thread keeps a few).
@@ -177,18 +177,12 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
   float2 *stats = reinterpret_cast<float2 *>(smem + L::kStats);
   auto full = [&](int slot) { return base + L::kBarriers + 8u * uint32_t(slot); };
   auto empty = [&](int slot) { return base + L::kBarriers + 8u * uint32_t(kStages + slot); };
-  const uint32_t pReady = base + L::kBarriers + 8u * uint32_t(2 * kStages);  // 1 -> 2: P, factors, zeroed rows
-  const uint32_t pFree = pReady + 8u;                                        // 2 -> 1: P and factors were read
-  const uint32_t statsReady = pReady + 16u;                                  // 1 -> 2: the rows' (max, sum)
 
   if (threadIdx.x == 0) {
     for (int st = 0; st < kStages; ++st) {
       prim::mbarrierInit(full(st), 1u);
       prim::mbarrierInit(empty(st), 8u);  // every consumer warp
     }
-    prim::mbarrierInit(pReady, 4u);  // the warps of the warpgroup that arrives
-    prim::mbarrierInit(pFree, 4u);
-    prim::mbarrierInit(statsReady, 4u);
     prim::fenceBarrierInit();
     prim::prefetchTensorMap(&p.kMap);
     if constexpr (!VFromK) prim::prefetchTensorMap(&p.vMap);
@@ -308,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
     // the chunk are zeroed in the stage first.
     auto handOver = [&](int x, uint32_t(&fragments)[kTileKeys / 16][4]) {
       forward_sm90::convertP<Element, kTileKeys>(s, fragments);
-      if (x > 0) prim::mbarrierWait(pFree, uint32_t(x - 1) & 1u);
+      if (x > 0) prim::namedBarrierSync(kPFree, 256);
       const int inChunk = w.keyEnd - (w.keyBegin + x * kTileKeys);
       if (inChunk < kTileKeys) zeroTailRows<DV>(sV(x % kStages), inChunk, thread);
       storeP(sP, fragments, localRow0, quad);
@@ -318,8 +312,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
       }
       prim::fenceProxyAsyncShared();  // P and the zeros are read by wgmma (async proxy), here and in warpgroup 2
       if (inChunk < kTileKeys) prim::namedBarrierSync(kTailZeroed, 128);
-      __syncwarp();
-      if (lane == 0) prim::mbarrierArrive(pReady);
+      prim::namedBarrierArrive(kPReady, 256);
     };
     auto issuePV = [&](int x, const uint32_t(&fragments)[kTileKeys / 16][4]) {
       if (moved) forward_sm90::rescaleO<kHalf>(o, correction);
@@ -385,6 +378,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
         finishPV(x, pOdd);
       }
     }
+    if (numTiles > 0) prim::namedBarrierSync(kPFree, 256);  // balances warpgroup 2's last arrival
     float maxLog2[2], total[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -395,8 +389,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
       stats[localRow0] = make_float2(maxLog2[0], total[0]);
       stats[localRow0 + 8] = make_float2(maxLog2[1], total[1]);
     }
-    __syncwarp();
-    if (lane == 0) prim::mbarrierArrive(statsReady);
+    prim::namedBarrierArrive(kStatsReady, 256);
     storeRows<Element, kHalf>(p, w, o, maxLog2, total, localRow0, quad, 0, true);
   } else {
     // --------------------------------------------------------------------------------- warpgroup 2: O half 1
@@ -405,7 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
     for (int i = 0; i < kHalf / 2; ++i) o[i] = 0.f;
 #pragma unroll 1
     for (int x = 0; x < numTiles; ++x) {
-      prim::mbarrierWait(pReady, uint32_t(x) & 1u);
+      prim::namedBarrierSync(kPReady, 256);
       const float c[2] = {factors[localRow0], factors[localRow0 + 8]};
       if (__any_sync(0xffffffffu, c[0] != 1.f || c[1] != 1.f)) forward_sm90::rescaleO<kHalf>(o, c);
       prim::wgmmaFence();
@@ -413,13 +406,10 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
       prim::wgmmaCommitGroup();
       prim::wgmmaWaitGroup<0>();
       prim::wgmmaFenceOperands(o);
-      __syncwarp();
-      if (lane == 0) {
-        prim::mbarrierArrive(pFree);
-        prim::mbarrierArrive(empty(x % kStages));
-      }
+      prim::namedBarrierArrive(kPFree, 256);
+      releaseStage(x % kStages);
     }
-    prim::mbarrierWait(statsReady, 0u);
+    prim::namedBarrierSync(kStatsReady, 256);
     float maxLog2[2], total[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
