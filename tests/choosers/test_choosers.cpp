@@ -399,6 +399,58 @@ TEST(Choosers, DecodeStagesFitTheDevice) {
   EXPECT_NE(a100.plan.description.find("4 x 16-row tiles"), std::string::npos) << a100.plan.description;
 }
 
+// The Hopper wgmma decode: absorbed MLA (576/512) and multi-token decode from 16 rows per KV head at head dim 128.
+// Without a driver (CI) the family cannot encode its tensor maps and says so; the split-KV decode then takes the
+// head dim 128 problems, and nothing takes 576/512.
+TEST(Choosers, WgmmaDecodeOnHopper) {
+  if (flashattn::cuda::findFamily(KernelId::DecodeWgmma) == nullptr || flashattn::cuda::portableOnly())
+    GTEST_SKIP() << "this build has no sm90 wgmma decode (or FLASHATTN_KERNEL_FAMILIES=portable)";
+  auto noMaps = [](const std::string &text) { return text.find("no tensor map") != std::string::npos; };
+  // 4 query tokens of GQA 4: 16 rows per KV head.
+  const AttnProblem multi = dense(Op::DecodeChunk, DType::BF16, 32, 8, 4, 65536, 128);
+  const Pick m = pick(kH100, multi);
+  ASSERT_TRUE(m.served) << m.why;
+  if (m.plan.kernel == KernelId::DecodeWgmma) {
+    EXPECT_NE(m.plan.description.find("64-row blocks"), std::string::npos) << m.plan.description;
+  } else {
+    EXPECT_EQ(m.plan.kernel, KernelId::DecodeSplitKv);
+    EXPECT_TRUE(noMaps(m.plan.description)) << m.plan.description;
+  }
+  // 2 tokens (8 rows) stay with the split-KV decode, and so does every GPU before sm90.
+  const Pick few = pick(kH100, dense(Op::DecodeChunk, DType::BF16, 32, 8, 2, 65536, 128));
+  ASSERT_TRUE(few.served) << few.why;
+  EXPECT_EQ(few.plan.kernel, KernelId::DecodeSplitKv) << few.plan.description;
+  const Pick a100 = pick(kA100, multi);
+  ASSERT_TRUE(a100.served) << a100.why;
+  EXPECT_EQ(a100.plan.kernel, KernelId::DecodeSplitKv) << a100.plan.description;
+
+  // Absorbed MLA, one KV head: 16 heads take the narrow kernel, 128 heads 64-row blocks.
+  AttnProblem mla = withHeadDimV(dense(Op::DecodeChunk, DType::BF16, 16, 1, 1, 32768, 576), 512);
+  const Pick narrow = pick(kH100, mla);
+  if (!narrow.served && narrow.why.find("576") != std::string::npos && !noMaps(narrow.why))
+    GTEST_SKIP() << "this build has no 576/512 instance: " << narrow.why;
+  if (narrow.served) {
+    EXPECT_EQ(narrow.plan.kernel, KernelId::DecodeWgmma);
+    EXPECT_NE(narrow.plan.description.find("narrow"), std::string::npos) << narrow.plan.description;
+    mla.heads = 128;
+    const Pick wide = pick(kH100, mla);
+    ASSERT_TRUE(wide.served) << wide.why;
+    EXPECT_NE(wide.plan.description.find("2 x 64-row blocks"), std::string::npos) << wide.plan.description;
+  } else {
+    EXPECT_TRUE(noMaps(narrow.why)) << narrow.why;
+  }
+  // Softcap is not served there: the refusal names it beside the forward's head-dim reason.
+  AttnProblem capped = mla;
+  capped.softcap = 30.f;
+  const Pick c = pick(kH100, capped);
+  EXPECT_FALSE(c.served);
+  EXPECT_NE(c.why.find("softcap"), std::string::npos) << c.why;
+  // No sm90, no kernel: the refusal names the head dim.
+  const Pick old = pick(kA100, mla);
+  EXPECT_FALSE(old.served);
+  EXPECT_NE(old.why.find("576"), std::string::npos) << old.why;
+}
+
 TEST(Choosers, WorkspaceRegionsAreDisjointAndCovered) {
   AttnProblem d = dense(Op::DecodeChunk, DType::BF16, 32, 8, 1, 8192, 128);
   d.numChunks = 16;
