@@ -842,7 +842,9 @@ FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunkGetWorkspaceSize(
  * More than 16 query tokens per sequence run as flashAttnForward() on the same cache (one pass over the keys, which
  * that many rows fill without a split), and so do V/O head dims other than Q/K's and head dims that are not multiples
  * of 8: the same O and LSE, \p numChunks has no effect, and the size query returns what that run needs
- * (flashAttnCheckSupport() names the forward kernel).
+ * (flashAttnCheckSupport() names the forward kernel). The exception is absorbed-MLA decode, Q/K head dim 576 with V/O
+ * 512 on sm90 (FP16/BF16, any query tokens, no softcap or ALiBi): a split decode of its own, where passing K's
+ * pointer and strides for V (V is K's first 512 columns) reads each cache row once (docs/semantics.md).
  * \param[in]  handle         a live handle.
  * \param[in]  attnDesc       attention descriptor or NULL. Masks keep their definitions; with the query tokens being
  *                            the last ones of each sequence, ::FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT is the usual choice.
