@@ -503,10 +503,8 @@ CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &la
   return k;
 }
 
-cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
-                              DecodeParams *params) {
-  const PlannedKernel kernel = fromConfig(plan.as<DecodeConfig>());
-  const Shape shape = shapeOf(p, kernel.headDim, kernel.variant, kernel.rowTileCap);
+void fillProblemParams(const AttnProblem &p, const AttnBuffers &buf, const Plan &plan, void *workspace,
+                       int64_t kvHeads, DecodeParams *params) {
   DecodeParams &d = *params;
   d = DecodeParams{};
   d.q = buf.q;
@@ -514,14 +512,9 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.v = buf.v;
   d.o = buf.o;
   d.lse = p.hasLse ? buf.lse : nullptr;
-  d.clusterMerge = kernel.merge == kMergeCluster && plan.numChunks > 1;
-  if (plan.numChunks > 1 && !d.clusterMerge) {
+  if (plan.numChunks > 1) {
     d.partialO = static_cast<float *>(plan.regionPointer(kPartialORegion, workspace));
     d.partialLse = static_cast<float *>(plan.regionPointer(kPartialLseRegion, workspace));
-    if (kernel.merge == kMergeFused) {
-      d.mergeCounts = static_cast<unsigned long long *>(plan.regionPointer(kMergeCountsRegion, workspace));
-      d.mergeFlags = static_cast<uint32_t *>(plan.regionPointer(kMergeFlagsRegion, workspace));
-    }
   }
   d.qBatch = p.q.batch, d.qHead = p.q.head, d.qRow = p.q.row;
   d.kBatch = p.k.batch, d.kHead = p.k.head, d.kRow = p.k.row;
@@ -530,21 +523,16 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.lseBatch = p.lse.batch, d.lseHead = p.lse.head, d.lseRow = p.lse.row;
   d.batch = int32_t(p.batch);
   d.heads = int32_t(p.heads);
-  d.kvHeads = int32_t(shape.kvHeads);
-  d.groupSize = int32_t(shape.groupSize);
+  d.kvHeads = int32_t(kvHeads);
+  d.groupSize = int32_t(p.heads / kvHeads);
   d.seqQ = int32_t(p.seqQ);
   d.seqK = int32_t(p.seqK);
   d.headDim = int32_t(p.headDim);
-  d.rows = int32_t(shape.rows);
-  d.rowTilesPerCta = shape.rowTilesPerCta;
-  d.keyGroups = shape.keyGroups;
-  d.rowBlocks = int32_t(shape.rowBlocks);
+  d.rows = int32_t(p.heads / kvHeads * p.seqQ);
   d.numChunks = plan.numChunks;
   d.seqlensK = p.seqlensK;
   d.paged = p.paged;
   d.cache = paged::pagedCacheOf(p);
-  if (p.paged && isTensorLoader(kernel.variant.loader))
-    d.pagePieces = pagedTensorPieces(p.pageSize, kernel.variant.tileKeys);
   d.scale = p.scale;
   d.softcap = p.softcap;
   d.mask = int32_t(p.mask);
@@ -553,6 +541,25 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.alibiSlopes = p.alibiSlopes;
   d.alibiBatchStride = p.alibiBatchStride;
   d.sinks = p.sinks;
+}
+
+cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
+                              DecodeParams *params) {
+  const PlannedKernel kernel = fromConfig(plan.as<DecodeConfig>());
+  const Shape shape = shapeOf(p, kernel.headDim, kernel.variant, kernel.rowTileCap);
+  DecodeParams &d = *params;
+  fillProblemParams(p, buf, plan, workspace, shape.kvHeads, &d);
+  d.clusterMerge = kernel.merge == kMergeCluster && plan.numChunks > 1;
+  if (d.clusterMerge) d.partialO = nullptr, d.partialLse = nullptr;
+  if (plan.numChunks > 1 && kernel.merge == kMergeFused) {
+    d.mergeCounts = static_cast<unsigned long long *>(plan.regionPointer(kMergeCountsRegion, workspace));
+    d.mergeFlags = static_cast<uint32_t *>(plan.regionPointer(kMergeFlagsRegion, workspace));
+  }
+  d.rowTilesPerCta = shape.rowTilesPerCta;
+  d.keyGroups = shape.keyGroups;
+  d.rowBlocks = int32_t(shape.rowBlocks);
+  if (p.paged && isTensorLoader(kernel.variant.loader))
+    d.pagePieces = pagedTensorPieces(p.pageSize, kernel.variant.tileKeys);
   if (isTensorLoader(kernel.variant.loader)) {
     if (!encodeCacheMaps(p, buf.k, buf.v, shape.kvHeads, kernel.variant.tileKeys, kernel.variant.loader,
                          kernel.headDim, &d))

@@ -298,6 +298,13 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
 CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys,
                         int view);
 
+// What every decode kernel's parameters take from the problem alone: the tensors and their strides, the shape (rows of
+// `kvHeads` effective KV heads), lengths, paged cache, mask, scale, softcap, ALiBi, sinks, the chunk count and, for
+// more than one chunk, the partial states' workspace regions (kPartialORegion, kPartialLseRegion). The row tiling,
+// merge words and tensor maps are the family's to add.
+void fillProblemParams(const AttnProblem &p, const AttnBuffers &buf, const Plan &plan, void *workspace,
+                       int64_t kvHeads, DecodeParams *params);
+
 // The kernel parameters of a planned problem (tensor maps encoded for the tensor loader).
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                               DecodeParams *params);

@@ -117,13 +117,15 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
     *whyNot = reason;
     return Verdict::Refused;
   };
-  if (p.ragged) return refuse("ragged Q: the wgmma decode (" + dims + ") takes a dense Q [batch, heads, seqQ, headDim]");
+  if (p.ragged)
+    return refuse("ragged Q: the wgmma decode (" + dims + ") takes a dense Q [batch, heads, seqQ, headDim]");
   if (p.softcap > 0.f) return refuse("softcap: the wgmma decode (" + dims + ") has no softcap");
   if (p.alibiSlopes != nullptr) return refuse("ALiBi slopes: the wgmma decode (" + dims + ") has no ALiBi");
   if (p.paged && p.pageSize % kTileKeys != 0)
-    return refuse(concat("pageSize ", p.pageSize, ": the wgmma decode (", dims, ") copies whole 64-key tiles of a page, ",
-                         "so pages must hold a multiple of 64 keys"));
-  if (!p.buffersAligned16) return refuse("a data pointer is not 16-byte aligned: the wgmma decode moves 16-byte vectors");
+    return refuse(concat("pageSize ", p.pageSize, ": the wgmma decode (", dims,
+                         ") copies whole 64-key tiles of a page, ", "so pages must hold a multiple of 64 keys"));
+  if (!p.buffersAligned16)
+    return refuse("a data pointer is not 16-byte aligned: the wgmma decode moves 16-byte vectors");
   if (!vectorStridesFit(p.dtype, {{"Q", p.q, p.batch > 1, p.heads > 1}, {"O", p.o, p.batch > 1, p.heads > 1}},
                         "wgmma decode", whyNot))
     return Verdict::Refused;
@@ -150,7 +152,8 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
   const int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks)
                                          : decode::chooseChunks(units, maxChunks, std::max(dev.numSMs, 1));
   if (units > kInt32Max / chunks)
-    return refuse(concat("the wgmma decode grid would have ", units, " x ", chunks, " CTAs, more than one launch addresses"));
+    return refuse(
+        concat("the wgmma decode grid would have ", units, " x ", chunks, " CTAs, more than one launch addresses"));
 
   *plan = Plan{};
   plan->kernel = KernelId::DecodeWgmma;
@@ -175,12 +178,11 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
       concat("cuda.decode.wgmma ", dtypeName(p.dtype), " d", inst->headDim, "v", inst->headDimV,
              ": tensor-map copies of 64-key tiles (V from K's stages where V is K's first ", p.headDimV, " columns), ",
              shape.narrowRows > 0
-                 ? concat("narrow: S^T = K Q^T and O^T += V^T P^T with the ", shape.rows, " rows as wgmma N = ",
-                          shape.narrowRows, ", a producer warp + 1 consumer warpgroup, ")
+                 ? concat("narrow: S^T = K Q^T and O^T += V^T P^T with the ", shape.rows,
+                          " rows as wgmma N = ", shape.narrowRows, ", a producer warp + 1 consumer warpgroup, ")
                  : concat("a producer warpgroup + 2 consumer warpgroups (S and softmax; O split by columns), ",
                           shape.rowBlocks, " x 64-row blocks of ", shape.rows, " rows per KV head, "),
-             chunks, " KV chunks",
-             chunks > 1 ? " + merge kernel" : "", ", 1 CTA/SM; fp32 accumulate; deterministic");
+             chunks, " KV chunks", chunks > 1 ? " + merge kernel" : "", ", 1 CTA/SM; fp32 accumulate; deterministic");
   return Verdict::Served;
 }
 
@@ -188,40 +190,9 @@ cudaError_t buildParams(const AttnProblem &p, const Plan &plan, const AttnBuffer
                         DecodeParams *params) {
   const Shape shape = shapeOf(p, plan.as<DecodeConfig>().instance.headDim);
   DecodeParams &d = *params;
-  d = DecodeParams{};
-  d.q = buf.q;
-  d.k = buf.k;
-  d.v = buf.v;
-  d.o = buf.o;
-  d.lse = p.hasLse ? buf.lse : nullptr;
-  if (plan.numChunks > 1) {
-    d.partialO = static_cast<float *>(plan.regionPointer(decode::kPartialORegion, workspace));
-    d.partialLse = static_cast<float *>(plan.regionPointer(decode::kPartialLseRegion, workspace));
-  }
-  d.qBatch = p.q.batch, d.qHead = p.q.head, d.qRow = p.q.row;
-  d.kBatch = p.k.batch, d.kHead = p.k.head, d.kRow = p.k.row;
-  d.vBatch = p.v.batch, d.vHead = p.v.head, d.vRow = p.v.row;
-  d.oBatch = p.o.batch, d.oHead = p.o.head, d.oRow = p.o.row;
-  d.lseBatch = p.lse.batch, d.lseHead = p.lse.head, d.lseRow = p.lse.row;
-  d.batch = int32_t(p.batch);
-  d.heads = int32_t(p.heads);
-  d.kvHeads = int32_t(shape.kvHeads);
-  d.groupSize = int32_t(shape.groupSize);
-  d.seqQ = int32_t(p.seqQ);
-  d.seqK = int32_t(p.seqK);
-  d.headDim = int32_t(p.headDim);
-  d.rows = int32_t(shape.rows);
+  decode::fillProblemParams(p, buf, plan, workspace, shape.kvHeads, &d);
   d.rowTilesPerCta = (shape.narrowRows > 0 ? shape.narrowRows : kRows) / decode::kRowsPerTile;
   d.rowBlocks = int32_t(shape.rowBlocks);
-  d.numChunks = plan.numChunks;
-  d.seqlensK = p.seqlensK;
-  d.paged = p.paged;
-  d.cache = paged::pagedCacheOf(p);
-  d.scale = p.scale;
-  d.mask = int32_t(p.mask);
-  d.windowLeft = p.windowLeft;
-  d.windowRight = p.windowRight;
-  d.sinks = p.sinks;
   // The plan encoded the same maps at a stand-in address; only a misaligned pointer fails here.
   return encodeMaps(p, buf.k, buf.v, &d) ? cudaSuccess : cudaErrorInvalidValue;
 }

@@ -15,9 +15,9 @@ namespace flashattn::cuda::decode_sm90 {
 
 using decode::DecodeParams;
 
-constexpr int kRows = 64;      // query rows per CTA: one wgmma M (heads x tokens of one KV head)
-constexpr int kTileKeys = 64;  // keys per stage: one wgmma N of S = Q K^T, four k-steps of O += P V
-constexpr int kThreads = 384;  // a producer warpgroup and two consumer warpgroups
+constexpr int kRows = 64;                     // query rows per CTA: one wgmma M (heads x tokens of one KV head)
+constexpr int kTileKeys = 64;                 // keys per stage: one wgmma N of S = Q K^T, four k-steps of O += P V
+constexpr int kThreads = 384;                 // a producer warpgroup and two consumer warpgroups
 constexpr std::size_t kSharedLimit = 232448;  // sm90's opt-in shared memory per block (227 KB)
 
 // Shared memory of instance (DK, DV): Q [DK / 64][64 rows][64] and each stage's K [DK / 64][64 keys][64] (and V
@@ -26,7 +26,8 @@ constexpr std::size_t kSharedLimit = 232448;  // sm90's opt-in shared memory per
 // Stages: as many as fit (at most 4); the dynamic window is only 16-byte aligned, hence 1024 bytes of slack.
 template <int DK, int DV, bool VFromK>
 struct SharedLayout {
-  static_assert(DK % 64 == 0 && DV % 128 == 0, "Q/K tiles are whole 64-column slabs; V/O splits into two halves of slabs");
+  static_assert(DK % 64 == 0 && DV % 128 == 0,
+                "Q/K tiles are whole 64-column slabs; V/O splits into two halves of slabs");
   static_assert(!VFromK || DV <= DK, "V read from K's columns needs DV <= DK");
   static constexpr uint32_t kSlab = uint32_t(kRows) * 128;  // 64 rows (or keys) x 64 elements x 2 bytes
   static constexpr uint32_t kQBytes = uint32_t(DK / 64) * kSlab;
@@ -40,8 +41,8 @@ struct SharedLayout {
   static constexpr uint32_t kQ = 0;
   static constexpr uint32_t kStage0 = kQ + kQBytes;
   static constexpr uint32_t kP = kStage0 + uint32_t(kStages) * kStageBytes;
-  static constexpr uint32_t kFactors = kP + kSlab;           // [64] FP32 rescale of the tile being handed over
-  static constexpr uint32_t kStats = kFactors + kRows * 4u;  // [64] x (max in log2 units, sum)
+  static constexpr uint32_t kFactors = kP + kSlab;            // [64] FP32 rescale of the tile being handed over
+  static constexpr uint32_t kStats = kFactors + kRows * 4u;   // [64] x (max in log2 units, sum)
   static constexpr uint32_t kBarriers = kStats + kRows * 8u;  // full[kStages], empty[kStages]
   static constexpr uint32_t kBytes = kBarriers + 2u * uint32_t(kStages) * 8u;
   static constexpr std::size_t kDynamicBytes = std::size_t(kBytes) + 1024;
@@ -68,8 +69,8 @@ struct NarrowLayout {
   static constexpr uint32_t kPBytes = ((kRowSlab + 1023u) / 1024u) * 1024u;
   static constexpr uint32_t kReduceBytes = 3u * 4u * N * 4u;  // [2][4 warps][N] maxima by tile parity, [4][N] sums
   static constexpr uint32_t kTailBytes = 2u * kPBytes + kReduceBytes + 64u;  // P of two tiles
-  static constexpr int kFitting = int((kSharedLimit - 1024 - ((kQBytes + 1023u) / 1024u) * 1024u - kTailBytes) /
-                                      kStageBytes);
+  static constexpr int kFitting =
+      int((kSharedLimit - 1024 - ((kQBytes + 1023u) / 1024u) * 1024u - kTailBytes) / kStageBytes);
   static constexpr int kStages = kFitting > 4 ? 4 : kFitting;
   static_assert(kStages >= 1, "one stage must fit beside Q");
   static constexpr uint32_t kQ = 0;
@@ -99,8 +100,8 @@ template <int DK, int DV>
 constexpr std::size_t instanceSharedBytes() {
   std::size_t bytes = SharedLayout<DK, DV, false>::kDynamicBytes;
   if constexpr (hasNarrowKernels(DK)) {
-    bytes = NarrowLayout<DK, DV, 32, false>::kDynamicBytes > bytes ? NarrowLayout<DK, DV, 32, false>::kDynamicBytes
-                                                                    : bytes;
+    bytes =
+        NarrowLayout<DK, DV, 32, false>::kDynamicBytes > bytes ? NarrowLayout<DK, DV, 32, false>::kDynamicBytes : bytes;
   }
   return bytes;
 }

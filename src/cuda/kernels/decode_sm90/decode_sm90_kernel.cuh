@@ -39,9 +39,9 @@
 namespace flashattn::cuda::decode_sm90 {
 
 // Named barriers between the two consumer warpgroups (0 is __syncthreads).
-constexpr uint32_t kQReady = 1;     // Q has landed (both consumer warpgroups)
-constexpr uint32_t kPReady = 2;     // warpgroup 1 -> 2: P, the rescale factors and zeroed tail rows of a tile
-constexpr uint32_t kPFree = 3;      // warpgroup 2 -> 1: P and the factors may be overwritten
+constexpr uint32_t kQReady = 1;      // Q has landed (both consumer warpgroups)
+constexpr uint32_t kPReady = 2;      // warpgroup 1 -> 2: P, the rescale factors and zeroed tail rows of a tile
+constexpr uint32_t kPFree = 3;       // warpgroup 2 -> 1: P and the factors may be overwritten
 constexpr uint32_t kStatsReady = 4;  // warpgroup 1 -> 2: the rows' final (max, sum)
 constexpr uint32_t kTailZeroed = 5;  // inside warpgroup 1: every thread's zeroing is done before its own P V
 
@@ -56,10 +56,86 @@ struct KeySpan {
 // Copies one tile (a rank-5 map: every 64-column box of 64 keys in one copy) of a K or V map into `destination`.
 __device__ __forceinline__ void copyTile(uint32_t destination, const CUtensorMap *map, const decode::TensorMapSlots &s,
                                          int key, int kvHead, int outer, uint32_t barrier) {
-  auto coordinate = [&](int dim) {
-    return s.key == dim ? key : s.head == dim ? kvHead : s.batch == dim ? outer : 0;
-  };
+  auto coordinate = [&](int dim) { return s.key == dim ? key : s.head == dim ? kvHead : s.batch == dim ? outer : 0; };
   prim::tensorCopy5d(destination, map, 0, coordinate(1), coordinate(2), coordinate(3), coordinate(4), barrier);
+}
+
+// Q rows [firstRow, firstRow + Rows) of the CTA's (batch, KV head) into DK / 64 K-major slabs of Rows rows at sQ,
+// 128-byte swizzled, by `threads` threads numbered from 0 (`thread`): rows past the group's arrive as zeros. The
+// caller commits, waits, fences the proxies and meets its readers at a barrier.
+template <typename Element, int DK, int Rows>
+__device__ __forceinline__ void loadQRows(const DecodeParams &p, const decode::DecodeWork &w, uint32_t sQ, int thread,
+                                          int threads) {
+  constexpr int kChunks = DK / 8;
+  const Element *q = static_cast<const Element *>(p.q);
+  for (int item = thread; item < Rows * kChunks; item += threads) {
+    const int r = item / kChunks;
+    const int c = item - r * kChunks;
+    const int row = w.firstRow + r;
+    const bool valid = row < p.rows;
+    const int groupHead = valid ? row / p.seqQ : 0;
+    const int token = valid ? row - groupHead * p.seqQ : 0;
+    const Element *source =
+        valid ? q + int64_t(w.batch) * p.qBatch + w.headOf(p, groupHead) * p.qHead + int64_t(token) * p.qRow + c * 8
+              : q;
+    prim::cpAsync16(sQ + uint32_t(c / 8) * Rows * 128 + uint32_t(r * 128 + 16 * ((c % 8) ^ (r % 8))), source, valid);
+  }
+}
+
+// The dynamic shared window of a kernel with layout L, rounded up to 1024 bytes (the 128-byte swizzle's pattern;
+// the window itself is only 16-byte aligned), and the addresses of its stage ring.
+template <typename L, bool VFromK>
+struct SharedWindow {
+  uint32_t base;
+  unsigned char *pointer;
+  __device__ __forceinline__ explicit SharedWindow(unsigned char *raw) {
+    const uint32_t rawAddress = prim::smemAddress(raw);
+    base = (rawAddress + 1023u) & ~1023u;
+    pointer = raw + (base - rawAddress);
+  }
+  __device__ __forceinline__ uint32_t k(int slot) const { return base + L::kStage0 + uint32_t(slot) * L::kStageBytes; }
+  __device__ __forceinline__ uint32_t v(int slot) const { return VFromK ? k(slot) : k(slot) + L::kKBytes; }
+  __device__ __forceinline__ uint32_t full(int slot) const { return base + L::kBarriers + 8u * uint32_t(slot); }
+  __device__ __forceinline__ uint32_t empty(int slot) const {
+    return base + L::kBarriers + 8u * uint32_t(L::kStages + slot);
+  }
+};
+
+// One thread's setup of a CTA's stages: full barriers (the producer's one arrival with the bytes) and empty ones (one
+// arrival per consumer warp), made visible to the async proxy, and the maps' prefetch so the first copy does not wait
+// for them. The CTA barrier that follows publishes them.
+template <int Stages, bool VFromK>
+__device__ __forceinline__ void prepareStages(const DecodeParams &p, uint32_t barriers, uint32_t consumerWarps) {
+  for (int st = 0; st < Stages; ++st) {
+    prim::mbarrierInit(barriers + 8u * uint32_t(st), 1u);
+    prim::mbarrierInit(barriers + 8u * uint32_t(Stages + st), consumerWarps);
+  }
+  prim::fenceBarrierInit();
+  prim::prefetchTensorMap(&p.kMap);
+  if constexpr (!VFromK) prim::prefetchTensorMap(&p.vMap);
+}
+
+// The producer's loop, one thread: tile x of the chunk into stage x % Stages (K, and V unless it is K's), once the
+// consumers released the tile Stages before it. Barriers at `barriers`: full[Stages], then empty[Stages].
+template <int Stages, bool VFromK, bool Paged>
+__device__ __forceinline__ void produceTiles(const DecodeParams &p, const decode::DecodeWork &w, uint32_t stage0,
+                                             uint32_t stageBytes, uint32_t kBytes, uint32_t barriers) {
+  for (int x = 0; x < w.numTiles; ++x) {
+    const int slot = x % Stages;
+    const uint32_t full = barriers + 8u * uint32_t(slot);
+    if (x >= Stages) prim::mbarrierWait(barriers + 8u * uint32_t(Stages + slot), uint32_t(x / Stages - 1) & 1u);
+    const int key0 = w.keyBegin + x * kTileKeys;
+    int key = key0, outer = w.batch;
+    if constexpr (Paged) {  // tiles start at multiples of 64 and pages hold whole tiles: one page per tile
+      const int index = p.cache.pageSize.divide(key0);
+      outer = paged::pageAt(p.cache, w.batch, index);  // -1: outside the map, the copy reads zeros
+      key = p.cache.pageSize.remainder(key0, index);
+    }
+    const uint32_t stage = stage0 + uint32_t(slot) * stageBytes;
+    prim::mbarrierArriveExpectTx(full, stageBytes);
+    copyTile(stage, &p.kMap, p.kSlots, key, w.kvHead, outer, full);
+    if constexpr (!VFromK) copyTile(stage + kBytes, &p.vMap, p.vSlots, key, w.kvHead, outer, full);
+  }
 }
 
 // O (+)= P V for one warpgroup's Half columns: V slabs from `vHalf` (64 keys each, MN-major B), P as A fragments.
@@ -80,8 +156,7 @@ __device__ __forceinline__ void issuePVShared(float (&o)[Half / 2], uint32_t sP,
 #pragma unroll
   for (int kk = 0; kk < kTileKeys / 16; ++kk)
     prim::WgmmaOp<Element, Half>::template ssTransposed<0, 1>(o, prim::wgmmaDescriptorAdvance(a, uint32_t(kk) * 32),
-                                                              prim::wgmmaDescriptorAdvance(v, uint32_t(kk) * 2048),
-                                                              1u);
+                                                              prim::wgmmaDescriptorAdvance(v, uint32_t(kk) * 2048), 1u);
 }
 
 // P's fragments into the swizzled slab, at the places wgmma reads A from: row r, key k at r * 128 + 16 * ((k / 8) ^
@@ -166,27 +241,13 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
   constexpr int kHalf = DV / 2;
   static_assert(kHalf % 64 == 0 && kHalf <= 256, "a consumer warpgroup's O columns are one wgmma N of whole slabs");
   extern __shared__ __align__(16) unsigned char smemRaw[];
-  const uint32_t rawAddress = prim::smemAddress(smemRaw);
-  const uint32_t base = (rawAddress + 1023u) & ~1023u;
-  unsigned char *smem = smemRaw + (base - rawAddress);
-  auto sK = [&](int slot) { return base + L::kStage0 + uint32_t(slot) * L::kStageBytes; };
-  auto sV = [&](int slot) { return VFromK ? sK(slot) : sK(slot) + L::kKBytes; };
-  const uint32_t sQ = base + L::kQ;
-  const uint32_t sP = base + L::kP;
-  float *factors = reinterpret_cast<float *>(smem + L::kFactors);
-  float2 *stats = reinterpret_cast<float2 *>(smem + L::kStats);
-  auto full = [&](int slot) { return base + L::kBarriers + 8u * uint32_t(slot); };
-  auto empty = [&](int slot) { return base + L::kBarriers + 8u * uint32_t(kStages + slot); };
+  const SharedWindow<L, VFromK> window(smemRaw);
+  const uint32_t sQ = window.base + L::kQ;
+  const uint32_t sP = window.base + L::kP;
+  float *factors = reinterpret_cast<float *>(window.pointer + L::kFactors);
+  float2 *stats = reinterpret_cast<float2 *>(window.pointer + L::kStats);
 
-  if (threadIdx.x == 0) {
-    for (int st = 0; st < kStages; ++st) {
-      prim::mbarrierInit(full(st), 1u);
-      prim::mbarrierInit(empty(st), 8u);  // every consumer warp
-    }
-    prim::fenceBarrierInit();
-    prim::prefetchTensorMap(&p.kMap);
-    if constexpr (!VFromK) prim::prefetchTensorMap(&p.vMap);
-  }
+  if (threadIdx.x == 0) prepareStages<kStages, VFromK>(p, window.full(0), 8u);  // every consumer warp releases
   const decode::DecodeWork w = decode::findWork<kTileKeys, Paged>(p);
   __syncthreads();
   const int warpGroup = int(threadIdx.x) / 128;
@@ -195,21 +256,8 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
   if (warpGroup == 0) {
     // ---------------------------------------------------------------------------------------------------- producer
     prim::setMaxRegistersDecrease<kProducerRegisters>();
-    if (threadIdx.x != 0) return;
-    for (int x = 0; x < numTiles; ++x) {
-      const int slot = x % kStages;
-      if (x >= kStages) prim::mbarrierWait(empty(slot), uint32_t(x / kStages - 1) & 1u);
-      const int key0 = w.keyBegin + x * kTileKeys;
-      int key = key0, outer = w.batch;
-      if constexpr (Paged) {  // tiles start at multiples of 64 and pages hold whole tiles: one page per tile
-        const int index = p.cache.pageSize.divide(key0);
-        outer = paged::pageAt(p.cache, w.batch, index);  // -1: outside the map, the copy reads zeros
-        key = p.cache.pageSize.remainder(key0, index);
-      }
-      prim::mbarrierArriveExpectTx(full(slot), L::kStageBytes);
-      copyTile(sK(slot), &p.kMap, p.kSlots, key, w.kvHead, outer, full(slot));
-      if constexpr (!VFromK) copyTile(sV(slot), &p.vMap, p.vSlots, key, w.kvHead, outer, full(slot));
-    }
+    if (threadIdx.x == 0)
+      produceTiles<kStages, VFromK, Paged>(p, w, window.k(0), L::kStageBytes, L::kKBytes, window.full(0));
     return;
   }
 
@@ -222,21 +270,8 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
   const int quad = lane % 4;
   const int localRow0 = 16 * warp + lane / 4;  // this thread's rows: localRow0 and localRow0 + 8
 
-  {  // Q: 64 rows x DK / 8 chunks by the 256 consumer threads; rows past the group's arrive as zeros
-    constexpr int kChunks = DK / 8;
-    const Element *q = static_cast<const Element *>(p.q);
-    for (int item = int(threadIdx.x) - 128; item < kRows * kChunks; item += 256) {
-      const int r = item / kChunks;
-      const int c = item - r * kChunks;
-      const int row = w.firstRow + r;
-      const bool valid = row < p.rows;
-      const int groupHead = valid ? row / p.seqQ : 0;
-      const int token = valid ? row - groupHead * p.seqQ : 0;
-      const Element *source = valid ? q + int64_t(w.batch) * p.qBatch + w.headOf(p, groupHead) * p.qHead +
-                                          int64_t(token) * p.qRow + c * 8
-                                    : q;
-      prim::cpAsync16(sQ + uint32_t(c / 8) * L::kSlab + uint32_t(r * 128 + 16 * ((c % 8) ^ (r % 8))), source, valid);
-    }
+  {  // Q by the 256 consumer threads
+    loadQRows<Element, DK, kRows>(p, w, sQ, int(threadIdx.x) - 128, 256);
     prim::cpAsyncCommit();
     prim::cpAsyncWaitAll();
     prim::fenceProxyAsyncShared();  // cp.async wrote through the generic proxy; wgmma reads through the async one
@@ -245,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
 
   auto releaseStage = [&](int slot) {
     __syncwarp();
-    if (lane == 0) prim::mbarrierArrive(empty(slot));
+    if (lane == 0) prim::mbarrierArrive(window.empty(slot));
   };
 
   if (group == 0) {
@@ -276,10 +311,10 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
     const uint64_t qDescriptor = prim::wgmmaDescriptorSw128(sQ, 16, 1024);
 
     auto issueS = [&](int x) {
-      prim::mbarrierWait(full(x % kStages), uint32_t(x / kStages) & 1u);
+      prim::mbarrierWait(window.full(x % kStages), uint32_t(x / kStages) & 1u);
       prim::wgmmaFence();
       forward_sm90::issueQK<Element, DK, kTileKeys, kRows>(s, qDescriptor,
-                                                            prim::wgmmaDescriptorSw128(sK(x % kStages), 16, 1024));
+                                                           prim::wgmmaDescriptorSw128(window.k(x % kStages), 16, 1024));
       prim::wgmmaCommitGroup();
     };
     // S of tile x (complete) -> masked, P = exp2 in place, the rows' correction factors.
@@ -304,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
       forward_sm90::convertP<Element, kTileKeys>(s, fragments);
       if (x > 0) prim::namedBarrierSync(kPFree, 256);
       const int inChunk = w.keyEnd - (w.keyBegin + x * kTileKeys);
-      if (inChunk < kTileKeys) zeroTailRows<DV>(sV(x % kStages), inChunk, thread);
+      if (inChunk < kTileKeys) zeroTailRows<DV>(window.v(x % kStages), inChunk, thread);
       storeP(sP, fragments, localRow0, quad);
       if (quad == 0) {
         factors[localRow0] = correction[0];
@@ -317,7 +352,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
     auto issuePV = [&](int x, const uint32_t(&fragments)[kTileKeys / 16][4]) {
       if (moved) forward_sm90::rescaleO<kHalf>(o, correction);
       prim::wgmmaFence();
-      issuePVRegisters<Element, kHalf>(o, fragments, sV(x % kStages));
+      issuePVRegisters<Element, kHalf>(o, fragments, window.v(x % kStages));
       prim::wgmmaCommitGroup();
     };
     auto finishPV = [&](int x, uint32_t(&fragments)[kTileKeys / 16][4]) {
@@ -402,7 +437,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
       const float c[2] = {factors[localRow0], factors[localRow0 + 8]};
       if (__any_sync(0xffffffffu, c[0] != 1.f || c[1] != 1.f)) forward_sm90::rescaleO<kHalf>(o, c);
       prim::wgmmaFence();
-      issuePVShared<Element, kHalf>(o, sP, sV(x % kStages) + uint32_t(kHalf / 64) * kTileKeys * 128);
+      issuePVShared<Element, kHalf>(o, sP, window.v(x % kStages) + uint32_t(kHalf / 64) * kTileKeys * 128);
       prim::wgmmaCommitGroup();
       prim::wgmmaWaitGroup<0>();
       prim::wgmmaFenceOperands(o);

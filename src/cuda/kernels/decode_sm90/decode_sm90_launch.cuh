@@ -22,8 +22,8 @@ cudaError_t launchKernel(const DecodeParams &params, int device, cudaStream_t st
   const auto kernel = decodeSm90Kernel<Element, DK, DV, VFromK, Paged>;
   const cudaError_t err = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured);
   if (err != cudaSuccess) return err;
-  const int64_t ctas = int64_t(params.batch) * int32_t(params.kvHeads) * int32_t(params.rowBlocks) *
-                       int32_t(params.numChunks);
+  const int64_t ctas =
+      int64_t(params.batch) * int32_t(params.kvHeads) * int32_t(params.rowBlocks) * int32_t(params.numChunks);
   if (ctas <= 0) return cudaSuccess;
   kernel<<<dim3(uint32_t(ctas)), dim3(kThreads), Layout::kDynamicBytes, stream>>>(params);
   return cudaGetLastError();

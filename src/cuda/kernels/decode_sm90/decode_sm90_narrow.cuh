@@ -26,6 +26,15 @@ constexpr uint32_t kNarrowMaxima = 2;
 constexpr uint32_t kNarrowPReady = 3;
 constexpr uint32_t kNarrowSums = 4;
 
+// v combined over the 8 lanes of one quad position: the lanes holding the same rows (accumulator columns) for the
+// warp's other keys.
+template <typename Op>
+__device__ __forceinline__ float acrossKeyLanes(float v, Op op) {
+  v = op(v, __shfl_xor_sync(0xffffffffu, v, 4));
+  v = op(v, __shfl_xor_sync(0xffffffffu, v, 8));
+  return op(v, __shfl_xor_sync(0xffffffffu, v, 16));
+}
+
 template <typename Element, int DK, int DV, int N, bool VFromK, bool Paged>
 __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(const __grid_constant__ DecodeParams p) {
   using L = NarrowLayout<DK, DV, N, VFromK>;
@@ -33,50 +42,22 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
   constexpr int kJ = N / 8;  // 8-row column blocks of the accumulators
   constexpr int kMTiles = DV / 64;
   extern __shared__ __align__(16) unsigned char smemRaw[];
-  const uint32_t rawAddress = prim::smemAddress(smemRaw);
-  const uint32_t base = (rawAddress + 1023u) & ~1023u;
-  unsigned char *smem = smemRaw + (base - rawAddress);
-  auto sK = [&](int slot) { return base + L::kStage0 + uint32_t(slot) * L::kStageBytes; };
-  auto sV = [&](int slot) { return VFromK ? sK(slot) : sK(slot) + L::kKBytes; };
-  const uint32_t sQ = base + L::kQ;
-  const uint32_t sP = base + L::kP;
-  float *maxima = reinterpret_cast<float *>(smem + L::kReduce);  // [2 (tile parity)][4 warps][N]
-  float *sums = maxima + 2 * 4 * N;                               // [4 warps][N]
-  auto full = [&](int slot) { return base + L::kBarriers + 8u * uint32_t(slot); };
-  auto empty = [&](int slot) { return base + L::kBarriers + 8u * uint32_t(kStages + slot); };
+  const SharedWindow<L, VFromK> window(smemRaw);
+  const uint32_t sQ = window.base + L::kQ;
+  const uint32_t sP = window.base + L::kP;
+  float *maxima = reinterpret_cast<float *>(window.pointer + L::kReduce);  // [2 (tile parity)][4 warps][N]
+  float *sums = maxima + 2 * 4 * N;                                        // [4 warps][N]
 
   const int warp = int(threadIdx.x) / 32;
   const int lane = int(threadIdx.x) % 32;
-  if (threadIdx.x == 128) {
-    for (int st = 0; st < kStages; ++st) {
-      prim::mbarrierInit(full(st), 1u);
-      prim::mbarrierInit(empty(st), 4u);  // the consumer warps
-    }
-    prim::fenceBarrierInit();
-    prim::prefetchTensorMap(&p.kMap);
-    if constexpr (!VFromK) prim::prefetchTensorMap(&p.vMap);
-  }
+  if (threadIdx.x == 128) prepareStages<kStages, VFromK>(p, window.full(0), 4u);
   const decode::DecodeWork w = decode::findWork<kTileKeys, Paged>(p);
   __syncthreads();
   const int numTiles = w.numTiles;
 
   if (warp == 4) {
     // ---------------------------------------------------------------------------------------------------- producer
-    if (lane != 0) return;
-    for (int x = 0; x < numTiles; ++x) {
-      const int slot = x % kStages;
-      if (x >= kStages) prim::mbarrierWait(empty(slot), uint32_t(x / kStages - 1) & 1u);
-      const int key0 = w.keyBegin + x * kTileKeys;
-      int key = key0, outer = w.batch;
-      if constexpr (Paged) {
-        const int index = p.cache.pageSize.divide(key0);
-        outer = paged::pageAt(p.cache, w.batch, index);
-        key = p.cache.pageSize.remainder(key0, index);
-      }
-      prim::mbarrierArriveExpectTx(full(slot), L::kStageBytes);
-      copyTile(sK(slot), &p.kMap, p.kSlots, key, w.kvHead, outer, full(slot));
-      if constexpr (!VFromK) copyTile(sV(slot), &p.vMap, p.vSlots, key, w.kvHead, outer, full(slot));
-    }
+    if (lane == 0) produceTiles<kStages, VFromK, Paged>(p, w, window.k(0), L::kStageBytes, L::kKBytes, window.full(0));
     return;
   }
 
@@ -84,21 +65,8 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
   const int thread = int(threadIdx.x);
   const int quad = lane % 4;
   const int g = lane / 4;
-  {  // Q: N rows x DK / 8 chunks, as the K-major B operand; rows past the group's arrive as zeros
-    constexpr int kChunks = DK / 8;
-    const Element *q = static_cast<const Element *>(p.q);
-    for (int item = thread; item < N * kChunks; item += 128) {
-      const int r = item / kChunks;
-      const int c = item - r * kChunks;
-      const int row = w.firstRow + r;
-      const bool valid = row < p.rows;
-      const int groupHead = valid ? row / p.seqQ : 0;
-      const int token = valid ? row - groupHead * p.seqQ : 0;
-      const Element *source = valid ? q + int64_t(w.batch) * p.qBatch + w.headOf(p, groupHead) * p.qHead +
-                                          int64_t(token) * p.qRow + c * 8
-                                    : q;
-      prim::cpAsync16(sQ + uint32_t(c / 8) * L::kRowSlab + uint32_t(r * 128 + 16 * ((c % 8) ^ (r % 8))), source, valid);
-    }
+  {  // Q as the K-major B operand (N-row slabs)
+    loadQRows<Element, DK, N>(p, w, sQ, thread, 128);
     prim::cpAsyncCommit();
     prim::cpAsyncWaitAll();
     prim::fenceProxyAsyncShared();
@@ -132,14 +100,14 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
   bool moved = false;
   auto issueS = [&](int x) {
     const int slot = x % kStages;
-    prim::mbarrierWait(full(slot), uint32_t(x / kStages) & 1u);
+    prim::mbarrierWait(window.full(slot), uint32_t(x / kStages) & 1u);
     prim::wgmmaFence();
 #pragma unroll
     for (int ks = 0; ks < DK / 16; ++ks) {
-      const uint64_t a = prim::wgmmaDescriptorSw128(sK(slot) + uint32_t(ks / 4) * L::kTileSlab + uint32_t(ks % 4) * 32,
-                                                    16, 1024);
-      const uint64_t b = prim::wgmmaDescriptorSw128(sQ + uint32_t(ks / 4) * L::kRowSlab + uint32_t(ks % 4) * 32, 16,
-                                                    1024);
+      const uint64_t a = prim::wgmmaDescriptorSw128(
+          window.k(slot) + uint32_t(ks / 4) * L::kTileSlab + uint32_t(ks % 4) * 32, 16, 1024);
+      const uint64_t b =
+          prim::wgmmaDescriptorSw128(sQ + uint32_t(ks / 4) * L::kRowSlab + uint32_t(ks % 4) * 32, 16, 1024);
       prim::WgmmaOp<Element, N>::ss(s, a, b, ks > 0 ? 1u : 0u);
     }
     prim::wgmmaCommitGroup();
@@ -166,10 +134,8 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
     for (int j = 0; j < kJ; ++j)
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        float v = fmaxf(s[4 * j + e], s[4 * j + 2 + e]);
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 4));
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 8));
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 16));
+        const float v =
+            acrossKeyLanes(fmaxf(s[4 * j + e], s[4 * j + 2 + e]), [](float a, float b) { return fmaxf(a, b); });
         if (g == 0) tileMaxima[warp * N + 8 * j + 2 * quad + e] = v;
       }
     prim::namedBarrierSync(kNarrowMaxima, 128);
@@ -179,8 +145,8 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int n = 8 * j + 2 * quad + e;
-        const float tileMax = fmaxf(fmaxf(tileMaxima[n], tileMaxima[N + n]),
-                                    fmaxf(tileMaxima[2 * N + n], tileMaxima[3 * N + n]));
+        const float tileMax =
+            fmaxf(fmaxf(tileMaxima[n], tileMaxima[N + n]), fmaxf(tileMaxima[2 * N + n], tileMaxima[3 * N + n]));
         const float newMax = fmaxf(rowMax[j][e], tileMax);
         // A row with nothing visible yet keeps max -inf: measured against 0, every P and the correction are 0.
         const float newMaxScaled = newMax == forward_sm90::negativeInfinity() ? 0.f : newMax * scaleLog2;
@@ -202,7 +168,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
   // into the tile's buffer for the B operand: key m of row n at n * 128 + 16 ((m / 8) ^ (n % 8)) + 2 (m % 8).
   auto storeP = [&](int x) {
     const int inChunk = w.keyEnd - (w.keyBegin + x * kTileKeys);
-    if (inChunk < kTileKeys) zeroTailRows<DV>(sV(x % kStages), inChunk, thread);
+    if (inChunk < kTileKeys) zeroTailRows<DV>(window.v(x % kStages), inChunk, thread);
     const uint32_t buffer = sP + uint32_t(x & 1) * L::kPBytes;
 #pragma unroll
     for (int j = 0; j < kJ; ++j)
@@ -247,9 +213,8 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
     for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
       for (int kk = 0; kk < kTileKeys / 16; ++kk) {
-        const uint64_t a = prim::wgmmaDescriptorSw128(sV(x % kStages) + uint32_t(i) * L::kTileSlab +
-                                                          uint32_t(kk) * 2048,
-                                                      L::kTileSlab, 1024);
+        const uint64_t a = prim::wgmmaDescriptorSw128(
+            window.v(x % kStages) + uint32_t(i) * L::kTileSlab + uint32_t(kk) * 2048, L::kTileSlab, 1024);
         const uint64_t b = prim::wgmmaDescriptorSw128(buffer + uint32_t(kk) * 32, 16, 1024);
         prim::WgmmaOp<Element, N>::template ssTransposed<1, 0>(o[i], a, b, 1u);
       }
@@ -260,7 +225,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i) prim::wgmmaFenceOperands(o[i]);
     __syncwarp();
-    if (lane == 0) prim::mbarrierArrive(empty(x % kStages));
+    if (lane == 0) prim::mbarrierArrive(window.empty(x % kStages));
   };
   // Tile x's P V, its stage's release, then the next tile's S^T: the problem is bound by the stream, so a stage goes
   // back to the producer as soon as its P V is done. Issuing the next S^T first (overlapping the softmax with P V)
@@ -286,10 +251,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
   for (int j = 0; j < kJ; ++j)
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
-      float v = rowSum[j][e];
-      v += __shfl_xor_sync(0xffffffffu, v, 4);
-      v += __shfl_xor_sync(0xffffffffu, v, 8);
-      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      const float v = acrossKeyLanes(rowSum[j][e], [](float a, float b) { return a + b; });
       if (g == 0) sums[warp * N + 8 * j + 2 * quad + e] = v;
     }
   prim::namedBarrierSync(kNarrowSums, 128);
