@@ -125,8 +125,7 @@ struct Shape {
 Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v, int rowTileCap = 0) {
   Shape s;
   const int elementBytes = int(dtypeSize(p.dtype));
-  const bool broadcast = p.kvHeads > 1 && p.k.head == 0 && p.v.head == 0;
-  s.kvHeads = broadcast ? 1 : p.kvHeads;
+  s.kvHeads = effectiveKvHeads(p);
   s.groupSize = p.heads / s.kvHeads;
   s.rows = s.groupSize * p.seqQ;
   const int64_t rowTiles = (s.rows + kRowsPerTile - 1) / kRowsPerTile;

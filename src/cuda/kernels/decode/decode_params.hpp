@@ -298,6 +298,12 @@ bool encodeCacheMap(const CacheMapKey &key, CUtensorMap *map, TensorMapSlots *sl
 CacheMapKey cacheMapKey(const AttnProblem &p, const void *base, const Layout &layout, int64_t kvHeads, int tileKeys,
                         int view);
 
+// The KV heads a decode kernel walks: one where K and V broadcast a single head through a zero head stride (the
+// descriptor then says kvHeads == heads), else the problem's.
+inline int64_t effectiveKvHeads(const AttnProblem &p) {
+  return p.kvHeads > 1 && p.k.head == 0 && p.v.head == 0 ? 1 : p.kvHeads;
+}
+
 // What every decode kernel's parameters take from the problem alone: the tensors and their strides, the shape (rows of
 // `kvHeads` effective KV heads), lengths, paged cache, mask, scale, softcap, ALiBi, sinks, the chunk count and, for
 // more than one chunk, the partial states' workspace regions (kPartialORegion, kPartialLseRegion). The row tiling,

@@ -59,15 +59,10 @@ const Instance *findInstance(DType dtype, int64_t headDim, int64_t headDimV) {
   return nullptr;
 }
 
-// K and V broadcast one head through a zero head stride: one effective KV head (the split-KV decode's rule).
-int64_t effectiveKvHeads(const AttnProblem &p) {
-  return p.kvHeads > 1 && p.k.head == 0 && p.v.head == 0 ? 1 : p.kvHeads;
-}
-
 // The rank-5 maps of K and V (one copy per 64-key tile: every 64-column box of the head dim). V's covers its own
 // head dim, whether it lies in K's memory or apart.
 bool encodeMaps(const AttnProblem &p, const void *k, const void *v, DecodeParams *d) {
-  const int64_t kvHeads = effectiveKvHeads(p);
+  const int64_t kvHeads = decode::effectiveKvHeads(p);
   decode::CacheMapKey kKey = decode::cacheMapKey(p, k, p.k, kvHeads, kTileKeys, decode::kMapWide);
   decode::CacheMapKey vKey = decode::cacheMapKey(p, v, p.v, kvHeads, kTileKeys, decode::kMapWide);
   kKey.headDim = p.headDim;
@@ -93,7 +88,7 @@ struct Shape {
 // spend three quarters of the MMA work on padding (H200, 16 heads, caches of 288 MiB: 2830-3080 GB/s, 67-73% of copy).
 Shape shapeOf(const AttnProblem &p, int instanceHeadDim) {
   Shape s;
-  s.kvHeads = effectiveKvHeads(p);
+  s.kvHeads = decode::effectiveKvHeads(p);
   s.groupSize = p.heads / s.kvHeads;
   s.rows = s.groupSize * p.seqQ;
   s.narrowRows = !hasNarrowKernels(instanceHeadDim) || s.rows > kNarrowRows ? 0 : s.rows <= 16 ? 16 : 32;
@@ -110,7 +105,8 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
   // streams caches of 256 MiB and more at 81-103% of the copy bandwidth against the split-KV decode's 77-103% (H200,
   // GQA 32/8, D128; 8 tokens 81-102% against 61-97%, 16 tokens 75-101% against 41-50%), and only the query tokens the
   // split-KV decode would take.
-  if (inst->headDim <= 256 && (shapeOf(p, inst->headDim).rows < kMinRowsBesideSplitKv || p.seqQ > kMaxSplitKvQueries))
+  const Shape shape = shapeOf(p, inst->headDim);
+  if (inst->headDim <= 256 && (shape.rows < kMinRowsBesideSplitKv || p.seqQ > kMaxSplitKvQueries))
     return Verdict::NotForThis;
   const std::string dims = concat("head dims ", p.headDim, "/", p.headDimV);
   auto refuse = [&](const std::string &reason) {
@@ -130,7 +126,6 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
                         "wgmma decode", whyNot))
     return Verdict::Refused;
   constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
-  const Shape shape = shapeOf(p, inst->headDim);
   if (p.seqK > kInt32Max - 2 * kTileKeys || p.batch > kInt32Max || p.heads > kInt32Max || shape.rows > kInt32Max ||
       (p.paged && p.pageSize > kInt32Max))
     return refuse(concat("batch ", p.batch, ", heads ", p.heads, ", seqQ ", p.seqQ, ", seqK ", p.seqK,
@@ -160,7 +155,7 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
   DecodeConfig config;
   config.instance = InstanceKey{p.dtype, int32_t(inst->headDim), int32_t(inst->headDimV)};
   config.warps = (shape.narrowRows > 0 ? kNarrowThreads : kThreads) / 32;
-  config.rowTileCap = shape.narrowRows;
+  config.rowTileCap = int32_t((shape.narrowRows > 0 ? shape.narrowRows : kRows) / decode::kRowsPerTile);
   config.tileKeys = kTileKeys;
   config.loader = decode::kLoaderTensorMap;
   config.merge = decode::kMergeSeparate;
@@ -191,7 +186,7 @@ cudaError_t buildParams(const AttnProblem &p, const Plan &plan, const AttnBuffer
   const Shape shape = shapeOf(p, plan.as<DecodeConfig>().instance.headDim);
   DecodeParams &d = *params;
   decode::fillProblemParams(p, buf, plan, workspace, shape.kvHeads, &d);
-  d.rowTilesPerCta = (shape.narrowRows > 0 ? shape.narrowRows : kRows) / decode::kRowsPerTile;
+  d.rowTilesPerCta = plan.as<DecodeConfig>().rowTileCap;
   d.rowBlocks = int32_t(shape.rowBlocks);
   // The plan encoded the same maps at a stand-in address; only a misaligned pointer fails here.
   return encodeMaps(p, buf.k, buf.v, &d) ? cudaSuccess : cudaErrorInvalidValue;
@@ -205,7 +200,8 @@ cudaError_t launchDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, const 
   DecodeParams d;
   cudaError_t err = buildParams(p, plan, buf, workspace, &d);
   if (err != cudaSuccess) return err;
-  err = inst->launch(d, vIsKPrefix(p, buf), config.rowTileCap, dev.device, stream);
+  const int rowsPerCta = config.rowTileCap * decode::kRowsPerTile;
+  err = inst->launch(d, vIsKPrefix(p, buf), rowsPerCta < kRows ? rowsPerCta : 0, dev.device, stream);
   if (err != cudaSuccess || plan.numChunks == 1) return err;
   // The merge reads rows of V/O's width.
   DecodeParams merge = d;

@@ -51,8 +51,7 @@ struct SharedLayout {
 
 // The narrow kernel (decode_sm90_narrow.cuh) for at most kNarrowRows query rows per KV head: the 64 keys of a tile
 // are the wgmma M, the N rows the N (16 or 32), so no MMA work goes to padding rows. Q [DK / 64][N rows][64], each
-// stage as above, then P [N rows][64 keys] of two tiles (N-row slabs), the warps' row maxima and sums, and the
-// mbarriers.
+// stage as above, then P [N rows][64 keys] (one N-row slab), the warps' row maxima and sums, and the mbarriers.
 constexpr int kNarrowRows = 32;
 constexpr int kNarrowThreads = 160;  // one consumer warpgroup and a producer warp
 
@@ -68,7 +67,7 @@ struct NarrowLayout {
   static constexpr uint32_t kStageBytes = kKBytes + kVBytes;
   static constexpr uint32_t kPBytes = ((kRowSlab + 1023u) / 1024u) * 1024u;
   static constexpr uint32_t kReduceBytes = 3u * 4u * N * 4u;  // [2][4 warps][N] maxima by tile parity, [4][N] sums
-  static constexpr uint32_t kTailBytes = 2u * kPBytes + kReduceBytes + 64u;  // P of two tiles
+  static constexpr uint32_t kTailBytes = kPBytes + kReduceBytes + 64u;
   static constexpr int kFitting =
       int((kSharedLimit - 1024 - ((kQBytes + 1023u) / 1024u) * 1024u - kTailBytes) / kStageBytes);
   static constexpr int kStages = kFitting > 4 ? 4 : kFitting;
@@ -76,7 +75,7 @@ struct NarrowLayout {
   static constexpr uint32_t kQ = 0;
   static constexpr uint32_t kStage0 = ((kQBytes + 1023u) / 1024u) * 1024u;
   static constexpr uint32_t kP = kStage0 + uint32_t(kStages) * kStageBytes;
-  static constexpr uint32_t kReduce = kP + 2u * kPBytes;
+  static constexpr uint32_t kReduce = kP + kPBytes;
   static constexpr uint32_t kBarriers = kReduce + kReduceBytes;
   static constexpr uint32_t kBytes = kBarriers + 2u * uint32_t(kStages) * 8u;
   static constexpr std::size_t kDynamicBytes = std::size_t(kBytes) + 1024;

@@ -165,11 +165,10 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
     moved = __any_sync(0xffffffffu, anyMoved);
   };
   // V's rows of tile x past the chunk to zeros (after its S, which read them as K when V is K's), then P [row][key]
-  // into the tile's buffer for the B operand: key m of row n at n * 128 + 16 ((m / 8) ^ (n % 8)) + 2 (m % 8).
+  // for the B operand: key m of row n at n * 128 + 16 ((m / 8) ^ (n % 8)) + 2 (m % 8).
   auto storeP = [&](int x) {
     const int inChunk = w.keyEnd - (w.keyBegin + x * kTileKeys);
     if (inChunk < kTileKeys) zeroTailRows<DV>(window.v(x % kStages), inChunk, thread);
-    const uint32_t buffer = sP + uint32_t(x & 1) * L::kPBytes;
 #pragma unroll
     for (int j = 0; j < kJ; ++j)
 #pragma unroll
@@ -178,7 +177,7 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
         for (int e = 0; e < 2; ++e) {
           const int n = 8 * j + 2 * quad + e;
           const int m = 16 * warp + g + 8 * h;
-          const uint32_t address = buffer + uint32_t(n * 128 + 16 * ((m >> 3) ^ (n & 7)) + 2 * (m & 7));
+          const uint32_t address = sP + uint32_t(n * 128 + 16 * ((m >> 3) ^ (n & 7)) + 2 * (m & 7));
           const Element value = prim::fromFloat<Element>(s[4 * j + 2 * h + e]);
           asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(address), "h"(*reinterpret_cast<const uint16_t *>(&value))
                        : "memory");
@@ -208,14 +207,13 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
   auto issuePV = [&](int x) {
     rescale();
     prim::wgmmaFence();
-    const uint32_t buffer = sP + uint32_t(x & 1) * L::kPBytes;
 #pragma unroll
     for (int i = 0; i < kMTiles; ++i)
 #pragma unroll
       for (int kk = 0; kk < kTileKeys / 16; ++kk) {
         const uint64_t a = prim::wgmmaDescriptorSw128(
             window.v(x % kStages) + uint32_t(i) * L::kTileSlab + uint32_t(kk) * 2048, L::kTileSlab, 1024);
-        const uint64_t b = prim::wgmmaDescriptorSw128(buffer + uint32_t(kk) * 32, 16, 1024);
+        const uint64_t b = prim::wgmmaDescriptorSw128(sP + uint32_t(kk) * 32, 16, 1024);
         prim::WgmmaOp<Element, N>::template ssTransposed<1, 0>(o[i], a, b, 1u);
       }
     prim::wgmmaCommitGroup();
