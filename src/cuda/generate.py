@@ -34,7 +34,8 @@ FAMILIES = {
                "kernels/decode/decode_instance.cu.in"),
     "forward_sm90": ("sm90a", HALF_DTYPES, (64, 128, 192, 256, (192, 128)),
                      "kernels/forward_sm90/forward_sm90_instance.cu.in"),
-    "backward_sm90": ("sm90a", HALF_DTYPES, (64, 128, 256), "kernels/backward_sm90/backward_sm90_instance.cu.in"),
+    "backward_sm90": ("sm90a", HALF_DTYPES, (64, 128, 192, 256, (192, 128)),
+                      "kernels/backward_sm90/backward_sm90_instance.cu.in"),
     "decode_sm90": ("sm90a", HALF_DTYPES, (128, (576, 512)), "kernels/decode_sm90/decode_sm90_instance.cu.in"),
 }
 

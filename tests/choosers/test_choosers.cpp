@@ -321,8 +321,8 @@ TEST(Choosers, BackwardPicks) {
   const Pick f = pick(kH100, dense(Op::Backward, DType::FP32, 4, 4, 64, 64, 64));
   ASSERT_TRUE(f.served) << f.why;
   EXPECT_EQ(f.plan.kernel, KernelId::BackwardFfma);
-  // Q/K 192, V/O 128: the portable kernel's d192 instance on every device (the wgmma backward has no d192); a narrower
-  // V on the instance of Q/K.
+  // Q/K 192, V/O 128: the wgmma backward's d192v128 instance on sm90, the portable kernel's d192 instance elsewhere; a
+  // narrower V without an instance of its own on the instance of Q/K.
   const Pick narrowV = pick(kH100, withHeadDimV(dense(Op::Backward, DType::FP16, 8, 2, 300, 300, 128), 64));
   ASSERT_TRUE(narrowV.served) << narrowV.why;
   EXPECT_EQ(narrowV.plan.kernel, KernelId::BackwardMma) << narrowV.plan.description;
@@ -331,7 +331,8 @@ TEST(Choosers, BackwardPicks) {
     const Pick m = pick(*dev, withHeadDimV(dense(Op::Backward, DType::BF16, 16, 16, 1024, 1024, 192), 128));
     if (instanceNotBuilt(m)) continue;
     ASSERT_TRUE(m.served) << dev->name << ": " << m.why;
-    EXPECT_EQ(m.plan.kernel, KernelId::BackwardMma) << m.plan.description;
+    EXPECT_EQ(m.plan.kernel, dev == &kH100 && wgmma ? KernelId::BackwardWgmma : KernelId::BackwardMma)
+        << m.plan.description;
     EXPECT_EQ(m.plan.as<flashattn::BackwardConfig>().instance.headDim, 192) << m.plan.description;
   }
 }

@@ -459,6 +459,11 @@ std::vector<BwdCase> determinismCases() {
   e.heads = 4;
   e.sq = 400;
   e.sk = 450;
+  BwdCase g = e;  // the split kernel's uneven shares (Q/K 192: 128 + 64 columns; V/O 128: halves)
+  g.name = "bf16_d192v128_gqa4_2_b2_400x450_causalTL";
+  g.dtype = FLASHATTN_DATA_BF16;
+  g.headDim = 192;
+  g.headDimV = 128;
   if (edgeSliceOnly()) {
     // Several key blocks per KV head at every head dim, so the sanitizers see the turn waits and hand-overs.
     a.sq = 70;
@@ -471,9 +476,13 @@ std::vector<BwdCase> determinismCases() {
     e.sq = 70;
     e.sk = 130;
     e.name = "fp16_d256_gqa4_2_70x130_causalTL_edge";
-    return {a, d, e};
+    g.batch = 1;
+    g.sq = 70;
+    g.sk = 130;
+    g.name = "bf16_d192v128_gqa4_2_70x130_causalTL_edge";
+    return {a, d, e, g};
   }
-  return {a, b, c, d, e, f, r};
+  return {a, b, c, d, e, f, g, r};
 }
 
 class BackwardDeterminism : public ::testing::TestWithParam<BwdCase> {};

@@ -4,14 +4,15 @@
 // both gates of docs/testing.md against the float64 oracle (factor 3 against the storage-rounded arithmetic, and the
 // normwise bound; stress inputs bounded by the rounded variant's own normwise error, as test_gpu_backward.cpp does).
 // Covers tails, every mask incl. bottom-right with seqQ > seqK (fully masked rows), windows, GQA (6,2) and (6,1),
-// ragged batches, seqlensK, both dtypes, head dims 64, 128 and 256 (its own kernel: d256GridCases), and graph replay
-// equal to eager.
+// ragged batches, seqlensK, both dtypes, head dims 64, 128, and 192, 256 and 192/128 (their own kernel:
+// splitGridCases), and graph replay equal to eager.
 // FLASHATTN_TEST_SLICE=edge runs a few small shapes (for compute-sanitizer). The case setup (strided placement,
 // descriptors, forward then backward) is backward_harness.hpp's, shared with test_gpu_backward.cpp. Deterministic mode
 // on these kernels is covered by test_gpu_backward.cpp's determinism suite.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backward_harness.hpp"
@@ -154,16 +155,19 @@ std::vector<BwdCase> gridCases() {
   return cases;
 }
 
-// d256 runs its own kernel (64 keys per CTA; S^T / dP^T split by query columns, dK, dV, dQ by output columns across
-// the two warpgroups), so its grid aims at what that layout can get wrong: key tails inside a 64-key block, query
-// tails inside a 64-row block, the masks, GQA, ragged and seqlensK again.
-std::vector<BwdCase> d256GridCases() {
+// Head dims from 192 run their own kernel (64 keys per CTA; S^T / dP^T split by query columns, dK, dV, dQ by output
+// columns across the two warpgroups: halves at 256, 128 + 64 at 192, with V/O's share apart at 192/128), so this grid
+// aims at what that layout can get wrong: key tails inside a 64-key block, query tails inside a 64-row block, the
+// masks, GQA, ragged and seqlensK again.
+std::vector<BwdCase> splitGridCases(int64_t headDim, int64_t headDimV) {
   std::vector<BwdCase> cases;
-  uint64_t seed = 25600;
+  uint64_t seed = uint64_t(100 * headDim + headDimV);
+  const std::string dims = "_d" + std::to_string(headDim) + (headDimV ? "v" + std::to_string(headDimV) : "") + "_";
   auto add = [&](BwdCase c, const std::string &name) {
     c.seed = seed++;
-    c.headDim = 256;
-    c.name = std::string(typeName(c.dtype)) + "_d256_" + name;
+    c.headDim = headDim;
+    c.headDimV = headDimV;
+    c.name = std::string(typeName(c.dtype)) + dims + name;
     cases.push_back(c);
   };
   if (edgeSliceOnly()) {
@@ -270,8 +274,10 @@ std::vector<BwdCase> d256GridCases() {
 
 std::vector<BwdCase> allGridCases() {
   std::vector<BwdCase> cases = gridCases();
-  const std::vector<BwdCase> d256 = d256GridCases();
-  cases.insert(cases.end(), d256.begin(), d256.end());
+  for (auto [d, dv] : {std::pair<int64_t, int64_t>{256, 0}, {192, 0}, {192, 128}}) {
+    const std::vector<BwdCase> wide = splitGridCases(d, dv);
+    cases.insert(cases.end(), wide.begin(), wide.end());
+  }
   return cases;
 }
 
@@ -283,11 +289,13 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
   Handle h(FLASHATTN_BACKEND_CUDA);
   auto s = build(c);
   const std::string described = describeBackward(h, *s);
-  if (c.headDim == 64 || c.headDim == 128 || c.headDim == 256)
+  const bool served = c.headDimV == 0 ? c.headDim == 64 || c.headDim == 128 || c.headDim == 192 || c.headDim == 256
+                                     : c.headDim == 192 && c.headDimV == 128;
+  if (served)
     EXPECT_NE(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
   else
     EXPECT_EQ(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
-  if (c.headDim == 256) {
+  if (c.headDim >= 192) {
     EXPECT_NE(described.find("tile 64x64"), std::string::npos) << c.name << ": " << described;
   }
   runAndCheckAgainstOracle(h, c, *s);
@@ -300,10 +308,11 @@ INSTANTIATE_TEST_SUITE_P(Cuda, BackwardSm90Grid, ::testing::ValuesIn(allGridCase
 // gradient element is checked to be finite.
 TEST(BackwardSm90, GraphReplayMatchesEager) {
   if (!deviceIsSm90()) GTEST_SKIP() << "the wgmma backward runs on sm90 only";
-  for (int64_t headDim : {128, 256}) {
+  for (auto [headDim, headDimV] : {std::pair<int64_t, int64_t>{128, 0}, {256, 0}, {192, 128}}) {
     BwdCase c;
-    c.name = "bf16_d" + std::to_string(headDim) + "_b2_gqa4_2_causalBR";
+    c.name = "bf16_d" + std::to_string(headDim) + (headDimV ? "v" + std::to_string(headDimV) : "") + "_b2_gqa4_2_causalBR";
     c.headDim = headDim;
+    c.headDimV = headDimV;
     c.heads = 4;
     c.kvHeads = 2;
     c.batch = 2;
@@ -339,8 +348,8 @@ TEST(BackwardSm90, OutOfScopeRoutesToPortable) {
   c.headDim = 96;
   expectPortable(c, "headDim 96");
   c.headDim = 192;
-  c.headDimV = 128;
-  expectPortable(c, "headDim 192 / headDimV 128");
+  c.headDimV = 64;
+  expectPortable(c, "headDim 192 / headDimV 64");
   c.headDimV = 0;
   // The portable kernel's d256 result for a problem the d256 wgmma kernel refuses is still checked.
   c.headDim = 256;

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The Hopper backward family, cuda.bwd.wgmma (src/cuda/family.hpp): its plan function and the dispatch to its main
-// kernels (backward_sm90_kernel.cuh for d64 and d128, backward_sm90_d256_kernel.cuh for d256), around which it runs
+// kernels (backward_sm90_kernel.cuh for d64 and d128, backward_sm90_split_kernel.cuh from 192), around which it runs
 // the portable backward's pipeline (preprocess, convert, workspace: backward_params.hpp). Built only into the sm_90a
 // object library (sources.cmake), with the instances of the generated list (src/cuda/generate.py); it registers
 // itself ranked before the portable backward.
@@ -15,8 +15,8 @@
 #include "cuda/family.hpp"
 #include "cuda/generated/backward_sm90_instance_list.hpp"
 #include "cuda/instances.hpp"
-#include "cuda/kernels/backward_sm90/backward_sm90_d256_kernel.cuh"
 #include "cuda/kernels/backward_sm90/backward_sm90_kernel.cuh"
+#include "cuda/kernels/backward_sm90/backward_sm90_split_kernel.cuh"
 
 namespace flashattn::cuda::backward_sm90 {
 
@@ -24,11 +24,33 @@ namespace {
 
 const InstanceList &kSm90Instances = generated::kBackwardSm90Instances;
 
-// The dynamic shared memory the launch of headDim's kernel asks for.
-std::size_t sharedBytesFor(int64_t headDim) {
-  if (headDim == 256) return d256::Layout::kDynamicBytes;
-  if (headDim == 64) return SharedLayout<64>::kDynamicBytes;
-  return SharedLayout<128>::kDynamicBytes;
+// The dynamic shared memory the launch of an instance's kernel asks for.
+template <int HD, int HDV>
+constexpr std::size_t instanceSharedBytes() {
+  if constexpr (runsSplitKernel(HD))
+    return split::Layout<HD, HDV>::kDynamicBytes;
+  else
+    return SharedLayout<HD>::kDynamicBytes;
+}
+std::size_t sharedBytesFor(const InstanceKey &key) {
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV) \
+  if (key.headDim == HD && key.widthV() == HDV) return instanceSharedBytes<HD, HDV>();
+#include "cuda/generated/backward_sm90_instances.inc"
+#undef FLASHATTN_INSTANCE
+  return 0;  // unreachable: instances come from the same list
+}
+
+// The instance compiled for exactly the problem's head dims (this family pads no columns), or nullptr.
+const InstanceKey *exactInstance(const AttnProblem &p) {
+  if (p.headDimV == p.headDim) {
+    for (int i = 0; i < kSm90Instances.count; ++i) {
+      const InstanceKey &k = kSm90Instances.keys[i];
+      if (k.dtype == p.dtype && k.headDimV == 0 && k.headDim == p.headDim) return &k;
+    }
+    return nullptr;
+  }
+  const InstanceKey *pair = kSm90Instances.pairFor(p.dtype, p.headDim, p.headDimV);
+  return pair != nullptr && pair->headDim == p.headDim && pair->headDimV == p.headDimV ? pair : nullptr;
 }
 
 Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
@@ -39,34 +61,36 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   };
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16)
     return refuse(concat("data type ", dtypeName(p.dtype), " has no wgmma backward kernel (FP16/BF16 only)"));
-  if (p.headDimV != p.headDim || !kSm90Instances.has(p.dtype, p.headDim))
+  const InstanceKey *instance = exactInstance(p);
+  if (instance == nullptr)
     return refuse(concat("headDim ", p.headDim, " / headDimV ", p.headDimV,
                          " has no wgmma backward kernel in this build (", dtypeName(p.dtype), ": ",
-                         kSm90Instances.headDims(p.dtype), ", with headDimV == headDim)"));
+                         kSm90Instances.headDims(p.dtype), "; Q/K / V/O where they differ)"));
   if (p.softcap > 0.f) return refuse(concat("softcap ", p.softcap, " runs on the portable backward kernel"));
   if (p.alibiSlopes != nullptr) return refuse("ALiBi slopes run on the portable backward kernel");
   if (p.paged) return refuse("paged K/V caches are not supported by the backward kernels");
-  const std::size_t sharedBytes = sharedBytesFor(p.headDim);
+  const std::size_t sharedBytes = sharedBytesFor(*instance);
   if (sharedBytes > dev.smemPerBlockOptin)
     return refuse(concat("the wgmma backward needs ", sharedBytes,
                          " bytes of shared memory per block; device allows ", dev.smemPerBlockOptin));
   const Sm90BackwardTile tile = sm90BackwardTileFor(int(p.headDim));
   BackwardConfig config;
-  config.instance = InstanceKey{p.dtype, int32_t(p.headDim)};
+  config.instance = *instance;
   config.blockM = tile.blockM;
   config.blockN = tile.blockN;
   config.warps = tile.warps;
   // The d64/d128 kernel adds whole 16-row warp tiles and needs the paneled accumulator (backward_sm90_kernel.cuh); the
-  // d256 kernel adds row-major.
-  config.dqPaneled = p.headDim == 64 || p.headDim == 128;
+  // split kernel adds row-major.
+  config.dqPaneled = !runsSplitKernel(int(p.headDim));
   return backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
 }
 
 cudaError_t launchSm90Main(const DeviceInfo &dev, const Plan &plan, const backward::BackwardParams &params,
                            cudaStream_t stream) {
   const InstanceKey key = plan.as<BackwardConfig>().instance;
-#define FLASHATTN_INSTANCE(DT, CT, HD, HDV) \
-  if (key.dtype == DType::DT && key.headDim == HD) return launchSm90Instance<CT, HD>(params, dev.device, stream);
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV)                                \
+  if (key.dtype == DType::DT && key.headDim == HD && key.widthV() == HDV) \
+    return launchSm90Instance<CT, HD, HDV>(params, dev.device, stream);
 #include "cuda/generated/backward_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE
   return cudaErrorInvalidValue;  // unreachable: plans name instances of the same list

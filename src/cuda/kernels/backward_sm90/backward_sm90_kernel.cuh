@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The Hopper (sm_90a) backward main kernel for head dims 64 and 128: FlashAttention backward with wgmma for FP16/BF16
-// storage (d256 has its own kernel: backward_sm90_d256_kernel.cuh).
+// storage (the wider head dims have their own kernel: backward_sm90_split_kernel.cuh).
 //
 // A CTA owns BlockN = 128 keys of one (sequence, KV head): K and V stay in shared memory (loaded once), dK and dV stay
 // in registers, and the CTA walks every query block of every query head of the KV head's group that can see its keys
@@ -164,12 +164,13 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   // stage's barrier as they land.
   auto loadStep = [&](int32_t t) {
     const int stage = t % L::kStages;
-    loadQueryStep<Element, D, kBlockM, Deterministic>(p, w, e, order, blocksPerHead, headBase, t, stage, base, L::kQ,
-                                                      L::kDO, L::kQBytes, L::kLse, L::kRowDot, thread);
+    loadQueryStep<Element, D, D, kBlockM, Deterministic>(p, w, e, order, blocksPerHead, headBase, t, stage, base,
+                                                         L::kQ, L::kDO, L::kQBytes, L::kQBytes, L::kLse, L::kRowDot,
+                                                         thread);
     prim::cpAsyncMbarrierArrive(full + 8 * stage);
   };
 
-  if (steps > 0) loadKeyBlock<Element, D, kBlockN>(p, w, e, n0, base + L::kK, base + L::kV, thread);
+  if (steps > 0) loadKeyBlock<Element, D, D, kBlockN>(p, w, e, n0, base + L::kK, base + L::kV, thread);
   for (int32_t t = 0; t < L::kStages - 1 && t < steps; ++t) loadStep(t);  // step 0's arrival covers K and V too
 
   const float scaleLog2 = p.scale * prim::kLog2e;

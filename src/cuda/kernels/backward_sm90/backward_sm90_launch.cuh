@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The definition of launchSm90Instance<Element, HeadDim>: raises the kernel's shared-memory limit once per device and
+// The definition of launchSm90Instance<Element, HeadDim, HeadDimV>: raises the kernel's shared-memory limit once per device and
 // enqueues one CTA per (key block, KV head, sequence). Included only by the generated instance files
 // (backward_sm90_instance.cu.in).
 #pragma once
@@ -10,8 +10,8 @@
 #include <cstdint>
 
 #include "cuda/kernels/backward_sm90/backward_sm90.hpp"
-#include "cuda/kernels/backward_sm90/backward_sm90_d256_kernel.cuh"
 #include "cuda/kernels/backward_sm90/backward_sm90_kernel.cuh"
+#include "cuda/kernels/backward_sm90/backward_sm90_split_kernel.cuh"
 #include "cuda/shared_limit.hpp"
 
 namespace flashattn::cuda::backward_sm90 {
@@ -44,24 +44,28 @@ cudaError_t launchD64D128(const backward::BackwardParams &params, int device, cu
                                                   L::kDynamicBytes, params, device, configuredDevices, stream);
 }
 
-template <typename Element>
-cudaError_t launchD256(const backward::BackwardParams &params, int device, cudaStream_t stream) {
-  using L = d256::Layout;
+template <typename Element, int D, int DV>
+cudaError_t launchSplit(const backward::BackwardParams &params, int device, cudaStream_t stream) {
+  using L = split::Layout<D, DV>;
+  // The kernel adds dQ row-major and stores exactly D and DV columns.
+  if (params.dqPaneled || params.headDim != D || params.headDimV != DV) return cudaErrorInvalidValue;
   static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
-  return params.deterministic ? launchPerKeyBlock(backwardSm90D256Kernel<Element, true>, L::kThreads,
+  return params.deterministic ? launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, true>, L::kThreads,
                                                   L::kDynamicBytes, params, device, configuredDeterministic, stream)
-                              : launchPerKeyBlock(backwardSm90D256Kernel<Element, false>, L::kThreads,
+                              : launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, false>, L::kThreads,
                                                   L::kDynamicBytes, params, device, configuredDevices, stream);
 }
 
 }  // namespace detail
 
-template <typename Element, int HeadDim>
+template <typename Element, int HeadDim, int HeadDimV>
 cudaError_t launchSm90Instance(const backward::BackwardParams &params, int device, cudaStream_t stream) {
-  if constexpr (HeadDim == 256)
-    return detail::launchD256<Element>(params, device, stream);
-  else
+  if constexpr (runsSplitKernel(HeadDim)) {
+    return detail::launchSplit<Element, HeadDim, HeadDimV>(params, device, stream);
+  } else {
+    static_assert(HeadDimV == HeadDim, "the d64/d128 kernel has one head dim");
     return detail::launchD64D128<Element, HeadDim>(params, device, stream);
+  }
 }
 
 }  // namespace flashattn::cuda::backward_sm90

@@ -44,9 +44,9 @@ __device__ __forceinline__ void loadRowStatistics(const backward::BackwardParams
   }
 }
 
-// The K and V tiles of the CTA's BlockN keys (from key n0 of the sequence) into kTile and vTile; keys past seqK become
-// zeros.
-template <typename Element, int D, int BlockN>
+// The K (D columns) and V (DV columns) tiles of the CTA's BlockN keys (from key n0 of the sequence) into kTile and
+// vTile; keys past seqK become zeros.
+template <typename Element, int D, int DV, int BlockN>
 __device__ __forceinline__ void loadKeyBlock(const backward::BackwardParams &p, const backward::WorkItem &w,
                                              const backward::SequenceExtent &e, int32_t n0, uint32_t kTile,
                                              uint32_t vTile, int thread) {
@@ -57,21 +57,22 @@ __device__ __forceinline__ void loadKeyBlock(const backward::BackwardParams &p, 
                                kBase + int64_t(w.batch) * p.kBatch + int64_t(w.kvHead) * p.kHead +
                                    (e.kStart + n0) * p.kRow,
                                p.kRow, validKeys, thread, kBase);
-  loadTile<Element, D, BlockN>(vTile,
+  loadTile<Element, DV, BlockN>(vTile,
                                vBase + int64_t(w.batch) * p.vBatch + int64_t(w.kvHead) * p.vHead +
                                    (e.kStart + n0) * p.vRow,
                                p.vRow, validKeys, thread, vBase);
 }
 
-// Step t's query block (its head and rows from stepBlock): the Q and dO tiles into stage `stage` of the tiles at
-// base + qOffset and base + dOOffset (stageBytes apart), and its row statistics (loadRowStatistics).
-template <typename Element, int D, int BlockM, bool Deterministic>
+// Step t's query block (its head and rows from stepBlock): the Q (D columns) and dO (DV columns) tiles into stage
+// `stage` of the tiles at base + qOffset and base + dOOffset (qStageBytes and dOStageBytes apart), and its row
+// statistics (loadRowStatistics).
+template <typename Element, int D, int DV, int BlockM, bool Deterministic>
 __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p, const backward::WorkItem &w,
                                               const backward::SequenceExtent &e, const StepOrder &order,
                                               int32_t blocksPerHead, int32_t headBase, int32_t t, int stage,
                                               uint32_t base,
-                                              uint32_t qOffset, uint32_t dOOffset, uint32_t stageBytes,
-                                              uint32_t lseOffset, uint32_t rowDotOffset, int thread) {
+                                              uint32_t qOffset, uint32_t dOOffset, uint32_t qStageBytes,
+                                              uint32_t dOStageBytes, uint32_t lseOffset, uint32_t rowDotOffset, int thread) {
   const Element *const qBase = static_cast<const Element *>(p.q);
   const Element *const dOBase = static_cast<const Element *>(p.dO);
   const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
@@ -79,10 +80,10 @@ __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p,
   const int32_t h = headBase + sb.head;
   const int64_t row0 = e.qStart + m0;
   const int valid = e.seqQ - m0;
-  loadTile<Element, D, BlockM>(base + qOffset + stage * stageBytes,
+  loadTile<Element, D, BlockM>(base + qOffset + stage * qStageBytes,
                                qBase + int64_t(w.batch) * p.qBatch + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow,
                                valid, thread, qBase);
-  loadTile<Element, D, BlockM>(base + dOOffset + stage * stageBytes,
+  loadTile<Element, DV, BlockM>(base + dOOffset + stage * dOStageBytes,
                                dOBase + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead + row0 * p.dORow,
                                p.dORow, valid, thread, dOBase);
   loadRowStatistics<BlockM>(p, w.batch, h, e, m0, valid, base, lseOffset, rowDotOffset, stage, thread);

@@ -1,4 +1,27 @@
 // SPDX-License-Identifier: BSD-3-Clause
+// The Hopper (sm_90a) backward main kernel for the wide head dims (Q/K 192 or 256; V/O 128, 192 or 256; FP16/BF16).
+//
+// The d128 kernel's layout (128 keys per CTA, dK and dV of a warpgroup's 64 keys in registers) would need 192 to 256
+// accumulator floats per thread here. Instead a CTA owns 64 keys and its two warpgroups split every product:
+//   S^T  = K Q^T        m64n32k16 x D/16: warpgroup g computes query columns 32g .. 32g + 31 for all 64 keys
+//   dP^T = V dO^T       m64n32k16 x DV/16, same
+//   P^T, dS^T           in registers (scale folded into dS^T), stored as bf16/fp16 [key][query] to shared memory,
+//                       where the other warpgroup's query columns are needed
+//   dV  += P^T dO       A = P^T K-major, B = dO MN-major: warpgroup g owns a share of dV's columns
+//   dK  += dS^T Q       same, over dK's columns
+//   dQ   = dS K         A = dS read M-major from the same dS^T tile, B = K MN-major: a share of dQ's columns
+//   dQ accumulator     += dQ by red.global.add.v2.f32 into the FP32 workspace (the convert kernel writes dQ), issued
+//                       while dV and dK, committed after dQ, still run
+// The shares are whole 64-column slabs (an MN-major operand starts at a slab). A width of 128 or 256 splits in halves,
+// and both warpgroups run one body with the group as a value; 192 splits 128 + 64, and the warpgroups run two bodies
+// (the accumulators' sizes are compile-time): the 128-column share of dQ and dV goes to warpgroup 0 and that of dK to
+// warpgroup 1 (at 192/128 each warpgroup then owns 256 output columns; at 192/192, 320 against 256).
+// The next query block (Q, dO, D and LSE rows) streams by cp.async from all 256 threads into the other half of a double
+// buffer, issued right after S^T / dP^T so the tensor cores start first (shared memory at 256: K, V 64 KB + Q, dO
+// 2 x 64 KB + P^T, dS^T 16 KB = 209 KB; 1 CTA per SM). Two CTA barriers per query block: after the copies land, and
+// after the P^T / dS^T stores (each warpgroup's products read the other's query columns).
+// Masking, GQA, ragged and seqlensK follow backward_common.cuh exactly as the d128 kernel does.
+// SPDX-License-Identifier: BSD-3-Clause
 // The Hopper (sm_90a) backward main kernel for head dim 256 (FP16/BF16 storage).
 //
 // The d128 kernel's layout (128 keys per CTA, dK and dV of a warpgroup's 64 keys in registers) would need 256
@@ -34,7 +57,6 @@
 #include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
 #include "cuda/kernels/backward_sm90/sm90_bwd_tiles.cuh"
 #include "cuda/primitives/cp_async.cuh"
-#include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/mbarrier.cuh"
 #include "cuda/primitives/red_global.cuh"
@@ -48,23 +70,25 @@ namespace flashattn::cuda::backward_sm90 {
 
 using backward::BackwardParams;
 
-namespace d256 {
+namespace split {
 
-// Byte offsets from a 1024-aligned base. 16-bit tiles are stacks of 128-byte-swizzled slabs [D / 64][rows][64].
+// Byte offsets from a 1024-aligned base. 16-bit tiles are stacks of 128-byte-swizzled slabs [width / 64][rows][64].
+template <int D, int DV>
 struct Layout {
-  static constexpr int kD = 256;
-  static constexpr int kBlockM = sm90BackwardTileFor(kD).blockM;
-  static constexpr int kBlockN = sm90BackwardTileFor(kD).blockN;
-  static constexpr int kThreads = 32 * sm90BackwardTileFor(kD).warps;
+  static constexpr int kBlockM = sm90BackwardTileFor(D).blockM;
+  static constexpr int kBlockN = sm90BackwardTileFor(D).blockN;
+  static constexpr int kThreads = 32 * sm90BackwardTileFor(D).warps;
   static_assert(kBlockM == 64 && kBlockN == 64 && kThreads == 256,
-                "64 keys and 64 query rows per step, each product split by columns between two warpgroups");
+                "64 keys and 64 query rows per step, each product split between two warpgroups");
+  static_assert(D % 64 == 0 && DV % 64 == 0 && D >= DV && D <= 256, "head dims of whole slabs, DV <= D <= 256");
   static constexpr uint32_t kSlab = 64u * 128u;  // one slab of a 64-row tile
-  static constexpr uint32_t kTileBytes = uint32_t(kBlockM) * kD * 2;
+  static constexpr uint32_t kTileBytes = uint32_t(kBlockM) * D * 2;    // a Q or K tile
+  static constexpr uint32_t kTileBytesV = uint32_t(kBlockM) * DV * 2;  // a dO or V tile
   static constexpr uint32_t kK = 0;
   static constexpr uint32_t kV = kK + kTileBytes;
-  static constexpr uint32_t kQ = kV + kTileBytes;       // 2 stages
-  static constexpr uint32_t kDO = kQ + 2 * kTileBytes;  // 2 stages
-  static constexpr uint32_t kPT = kDO + 2 * kTileBytes; // P^T [key][query], one slab
+  static constexpr uint32_t kQ = kV + kTileBytesV;       // 2 stages
+  static constexpr uint32_t kDO = kQ + 2 * kTileBytes;   // 2 stages
+  static constexpr uint32_t kPT = kDO + 2 * kTileBytesV; // P^T [key][query], one slab
   static constexpr uint32_t kDST = kPT + kSlab;          // dS^T [key][query], one slab
   static constexpr uint32_t kLse = kDST + kSlab;         // 2 stages x BlockM floats
   static constexpr uint32_t kRowDot = kLse + 2 * kBlockM * 4;
@@ -72,23 +96,41 @@ struct Layout {
   static constexpr std::size_t kDynamicBytes = std::size_t(kEnd) + 1024;  // room to align the base
 };
 
-}  // namespace d256
+// Whether both warpgroups take equal shares of every product (then they run one body).
+constexpr bool evenSplit(int d, int dv) { return d % 128 == 0 && dv % 128 == 0; }
 
-// Deterministic: the dQ additions of one query block are ordered by key block (sm90_bwd_order.cuh).
-template <typename Element, bool Deterministic>
-__global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_constant__ BackwardParams p) {
-  using L = d256::Layout;
+// The columns of a product `width` wide that warpgroup `group` owns: halves where they are whole slabs, else (192)
+// 128 + 64 with the 128 to warpgroup 0 where `lowerTakesMore`.
+constexpr int shareColumns(int width, int group, bool lowerTakesMore) {
+  if (width % 128 == 0) return width / 2;
+  return (group == 0) == lowerTakesMore ? width - width / 3 : width / 3;
+}
+constexpr int shareFirst(int width, int group, bool lowerTakesMore) {
+  return group == 0 ? 0 : width - shareColumns(width, 1, lowerTakesMore);
+}
+constexpr bool kDqLowerMore = true, kDkLowerMore = false, kDvLowerMore = true;
+
+}  // namespace split
+
+// One warpgroup's walk over the CTA's query blocks. Group >= 0: the body of that warpgroup (uneven shares); Group < 0:
+// the body of both (even shares; `group` tells them apart at run time).
+template <typename Element, int D, int DV, bool Deterministic, int Group>
+__device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base, unsigned char *baseGeneric,
+                                          int group) {
+  using L = split::Layout<D, DV>;
   constexpr int kBlockM = L::kBlockM;
   constexpr int kBlockN = L::kBlockN;
+  constexpr int kShareGroup = Group < 0 ? 0 : Group;
+  constexpr int kDq = split::shareColumns(D, kShareGroup, split::kDqLowerMore);
+  constexpr int kDk = split::shareColumns(D, kShareGroup, split::kDkLowerMore);
+  constexpr int kDv = split::shareColumns(DV, kShareGroup, split::kDvLowerMore);
+  const int dqFirst = Group < 0 ? group * kDq : split::shareFirst(D, kShareGroup, split::kDqLowerMore);
+  const int dkFirst = Group < 0 ? group * kDk : split::shareFirst(D, kShareGroup, split::kDkLowerMore);
+  const int dvFirst = Group < 0 ? group * kDv : split::shareFirst(DV, kShareGroup, split::kDvLowerMore);
 
-  extern __shared__ unsigned char sm90BwdD256Shared[];
-  const uint32_t base = (prim::smemAddress(sm90BwdD256Shared) + 1023u) & ~1023u;
-  unsigned char *const baseGeneric = sm90BwdD256Shared + (base - prim::smemAddress(sm90BwdD256Shared));
   const float *const sLse = reinterpret_cast<const float *>(baseGeneric + L::kLse);
   const float *const sRowDot = reinterpret_cast<const float *>(baseGeneric + L::kRowDot);
-
   const int thread = threadIdx.x;
-  const int group = thread / 128;  // query columns 32g.. of S^T / dP^T; output columns 128g.. of dV, dK, dQ
   const int warp = (thread % 128) / 32;
   const int lane = thread % 32;
   const int quad = lane % 4;
@@ -105,18 +147,21 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
   DqTurns<Deterministic, false> turns;
 
-  float dv[64], dk[64];
+  float dv[kDv / 2], dk[kDk / 2];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) dv[i] = dk[i] = 0.f;
+  for (int i = 0; i < kDv / 2; ++i) dv[i] = 0.f;
+#pragma unroll
+  for (int i = 0; i < kDk / 2; ++i) dk[i] = 0.f;
 
   // Issues the copies of step t (query head, query block) into stage t % 2.
   auto loadStep = [&](int32_t t) {
-    loadQueryStep<Element, L::kD, kBlockM, Deterministic>(p, w, e, order, blocksPerHead, headBase, t, t & 1, base,
-                                                          L::kQ, L::kDO, L::kTileBytes, L::kLse, L::kRowDot, thread);
+    loadQueryStep<Element, D, DV, kBlockM, Deterministic>(p, w, e, order, blocksPerHead, headBase, t, t & 1, base,
+                                                          L::kQ, L::kDO, L::kTileBytes, L::kTileBytesV, L::kLse,
+                                                          L::kRowDot, thread);
   };
 
   if (steps > 0) {
-    loadKeyBlock<Element, L::kD, kBlockN>(p, w, e, n0, base + L::kK, base + L::kV, thread);
+    loadKeyBlock<Element, D, DV, kBlockN>(p, w, e, n0, base + L::kK, base + L::kV, thread);
     loadStep(0);
   }
   prim::cpAsyncCommit();
@@ -124,9 +169,9 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   const float scaleLog2 = p.scale * prim::kLog2e;
   const uint64_t kRowsDesc = prim::wgmmaDescriptorSw128(base + L::kK, 16, 1024);
   const uint64_t vRowsDesc = prim::wgmmaDescriptorSw128(base + L::kV, 16, 1024);
-  // The MN-major B operands of this warpgroup's 128 output columns: slabs 2g, 2g + 1 (leading byte offset = slab).
-  const uint32_t halfOffset = uint32_t(group) * 2 * L::kSlab;
-  const uint64_t kColsDesc = prim::wgmmaDescriptorSw128(base + L::kK + halfOffset, L::kSlab, 1024);
+  // The MN-major B operands of this warpgroup's output columns start at a slab (leading byte offset = slab).
+  const uint64_t kColsDesc =
+      prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(dqFirst / 64) * L::kSlab, L::kSlab, 1024);
   const uint64_t pTDesc = prim::wgmmaDescriptorSw128(base + L::kPT, 16, 1024);
   const uint64_t dSTDesc = prim::wgmmaDescriptorSw128(base + L::kDST, 16, 1024);
   const uint64_t dSDesc = prim::wgmmaDescriptorSw128(base + L::kDST, L::kSlab, 1024);
@@ -143,21 +188,21 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     const int32_t m0 = sb.mBlock * kBlockM;
     const int32_t h = headBase + sb.head;
     const uint32_t qTile = base + L::kQ + stage * L::kTileBytes;
-    const uint32_t dOTile = base + L::kDO + stage * L::kTileBytes;
+    const uint32_t dOTile = base + L::kDO + stage * L::kTileBytesV;
 
     float s[16], dp[16];
     prim::wgmmaFence();
     {
       const uint32_t bRows = uint32_t(group) * 32 * 128;
 #pragma unroll
-      for (int ks = 0; ks < 16; ++ks) {
+      for (int ks = 0; ks < D / 16; ++ks) {
         const uint32_t offset = uint32_t(ks / 4) * L::kSlab + uint32_t(ks % 4) * 32;
         prim::WgmmaOp<Element, 32>::ss(s, prim::wgmmaDescriptorAdvance(kRowsDesc, offset),
                                        prim::wgmmaDescriptorSw128(qTile + bRows + offset, 16, 1024), ks > 0 ? 1u : 0u);
       }
       prim::wgmmaCommitGroup();
 #pragma unroll
-      for (int ks = 0; ks < 16; ++ks) {
+      for (int ks = 0; ks < DV / 16; ++ks) {
         const uint32_t offset = uint32_t(ks / 4) * L::kSlab + uint32_t(ks % 4) * 32;
         prim::WgmmaOp<Element, 32>::ss(dp, prim::wgmmaDescriptorAdvance(vRowsDesc, offset),
                                        prim::wgmmaDescriptorSw128(dOTile + bRows + offset, 16, 1024), ks > 0 ? 1u : 0u);
@@ -259,29 +304,29 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
 
     // dQ first, in its own group, so that its additions go out while dV and dK still run on the tensor cores
     // (measured: +7-10% over one group for all three).
-    float dq[64];
+    float dq[kDq / 2];
     prim::wgmmaFence();
     // k = the 64 keys: dS read M-major from the dS^T rows and K MN-major, 16 key rows (2048 bytes) per step.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-      prim::WgmmaOp<Element, 128>::template ssTransposed<1, 1>(
+      prim::WgmmaOp<Element, kDq>::template ssTransposed<1, 1>(
           dq, prim::wgmmaDescriptorAdvance(dSDesc, uint32_t(kk) * 2048),
           prim::wgmmaDescriptorAdvance(kColsDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
     prim::wgmmaCommitGroup();
     turns.peek(p, w.batch, h, sb.mBlock, w.keyBlock, order);
     {
       // k = the 64 queries: 16 per step, 32 bytes along the K-major P^T / dS^T rows, 16 rows (2048 bytes) down the
-      // MN-major dO / Q slabs of this warpgroup's 128 columns.
-      const uint64_t dODesc = prim::wgmmaDescriptorSw128(dOTile + halfOffset, L::kSlab, 1024);
-      const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile + halfOffset, L::kSlab, 1024);
+      // MN-major dO / Q slabs of this warpgroup's columns.
+      const uint64_t dODesc = prim::wgmmaDescriptorSw128(dOTile + uint32_t(dvFirst / 64) * L::kSlab, L::kSlab, 1024);
+      const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile + uint32_t(dkFirst / 64) * L::kSlab, L::kSlab, 1024);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        prim::WgmmaOp<Element, 128>::template ssTransposed<0, 1>(
+        prim::WgmmaOp<Element, kDv>::template ssTransposed<0, 1>(
             dv, prim::wgmmaDescriptorAdvance(pTDesc, uint32_t(kk) * 32),
             prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048), 1u);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        prim::WgmmaOp<Element, 128>::template ssTransposed<0, 1>(
+        prim::WgmmaOp<Element, kDk>::template ssTransposed<0, 1>(
             dk, prim::wgmmaDescriptorAdvance(dSTDesc, uint32_t(kk) * 32),
             prim::wgmmaDescriptorAdvance(qDesc, uint32_t(kk) * 2048), 1u);
     }
@@ -291,15 +336,15 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
     // Deterministic: the turn is taken, and handed on below, while dV and dK still run on the tensor cores.
     turns.acquire(w.keyBlock);
 
-    // dQ rows 16 * warp + lane / 4 + 8h of the block, columns 128g + 8j + 2 quad.
+    // dQ rows 16 * warp + lane / 4 + 8h of the block, columns dqFirst + 8j + 2 quad.
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
       const int32_t i = m0 + 16 * warp + lane / 4 + 8 * hh;
       if (i >= sq) continue;
       float *row =
-          p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.dqPitch) + 128 * group + 2 * quad;
+          p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.dqPitch) + dqFirst + 2 * quad;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+      for (int j = 0; j < kDq / 8; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
     }
     turns.release(w.keyBlock);
     prim::wgmmaWaitGroup<0>();
@@ -312,15 +357,31 @@ __global__ void __launch_bounds__(256, 1) backwardSm90D256Kernel(const __grid_co
   const int32_t rowsLeft = e.rowsK - n0;
   if (rowsLeft > 0) {
     const int64_t key0 = e.kStart + n0;
-    // Each warpgroup holds 128 of the 256 columns of its 64 keys' dK and dV.
-    storeRows<Element, L::kD / 2>(dk,
-                                  static_cast<Element *>(p.dK) + int64_t(w.batch) * p.dKBatch +
-                                      int64_t(w.kvHead) * p.dKHead + key0 * p.dKRow + 128 * group,
-                                  p.dKRow, keyInTile, rowsLeft, quad);
-    storeRows<Element, L::kD / 2>(dv,
-                                  static_cast<Element *>(p.dV) + int64_t(w.batch) * p.dVBatch +
-                                      int64_t(w.kvHead) * p.dVHead + key0 * p.dVRow + 128 * group,
-                                  p.dVRow, keyInTile, rowsLeft, quad);
+    // Each warpgroup holds its shares of the columns of its 64 keys' dK and dV.
+    storeRows<Element, kDk>(dk,
+                            static_cast<Element *>(p.dK) + int64_t(w.batch) * p.dKBatch + int64_t(w.kvHead) * p.dKHead +
+                                key0 * p.dKRow + dkFirst,
+                            p.dKRow, keyInTile, rowsLeft, quad);
+    storeRows<Element, kDv>(dv,
+                            static_cast<Element *>(p.dV) + int64_t(w.batch) * p.dVBatch + int64_t(w.kvHead) * p.dVHead +
+                                key0 * p.dVRow + dvFirst,
+                            p.dVRow, keyInTile, rowsLeft, quad);
+  }
+}
+
+// Deterministic: the dQ additions of one query block are ordered by key block (sm90_bwd_order.cuh).
+template <typename Element, int D, int DV, bool Deterministic>
+__global__ void __launch_bounds__(256, 1) backwardSm90SplitKernel(const __grid_constant__ BackwardParams p) {
+  extern __shared__ unsigned char sm90BwdSplitShared[];
+  const uint32_t base = (prim::smemAddress(sm90BwdSplitShared) + 1023u) & ~1023u;
+  unsigned char *const baseGeneric = sm90BwdSplitShared + (base - prim::smemAddress(sm90BwdSplitShared));
+  const int group = int(threadIdx.x) / 128;  // warp-uniform: the two bodies' CTA barriers pair up warp by warp
+  if constexpr (split::evenSplit(D, DV)) {
+    splitWalk<Element, D, DV, Deterministic, -1>(p, base, baseGeneric, group);
+  } else if (group == 0) {
+    splitWalk<Element, D, DV, Deterministic, 0>(p, base, baseGeneric, 0);
+  } else {
+    splitWalk<Element, D, DV, Deterministic, 1>(p, base, baseGeneric, 1);
   }
 }
 
