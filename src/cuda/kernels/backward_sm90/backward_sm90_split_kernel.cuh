@@ -110,6 +110,10 @@ constexpr int shareFirst(int width, int group, bool lowerTakesMore) {
 }
 constexpr bool kDqLowerMore = true, kDkLowerMore = false, kDvLowerMore = true;
 
+// The CTA barrier of each step. A named one: at 192 the two warpgroups reach it from their own bodies, where
+// __syncthreads (which wants every thread at the same call) would be divergent.
+constexpr uint32_t kCtaBarrier = 1;
+
 }  // namespace split
 
 // One warpgroup's walk over the CTA's query blocks. Group >= 0: the body of that warpgroup (uneven shares); Group < 0:
@@ -182,7 +186,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     const int stage = t & 1;
     prim::cpAsyncWait<0>();
     prim::fenceProxyAsyncShared();
-    __syncthreads();
+    prim::namedBarrierSync(split::kCtaBarrier, 256);
 
     const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
     const int32_t m0 = sb.mBlock * kBlockM;
@@ -300,7 +304,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
       }
     }
     prim::fenceProxyAsyncShared();
-    __syncthreads();
+    prim::namedBarrierSync(split::kCtaBarrier, 256);
 
     // dQ first, in its own group, so that its additions go out while dV and dK still run on the tensor cores
     // (measured: +7-10% over one group for all three).

@@ -16,6 +16,7 @@
 
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/primitives/mbarrier.cuh"
 
 namespace flashattn::cuda::backward_sm90 {
 
@@ -72,6 +73,18 @@ __device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t, in
 // out while dV and dK still run): released at once, the fence already runs under dV and dK; deferring it would hold
 // the next key block back by dV and dK as well (measured: -16% at S8k causal, where every link of the key-block chain
 // adds its delay; +6% without the causal mask).
+// The CTA barrier of the hand-overs. A named one: the split kernel's warpgroups reach it from their own bodies at 192,
+// where __syncthreads (which wants every thread at the same call) would be divergent.
+constexpr uint32_t kTurnBarrier = 4;  // above the kernels' own (d64/d128: 1-3; split: 1)
+__device__ __forceinline__ void turnBarrier() { prim::namedBarrierSync(kTurnBarrier, blockDim.x); }
+
+// backward::passTurn with that barrier: every thread's additions complete, then thread 0 hands the block on.
+__device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
+  __threadfence();
+  turnBarrier();
+  if (threadIdx.x == 0) backward::storeRelease(turn, keyBlock + 1);
+}
+
 template <bool Enabled, bool Deferred>
 struct DqTurns {
   __device__ __forceinline__ void peek(const backward::BackwardParams &, int32_t, int32_t, int32_t, int32_t,
@@ -99,18 +112,18 @@ struct DqTurns<true, Deferred> {
     if (threadIdx.x == 0 && !seen) {
       while (backward::loadAcquire(current) != keyBlock) __nanosleep(64);
     }
-    __syncthreads();
+    turnBarrier();
   }
   __device__ __forceinline__ void release(int32_t keyBlock) {
     if constexpr (Deferred) {
       pending = current;
     } else {
-      backward::passTurn(current, keyBlock);
+      passTurnNamed(current, keyBlock);
     }
   }
   __device__ __forceinline__ void flush(int32_t keyBlock) {
     if (!Deferred || pending == nullptr) return;
-    backward::passTurn(pending, keyBlock);
+    passTurnNamed(pending, keyBlock);
     pending = nullptr;
   }
 };
