@@ -39,6 +39,10 @@
 namespace flashattn::cuda::decode_sm90 {
 
 // Named barriers between the two consumer warpgroups (0 is __syncthreads).
+// Every hand-over barrier is a bar.sync on both sides. bar.arrive would order the writes as well (PTX memory model), but
+// compute-sanitizer's racecheck only follows bar.sync; and the arriving side never runs ahead here anyway: warpgroup 1
+// reaches kPReady with warpgroup 2 already waiting there (it passed kPFree just before), and reaches kStatsReady after
+// its own last kPFree, which warpgroup 2 passes right before its epilogue.
 constexpr uint32_t kQReady = 1;      // Q has landed (both consumer warpgroups)
 constexpr uint32_t kPReady = 2;      // warpgroup 1 -> 2: P, the rescale factors and zeroed tail rows of a tile
 constexpr uint32_t kPFree = 3;       // warpgroup 2 -> 1: P and the factors may be overwritten
@@ -347,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
       }
       prim::fenceProxyAsyncShared();  // P and the zeros are read by wgmma (async proxy), here and in warpgroup 2
       if (inChunk < kTileKeys) prim::namedBarrierSync(kTailZeroed, 128);
-      prim::namedBarrierArrive(kPReady, 256);
+      prim::namedBarrierSync(kPReady, 256);
     };
     auto issuePV = [&](int x, const uint32_t(&fragments)[kTileKeys / 16][4]) {
       if (moved) forward_sm90::rescaleO<kHalf>(o, correction);
@@ -424,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
       stats[localRow0] = make_float2(maxLog2[0], total[0]);
       stats[localRow0 + 8] = make_float2(maxLog2[1], total[1]);
     }
-    prim::namedBarrierArrive(kStatsReady, 256);
+    prim::namedBarrierSync(kStatsReady, 256);
     storeRows<Element, kHalf>(p, w, o, maxLog2, total, localRow0, quad, 0, true);
   } else {
     // --------------------------------------------------------------------------------- warpgroup 2: O half 1
@@ -441,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
       prim::wgmmaCommitGroup();
       prim::wgmmaWaitGroup<0>();
       prim::wgmmaFenceOperands(o);
-      prim::namedBarrierArrive(kPFree, 256);
+      prim::namedBarrierSync(kPFree, 256);
       releaseStage(x % kStages);
     }
     prim::namedBarrierSync(kStatsReady, 256);
