@@ -39,10 +39,10 @@
 namespace flashattn::cuda::decode_sm90 {
 
 // Named barriers between the two consumer warpgroups (0 is __syncthreads).
-// Every hand-over barrier is a bar.sync on both sides. bar.arrive would order the writes as well (PTX memory model), but
-// compute-sanitizer's racecheck only follows bar.sync; and the arriving side never runs ahead here anyway: warpgroup 1
-// reaches kPReady with warpgroup 2 already waiting there (it passed kPFree just before), and reaches kStatsReady after
-// its own last kPFree, which warpgroup 2 passes right before its epilogue.
+// Every hand-over barrier is a bar.sync on both sides (bar.arrive on the writing side would order the writes as well):
+// the writing side never runs ahead here anyway, since warpgroup 1 reaches kPReady with warpgroup 2 already waiting
+// there (it passed kPFree just before), and reaches kStatsReady after its own last kPFree, which warpgroup 2 passes
+// right before its epilogue. racecheck reports these hand-overs in either form (NOTES.md, open question 1).
 constexpr uint32_t kQReady = 1;      // Q has landed (both consumer warpgroups)
 constexpr uint32_t kPReady = 2;      // warpgroup 1 -> 2: P, the rescale factors and zeroed tail rows of a tile
 constexpr uint32_t kPFree = 3;       // warpgroup 2 -> 1: P and the factors may be overwritten
