@@ -21,26 +21,6 @@
 // 2 x 64 KB + P^T, dS^T 16 KB = 209 KB; 1 CTA per SM). Two CTA barriers per query block: after the copies land, and
 // after the P^T / dS^T stores (each warpgroup's products read the other's query columns).
 // Masking, GQA, ragged and seqlensK follow backward_common.cuh exactly as the d128 kernel does.
-// SPDX-License-Identifier: BSD-3-Clause
-// The Hopper (sm_90a) backward main kernel for head dim 256 (FP16/BF16 storage).
-//
-// The d128 kernel's layout (128 keys per CTA, dK and dV of a warpgroup's 64 keys in registers) would need 256
-// accumulator floats per thread at d256. Here a CTA owns 64 keys and its two warpgroups split every product by
-// columns instead, so each thread holds 128 columns of dV and of dK (64 + 64 floats):
-//   S^T  = K Q^T        m64n32k16 x 16: warpgroup g computes query columns 32g .. 32g + 31 for all 64 keys
-//   dP^T = V dO^T       same
-//   P^T, dS^T           in registers (scale folded into dS^T), stored as bf16/fp16 [key][query] to shared memory,
-//                       where the other warpgroup's query columns are needed
-//   dV  += P^T dO       m64n128k16 x 4, A = P^T K-major, B = dO MN-major: warpgroup g owns dV columns 128g ..
-//   dK  += dS^T Q       same
-//   dQ   = dS K         m64n128k16 x 4, A = dS read M-major from the same dS^T tile, B = K MN-major: columns 128g ..
-//   dQ accumulator     += dQ by red.global.add.v2.f32 into the FP32 workspace (the convert kernel writes dQ), issued
-//                       while dV and dK, committed after dQ, still run
-// The next query block (Q, dO, D and LSE rows) streams by cp.async from all 256 threads into the other half of a double
-// buffer, issued right after S^T / dP^T so the tensor cores start first (shared memory: K, V 64 KB + Q, dO 2 x 64 KB +
-// P^T, dS^T 16 KB = 209 KB; 1 CTA per SM). Two CTA barriers per query block: after the copies land, and after the
-// P^T / dS^T stores (each warpgroup's products read the other's query columns).
-// Masking, GQA, ragged and seqlensK follow backward_common.cuh exactly as the d128 kernel does.
 #pragma once
 
 #include <cuda_bf16.h>
