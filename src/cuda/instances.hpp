@@ -49,6 +49,13 @@ struct InstanceList {
       if (keys[i].dtype == t && keys[i].headDimV == 0 && keys[i].headDim == headDim) return true;
     return false;
   }
+  // The instance compiled for exactly these head dims (one of equal dims, or a pair), or nullptr: for families that
+  // pad no columns.
+  const InstanceKey *exactFor(DType t, int64_t headDim, int64_t headDimV) const {
+    for (int i = 0; i < count; ++i)
+      if (keys[i].dtype == t && keys[i].headDim == headDim && keys[i].widthV() == headDimV) return &keys[i];
+    return nullptr;
+  }
   // The narrowest instance compiled for Q/K and V/O head dims apart that holds (headDim, headDimV), or nullptr.
   const InstanceKey *pairFor(DType t, int64_t headDim, int64_t headDimV) const {
     const InstanceKey *best = nullptr;

@@ -40,18 +40,6 @@ std::size_t sharedBytesFor(const InstanceKey &key) {
   return 0;  // unreachable: instances come from the same list
 }
 
-// The instance compiled for exactly the problem's head dims (this family pads no columns), or nullptr.
-const InstanceKey *exactInstance(const AttnProblem &p) {
-  if (p.headDimV == p.headDim) {
-    for (int i = 0; i < kSm90Instances.count; ++i) {
-      const InstanceKey &k = kSm90Instances.keys[i];
-      if (k.dtype == p.dtype && k.headDimV == 0 && k.headDim == p.headDim) return &k;
-    }
-    return nullptr;
-  }
-  const InstanceKey *pair = kSm90Instances.pairFor(p.dtype, p.headDim, p.headDimV);
-  return pair != nullptr && pair->headDim == p.headDim && pair->headDimV == p.headDimV ? pair : nullptr;
-}
 
 Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
@@ -61,7 +49,8 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   };
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16)
     return refuse(concat("data type ", dtypeName(p.dtype), " has no wgmma backward kernel (FP16/BF16 only)"));
-  const InstanceKey *instance = exactInstance(p);
+  // This family pads no columns: an instance of exactly the problem's head dims.
+  const InstanceKey *instance = kSm90Instances.exactFor(p.dtype, p.headDim, p.headDimV);
   if (instance == nullptr)
     return refuse(concat("headDim ", p.headDim, " / headDimV ", p.headDimV,
                          " has no wgmma backward kernel in this build (", dtypeName(p.dtype), ": ",
