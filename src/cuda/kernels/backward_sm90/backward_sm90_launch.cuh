@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The definition of launchSm90Instance<Element, HeadDim, HeadDimV>: raises the kernel's shared-memory limit once per device and
-// enqueues one CTA per (key block, KV head, sequence). Included only by the generated instance files
+// The definition of launchSm90Instance<Element, HeadDim, HeadDimV>: raises the kernel's shared-memory limit once per
+// device and enqueues one CTA per (key block, KV head, sequence). Included only by the generated instance files
 // (backward_sm90_instance.cu.in).
 #pragma once
 

@@ -58,21 +58,6 @@ __device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t, in
   }
 }
 
-// Deterministic mode's ordered dQ additions for one CTA (Enabled = false: nothing, and no registers). The turn
-// counters and their rule are backward_common.cuh's; what differs from the portable kernel is where the two memory
-// round trips of each hand-over go, so that they overlap tensor-core work instead of stalling the CTA:
-//   peek     thread 0's acquiring read of the counter, issued right after the dQ product is queued;
-//   acquire  the whole CTA, before its additions (d64/d128: bulk reduce-adds, d256: red.global): spins only if the
-//            peek was early, then a CTA barrier (skipped where this key block is the query block's first adder);
-//   release  the additions' fence (every thread waits for its reductions) and the counter's release store. The
-//            fence does not wait for bulk copies: the d64/d128 kernel completes its bulk groups and fences the async
-//            proxy before every flush (backward_sm90_kernel.cuh's completeDqAdditions).
-// Deferred = true (d64/d128, whose reductions go out after every product of the step has landed): the release waits
-// for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the fence runs under
-// them; it delays the next key block by the time to queue those products. Deferred = false (d256, whose reductions go
-// out while dV and dK still run): released at once, the fence already runs under dV and dK; deferring it would hold
-// the next key block back by dV and dK as well (measured: -16% at S8k causal, where every link of the key-block chain
-// adds its delay; +6% without the causal mask).
 // The CTA barrier of the hand-overs. A named one: the split kernel's warpgroups reach it from their own bodies at 192,
 // where __syncthreads (which wants every thread at the same call) would be divergent.
 constexpr uint32_t kTurnBarrier = 4;  // above the kernels' own (d64/d128: 1-3; split: 1)
@@ -85,6 +70,22 @@ __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
   if (threadIdx.x == 0) backward::storeRelease(turn, keyBlock + 1);
 }
 
+// Deterministic mode's ordered dQ additions for one CTA (Enabled = false: nothing, and no registers). The turn
+// counters and their rule are backward_common.cuh's; what differs from the portable kernel is where the two memory
+// round trips of each hand-over go, so that they overlap tensor-core work instead of stalling the CTA:
+//   peek     thread 0's acquiring read of the counter, issued right after the dQ product is queued;
+//   acquire  the whole CTA, before its additions (d64/d128: bulk reduce-adds, split kernel: red.global): spins only
+//            if the peek was early, then a CTA barrier (skipped where this key block is the query block's first
+//            adder);
+//   release  the additions' fence (every thread waits for its reductions) and the counter's release store. The
+//            fence does not wait for bulk copies: the d64/d128 kernel completes its bulk groups and fences the async
+//            proxy before every flush (backward_sm90_kernel.cuh's completeDqAdditions).
+// Deferred = true (d64/d128, whose reductions go out after every product of the step has landed): the release waits
+// for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the fence runs under
+// them; it delays the next key block by the time to queue those products. Deferred = false (the split kernel, whose
+// reductions go out while dV and dK still run): released at once, the fence already runs under dV and dK; deferring
+// it would hold the next key block back by dV and dK as well (measured at d256: -16% at S8k causal, where every link
+// of the key-block chain adds its delay; +6% without the causal mask).
 template <bool Enabled, bool Deferred>
 struct DqTurns {
   __device__ __forceinline__ void peek(const backward::BackwardParams &, int32_t, int32_t, int32_t, int32_t,

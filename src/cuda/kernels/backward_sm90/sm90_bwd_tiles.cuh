@@ -70,9 +70,9 @@ template <typename Element, int D, int DV, int BlockM, bool Deterministic>
 __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p, const backward::WorkItem &w,
                                               const backward::SequenceExtent &e, const StepOrder &order,
                                               int32_t blocksPerHead, int32_t headBase, int32_t t, int stage,
-                                              uint32_t base,
-                                              uint32_t qOffset, uint32_t dOOffset, uint32_t qStageBytes,
-                                              uint32_t dOStageBytes, uint32_t lseOffset, uint32_t rowDotOffset, int thread) {
+                                              uint32_t base, uint32_t qOffset, uint32_t dOOffset,
+                                              uint32_t qStageBytes, uint32_t dOStageBytes, uint32_t lseOffset,
+                                              uint32_t rowDotOffset, int thread) {
   const Element *const qBase = static_cast<const Element *>(p.q);
   const Element *const dOBase = static_cast<const Element *>(p.dO);
   const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
