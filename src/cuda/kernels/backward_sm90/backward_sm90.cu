@@ -40,6 +40,22 @@ std::size_t sharedBytesFor(const InstanceKey &key) {
   return 0;  // unreachable: instances come from the same list
 }
 
+// Whether an instance's kernel adds dQ by bulk reduce into the paneled accumulator (the d64/d128 kernel always; the
+// split kernel where its staging fits) or by red.global into the row-major one.
+template <int HD, int HDV>
+constexpr bool instanceDqPaneled() {
+  if constexpr (runsSplitKernel(HD))
+    return split::bulkDq<HD, HDV>();
+  else
+    return true;
+}
+bool dqPaneledFor(const InstanceKey &key) {
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV) \
+  if (key.headDim == HD && key.widthV() == HDV) return instanceDqPaneled<HD, HDV>();
+#include "cuda/generated/backward_sm90_instances.inc"
+#undef FLASHATTN_INSTANCE
+  return false;  // unreachable: instances come from the same list
+}
 
 Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
@@ -68,9 +84,8 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.blockM = tile.blockM;
   config.blockN = tile.blockN;
   config.warps = tile.warps;
-  // The d64/d128 kernel adds whole 16-row warp tiles and needs the paneled accumulator (backward_sm90_kernel.cuh); the
-  // split kernel adds row-major.
-  config.dqPaneled = !runsSplitKernel(int(p.headDim));
+  // Bulk additions of whole 16-row warp tiles need the paneled accumulator; red.global adds row-major.
+  config.dqPaneled = dqPaneledFor(*instance);
   return backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
 }
 

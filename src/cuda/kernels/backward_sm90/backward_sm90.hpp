@@ -16,7 +16,7 @@
 namespace flashattn::cuda::backward_sm90 {
 
 // Q/K head dims from 192 run the column-split kernel (backward_sm90_split_kernel.cuh: 64 keys per CTA, every product
-// split between the two warpgroups, dQ added row-major), the others the d64/d128 kernel (backward_sm90_kernel.cuh:
+// split between the two warpgroups, dQ added by bulk reduce where its staging fits, else by red.global), the others the d64/d128 kernel (backward_sm90_kernel.cuh:
 // 128 keys per CTA, dQ added by bulk reduce into the paneled accumulator).
 constexpr bool runsSplitKernel(int headDim) { return headDim >= 192; }
 

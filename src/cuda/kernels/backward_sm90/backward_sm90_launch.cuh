@@ -47,8 +47,9 @@ cudaError_t launchD64D128(const backward::BackwardParams &params, int device, cu
 template <typename Element, int D, int DV>
 cudaError_t launchSplit(const backward::BackwardParams &params, int device, cudaStream_t stream) {
   using L = split::Layout<D, DV>;
-  // The kernel adds dQ row-major and stores exactly D and DV columns.
-  if (params.dqPaneled || params.headDim != D || params.headDimV != DV) return cudaErrorInvalidValue;
+  // The kernel adds dQ in the layout the plan chose for it (paneled where it adds by bulk reduce) and stores exactly D
+  // and DV columns.
+  if (params.dqPaneled != L::kBulkDq || params.headDim != D || params.headDimV != DV) return cudaErrorInvalidValue;
   static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
   return params.deterministic ? launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, true>, L::kThreads,
                                                   L::kDynamicBytes, params, device, configuredDeterministic, stream)

@@ -10,8 +10,10 @@
 //   dV  += P^T dO       A = P^T K-major, B = dO MN-major: warpgroup g owns a share of dV's columns
 //   dK  += dS^T Q       same, over dK's columns
 //   dQ   = dS K         A = dS read M-major from the same dS^T tile, B = K MN-major: a share of dQ's columns
-//   dQ accumulator     += dQ by red.global.add.v2.f32 into the FP32 workspace (the convert kernel writes dQ), issued
-//                       while dV and dK, committed after dQ, still run
+//   dQ accumulator     += dQ into the FP32 workspace (the convert kernel writes dQ) while dV and dK, committed after
+//                       dQ, still run: where shared memory has room for a staging tile per warp (192), by one bulk
+//                       reduce (cp.reduce.async.bulk) per warp and 64-column panel into the paneled accumulator, as
+//                       the d128 kernel does; else (256) by red.global.add.v2.f32 into the row-major one
 // The shares are whole 64-column slabs (an MN-major operand starts at a slab). A width of 128 or 256 splits in halves,
 // and both warpgroups run one body with the group as a value; 192 splits 128 + 64, and the warpgroups run two bodies
 // (the accumulators' sizes are compile-time): the 128-column share of dQ and dV goes to warpgroup 0 and that of dK to
@@ -36,6 +38,7 @@
 #include "cuda/kernels/backward_sm90/sm90_bwd_order.cuh"
 #include "cuda/kernels/backward_sm90/sm90_bwd_primitives.cuh"
 #include "cuda/kernels/backward_sm90/sm90_bwd_tiles.cuh"
+#include "cuda/primitives/bulk_reduce.cuh"
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/mbarrier.cuh"
@@ -72,12 +75,26 @@ struct Layout {
   static constexpr uint32_t kDST = kPT + kSlab;          // dS^T [key][query], one slab
   static constexpr uint32_t kLse = kDST + kSlab;         // 2 stages x BlockM floats
   static constexpr uint32_t kRowDot = kLse + 2 * kBlockM * 4;
-  static constexpr uint32_t kEnd = kRowDot + 2 * kBlockM * 4;
+  // dQ staging (where it fits): each warp's 16 rows x its warpgroup's dQ columns, one 4 KB tile [16][64] per 64-column
+  // panel, added to the paneled accumulator by one bulk reduce per panel (backward_sm90_kernel.cuh's scheme). The two
+  // warpgroups' shares together are D columns: 4 warps x 16 rows x D x 4 bytes.
+  static constexpr uint32_t kDqStage = kRowDot + 2 * kBlockM * 4;
+  static constexpr uint32_t kDqStageBytes = 4u * 16u * uint32_t(D) * 4u;
+  static constexpr std::size_t kSharedLimit = 232448;  // sm90's opt-in shared memory per block (227 KB)
+  static constexpr bool kBulkDq = std::size_t(kDqStage) + kDqStageBytes + 1024 <= kSharedLimit;
+  static constexpr uint32_t kEnd = kBulkDq ? kDqStage + kDqStageBytes : kDqStage;
   static constexpr std::size_t kDynamicBytes = std::size_t(kEnd) + 1024;  // room to align the base
 };
 
 // Whether both warpgroups take equal shares of every product (then they run one body).
 constexpr bool evenSplit(int d, int dv) { return d % 128 == 0 && dv % 128 == 0; }
+
+// Whether the instance adds dQ by bulk reduce from shared-memory staging (its accumulator paneled) rather than by
+// red.global (row-major): where the staging fits beside the tiles (192; not 256).
+template <int D, int DV>
+constexpr bool bulkDq() {
+  return Layout<D, DV>::kBulkDq;
+}
 
 // The columns of a product `width` wide that warpgroup `group` owns: halves where they are whole slabs, else (192)
 // 128 + 64 with the 128 to warpgroup 0 where `lowerTakesMore`.
@@ -160,6 +177,10 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
   const uint64_t dSTDesc = prim::wgmmaDescriptorSw128(base + L::kDST, 16, 1024);
   const uint64_t dSDesc = prim::wgmmaDescriptorSw128(base + L::kDST, L::kSlab, 1024);
   const int keyInTile = 16 * warp + lane / 4;  // + 8h: this thread's accumulator rows (keys) of S^T and dK/dV
+  // This warp's dQ staging tiles (L::kBulkDq): warpgroup 0's warps first, then warpgroup 1's.
+  const uint32_t dqStageOffset =
+      L::kDqStage + uint32_t(group == 0 ? 0 : 4 * 16 * 4 * split::shareColumns(D, 0, split::kDqLowerMore)) +
+      uint32_t(warp) * uint32_t(16 * 4 * kDq);
   const int queryCol0 = 32 * group + 2 * quad;  // + 8j + e: this thread's query columns of S^T
 
   for (int32_t t = 0; t < steps; ++t) {
@@ -321,14 +342,52 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     turns.acquire(w.keyBlock);
 
     // dQ rows 16 * warp + lane / 4 + 8h of the block, columns dqFirst + 8j + 2 quad.
+    if constexpr (L::kBulkDq) {
+      // Through the warp's staging tiles: the previous step's reduce-adds must have read them.
+      const int32_t iFirst = m0 + 16 * warp;
+      const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
+      if (lane == 0) prim::bulkWaitRead<0>();
+      __syncwarp();
+      float *const tile = reinterpret_cast<float *>(baseGeneric + dqStageOffset);
 #pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-      const int32_t i = m0 + 16 * warp + lane / 4 + 8 * hh;
-      if (i >= sq) continue;
-      float *row =
-          p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.dqPitch) + dqFirst + 2 * quad;
+      for (int hh = 0; hh < 2; ++hh) {
+        const int r = lane / 4 + 8 * hh;
+        const int swizzle = backward::dqSwizzle(wsRow0 + r);
 #pragma unroll
-      for (int j = 0; j < kDq / 8; ++j) prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+        for (int j = 0; j < kDq / 8; ++j)
+          *reinterpret_cast<float2 *>(tile + (j / 8) * 1024 + r * 64 + ((8 * (j % 8) + 2 * quad) ^ swizzle)) =
+              make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+      }
+      prim::fenceProxyAsyncShared();  // the bulk copies read through the async proxy
+      __syncwarp();
+      if (lane == 0) {
+        // Deterministic: the turn was taken by a generic-proxy acquire; the additions go through the async proxy.
+        if constexpr (Deterministic) prim::fenceProxyAsyncGlobal();
+        const int32_t rows = sq - iFirst < 16 ? sq - iFirst : 16;  // rows past the sequence belong to others
+        if (rows > 0) {
+#pragma unroll
+          for (int panel = 0; panel < kDq / 64; ++panel)
+            prim::bulkReduceAddFloats(p.dqAccum + backward::dqPanelRowStart(p, wsRow0, dqFirst / 64 + panel),
+                                      base + dqStageOffset + uint32_t(panel) * 4096u, uint32_t(rows) * 64 * 4);
+        }
+        prim::bulkCommitGroup();
+        // Deterministic: the turn is handed on only once the additions are performed, not just issued.
+        if constexpr (Deterministic) {
+          prim::bulkWait<0>();
+          prim::fenceProxyAsyncGlobal();
+        }
+      }
+    } else {
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh) {
+        const int32_t i = m0 + 16 * warp + lane / 4 + 8 * hh;
+        if (i >= sq) continue;
+        float *row =
+            p.dqAccum + backward::workspaceRow(p, w.batch, h, e, i) * int64_t(p.dqPitch) + dqFirst + 2 * quad;
+#pragma unroll
+        for (int j = 0; j < kDq / 8; ++j)
+          prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+      }
     }
     turns.release(w.keyBlock);
     prim::wgmmaWaitGroup<0>();
@@ -336,6 +395,9 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     prim::wgmmaFenceOperands(dk);
   }
   prim::cpAsyncWait<0>();
+  if constexpr (L::kBulkDq) {
+    if (lane == 0) prim::bulkWait<0>();  // the staging tiles must outlive the reads
+  }
 
   // dK, dV rows of this CTA (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).
   const int32_t rowsLeft = e.rowsK - n0;
