@@ -106,6 +106,12 @@ __device__ __forceinline__ void namedBarrierArrive(uint32_t id, uint32_t threads
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+// The same wait without .aligned: the threads of a warp need not reach it at one instruction, or converged (where
+// warpgroups reach one barrier from different code the compiler cannot prove warp-uniform).
+__device__ __forceinline__ void namedBarrierSyncUnaligned(uint32_t id, uint32_t threads) {
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // Orders this thread's earlier generic-proxy shared-memory accesses (ordinary stores, completed cp.async copies)
 // before later async-proxy accesses (wgmma operand reads, bulk copies) that a barrier hands over.
 __device__ __forceinline__ void fenceProxyAsyncShared() {

@@ -187,7 +187,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     const int stage = t & 1;
     prim::cpAsyncWait<0>();
     prim::fenceProxyAsyncShared();
-    prim::namedBarrierSync(split::kCtaBarrier, 256);
+    prim::namedBarrierSyncUnaligned(split::kCtaBarrier, 256);
 
     const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
     const int32_t m0 = sb.mBlock * kBlockM;
@@ -305,7 +305,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
       }
     }
     prim::fenceProxyAsyncShared();
-    prim::namedBarrierSync(split::kCtaBarrier, 256);
+    prim::namedBarrierSyncUnaligned(split::kCtaBarrier, 256);
 
     // dQ first, in its own group, so that its additions go out while dV and dK still run on the tensor cores
     // (measured: +7-10% over one group for all three).

@@ -61,7 +61,7 @@ __device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t, in
 // The CTA barrier of the hand-overs. A named one: the split kernel's warpgroups reach it from their own bodies at 192,
 // where __syncthreads (which wants every thread at the same call) would be divergent.
 constexpr uint32_t kTurnBarrier = 4;  // above the kernels' own (d64/d128: 1-3; split: 1)
-__device__ __forceinline__ void turnBarrier() { prim::namedBarrierSync(kTurnBarrier, blockDim.x); }
+__device__ __forceinline__ void turnBarrier() { prim::namedBarrierSyncUnaligned(kTurnBarrier, blockDim.x); }
 
 // backward::passTurn with that barrier: every thread's additions complete, then thread 0 hands the block on.
 __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
