@@ -16,8 +16,9 @@
 namespace flashattn::cuda::backward_sm90 {
 
 // Q/K head dims from 192 run the column-split kernel (backward_sm90_split_kernel.cuh: 64 keys per CTA, every product
-// split between the two warpgroups, dQ added by bulk reduce where its staging fits, else by red.global), the others the d64/d128 kernel (backward_sm90_kernel.cuh:
-// 128 keys per CTA, dQ added by bulk reduce into the paneled accumulator).
+// split between the two warpgroups, dQ added by bulk reduce where its staging fits, else by red.global), the others
+// the d64/d128 kernel (backward_sm90_kernel.cuh: 128 keys per CTA, dQ added by bulk reduce into the paneled
+// accumulator).
 constexpr bool runsSplitKernel(int headDim) { return headDim >= 192; }
 
 // The CTA shape of the wgmma main kernel for one Q/K head dim (V/O's, where narrower, runs the same shape): the

@@ -146,7 +146,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
   const int32_t steps = blocksPerHead * p.headsPerKvHead;
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
   const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
-  DqTurns<Deterministic, false> turns;
+  DqTurns<Deterministic, false, true> turns;
 
   float dv[kDv / 2], dk[kDk / 2];
 #pragma unroll

@@ -59,14 +59,22 @@ __device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t, in
 }
 
 // The CTA barrier of the hand-overs. A named one: the split kernel's warpgroups reach it from their own bodies at 192,
-// where __syncthreads (which wants every thread at the same call) would be divergent.
+// where __syncthreads (which wants every thread at the same call) would be divergent. Unaligned: without .aligned
+// (the split kernel; the compiler then assumes no converged warp there, which costs the d64/d128 kernel registers).
 constexpr uint32_t kTurnBarrier = 4;  // above the kernels' own (d64/d128: 1-3; split: 1)
-__device__ __forceinline__ void turnBarrier() { prim::namedBarrierSyncUnaligned(kTurnBarrier, blockDim.x); }
+template <bool Unaligned>
+__device__ __forceinline__ void turnBarrier() {
+  if constexpr (Unaligned)
+    prim::namedBarrierSyncUnaligned(kTurnBarrier, blockDim.x);
+  else
+    prim::namedBarrierSync(kTurnBarrier, blockDim.x);
+}
 
 // backward::passTurn with that barrier: every thread's additions complete, then thread 0 hands the block on.
+template <bool Unaligned>
 __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
   __threadfence();
-  turnBarrier();
+  turnBarrier<Unaligned>();
   if (threadIdx.x == 0) backward::storeRelease(turn, keyBlock + 1);
 }
 
@@ -74,19 +82,20 @@ __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
 // counters and their rule are backward_common.cuh's; what differs from the portable kernel is where the two memory
 // round trips of each hand-over go, so that they overlap tensor-core work instead of stalling the CTA:
 //   peek     thread 0's acquiring read of the counter, issued right after the dQ product is queued;
-//   acquire  the whole CTA, before its additions (d64/d128: bulk reduce-adds, split kernel: red.global): spins only
-//            if the peek was early, then a CTA barrier (skipped where this key block is the query block's first
+//   acquire  the whole CTA, before its additions (d64/d128 and the split kernel at 192: bulk reduce-adds; at 256:
+//            red.global): spins only if the peek was early, then a CTA barrier (skipped where this key block is the query block's first
 //            adder);
 //   release  the additions' fence (every thread waits for its reductions) and the counter's release store. The
 //            fence does not wait for bulk copies: the d64/d128 kernel completes its bulk groups and fences the async
-//            proxy before every flush (backward_sm90_kernel.cuh's completeDqAdditions).
+//            proxy before every flush (backward_sm90_kernel.cuh's completeDqAdditions), the split kernel right after
+//            issuing them.
 // Deferred = true (d64/d128, whose reductions go out after every product of the step has landed): the release waits
 // for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the fence runs under
 // them; it delays the next key block by the time to queue those products. Deferred = false (the split kernel, whose
 // reductions go out while dV and dK still run): released at once, the fence already runs under dV and dK; deferring
 // it would hold the next key block back by dV and dK as well (measured at d256: -16% at S8k causal, where every link
 // of the key-block chain adds its delay; +6% without the causal mask).
-template <bool Enabled, bool Deferred>
+template <bool Enabled, bool Deferred, bool Unaligned = false>
 struct DqTurns {
   __device__ __forceinline__ void peek(const backward::BackwardParams &, int32_t, int32_t, int32_t, int32_t,
                                        const StepOrder &) {}
@@ -95,8 +104,8 @@ struct DqTurns {
   __device__ __forceinline__ void flush(int32_t) {}
 };
 
-template <bool Deferred>
-struct DqTurns<true, Deferred> {
+template <bool Deferred, bool Unaligned>
+struct DqTurns<true, Deferred, Unaligned> {
   int32_t *current = nullptr;  // counter of the query block being added into
   int32_t *pending = nullptr;  // counter whose additions are issued but not yet handed on
   bool first = false;          // key block n - 1 does not see the block: no wait
@@ -113,18 +122,18 @@ struct DqTurns<true, Deferred> {
     if (threadIdx.x == 0 && !seen) {
       while (backward::loadAcquire(current) != keyBlock) __nanosleep(64);
     }
-    turnBarrier();
+    turnBarrier<Unaligned>();
   }
   __device__ __forceinline__ void release(int32_t keyBlock) {
     if constexpr (Deferred) {
       pending = current;
     } else {
-      passTurnNamed(current, keyBlock);
+      passTurnNamed<Unaligned>(current, keyBlock);
     }
   }
   __device__ __forceinline__ void flush(int32_t keyBlock) {
     if (!Deferred || pending == nullptr) return;
-    passTurnNamed(pending, keyBlock);
+    passTurnNamed<Unaligned>(pending, keyBlock);
     pending = nullptr;
   }
 };
