@@ -847,9 +847,10 @@ void usage(FILE *f) {
                "                              (1,128k) (8,8k) (8,32k) (32,4k) (64,8k); serving: those shapes dense\n"
                "                              and paged (pages of 1, 16, 64 rows), and 2/4/8/16 query tokens\n"
                "                              (causal) on the dense caches of 256 MiB and more; chunked B4 H32/8\n"
-               "                              D128 causal, 512 new tokens over 4k..16k cached keys, paged (page 16)\n"
-               "                              and dense; mla: DeepSeek-V3's prefill, bf16 H=128/128 D192 DV128\n"
-               "                              causal, S 4k/8k/16k, B*S=16k, and its absorbed decode, bf16 D576 DV512\n"
+               "                              D128 causal, 512 new tokens over 4k..16k cached keys, paged (page 16;\n"
+               "                              pages 1 and 64 over 8k) and dense; mla: DeepSeek-V3's prefill, bf16\n"
+               "                              H=128/128 D192 DV128 causal, S 4k/8k/16k, B*S=16k, and its absorbed\n"
+               "                              decode, bf16 D576 DV512\n"
                "                              with V read from K's first 512 columns (V's pointer and strides are\n"
                "                              K's), 1 KV head, 1 query token, H 128 and 16 at (B,L) = (1,32k)\n"
                "                              (8,32k) (32,8k) (64,4k) (128,2k), plus 2 tokens (causal) and a paged\n"
@@ -2069,9 +2070,11 @@ Plan makePlan(const Options &o, bool cuda) {
     return p;
   }
   if (o.sweep == "chunked") {
-    // The inference engines' chunked prefill: 512 new tokens after a long cached prefix, GQA 32/8.
-    for (int64_t prefix : {4096, 8192, 16384})
-      p.chunked.push_back({o.dtypeGiven ? o.dtype : FLASHATTN_DATA_BF16, 4, 32, 8, 512, prefix + 512, 128, true, 16});
+    // The inference engines' chunked prefill: 512 new tokens after a long cached prefix, GQA 32/8, in vLLM's pages of
+    // 16 keys; at one prefix also SGLang's pages of one key and pages of 64.
+    const flashAttnDataType_t dtype = o.dtypeGiven ? o.dtype : FLASHATTN_DATA_BF16;
+    for (int64_t prefix : {4096, 8192, 16384}) p.chunked.push_back({dtype, 4, 32, 8, 512, prefix + 512, 128, true, 16});
+    for (int64_t pageSize : {1, 64}) p.chunked.push_back({dtype, 4, 32, 8, 512, 8192 + 512, 128, true, pageSize});
     return p;
   }
   if (o.sweep == "mla") {

@@ -312,28 +312,38 @@ def markdown_table(header, rows):
 
 
 def chunked_rows(ours):
-    """One line per chunked-prefill shape: the paged cache's figure, the dense cache's and their ratio."""
+    """One line per chunked-prefill shape and page size: the paged cache's figure, the dense cache's and their ratio.
+    A paged row pairs with the dense row of its shape measured last before it (flashattn-bench times the dense cache
+    first, once per page size)."""
     shapes = {}
     for r in ours:
         if r.get("kind") != "chunked":
             continue
         key = (DTYPE_NAMES.get(str(r.get("dtype")), str(r.get("dtype"))), int(r["B"]), int(r["H"]), int(r["HK"]),
                int(r["S"]), int(r["Sk"]), int(r["D"]), bool(r["causal"]))
-        shapes.setdefault(key, {})["paged" if int(r.get("page_size", 0)) else "dense"] = r
+        entry = shapes.setdefault(key, {"dense": None, "pairs": {}})
+        page = int(r.get("page_size", 0))
+        if page:
+            entry["pairs"][page] = (r, entry["dense"])
+        else:
+            entry["dense"] = r
     rows = []
     for key in sorted(shapes):
         dtype, b, h, hk, new, keys, d, causal = key
-        paged, dense = shapes[key].get("paged"), shapes[key].get("dense")
-        p_val = paged.get("tflops") if paged and not paged.get("error") else None
-        d_val = dense.get("tflops") if dense and not dense.get("error") else None
-        check = "-"
-        if paged and paged.get("error"):
-            check = ("NOT_SUPPORTED " if paged.get("not_supported") else "ERROR ") + paged["error"]
-        elif paged and paged.get("pass") is not None:
-            check = "PASS" if paged["pass"] else "FAIL " + paged.get("check", "")
-        page = f" page={paged.get('page_size')}" if paged else ""
-        rows.append({"shape": f"{dtype} B={b} H={h}/{hk} new={new} keys={keys} D={d}{' causal' if causal else ''}{page}",
-                     "paged": p_val, "dense": d_val, "ratio": ratio(p_val, d_val), "check": check})
+        pairs = shapes[key]["pairs"] or {0: (None, shapes[key]["dense"])}
+        for page_size in sorted(pairs):
+            paged, dense = pairs[page_size]
+            p_val = paged.get("tflops") if paged and not paged.get("error") else None
+            d_val = dense.get("tflops") if dense and not dense.get("error") else None
+            check = "-"
+            if paged and paged.get("error"):
+                check = ("NOT_SUPPORTED " if paged.get("not_supported") else "ERROR ") + paged["error"]
+            elif paged and paged.get("pass") is not None:
+                check = "PASS" if paged["pass"] else "FAIL " + paged.get("check", "")
+            page = f" page={page_size}" if paged else ""
+            rows.append({"shape": f"{dtype} B={b} H={h}/{hk} new={new} keys={keys} D={d}"
+                                  f"{' causal' if causal else ''}{page}",
+                         "paged": p_val, "dense": d_val, "ratio": ratio(p_val, d_val), "check": check})
     return rows
 
 
