@@ -9,7 +9,10 @@
 // repeatable). A captured graph replays with other lengths, block tables and query offsets written between replays.
 // The CTest variant test_gpu_forward_paged_portable runs it all on the portable families.
 //
-// FLASHATTN_TEST_SLICE=edge runs the small cases only (for compute-sanitizer).
+// Wide heads on pages of 16, 64 and 256 (the Hopper kernel's tensor-map copies of page runs): Q/K 192 with V/O 128
+// (MLA prefill, V and O descriptors of their own width) and 256, chunked prefill and dense Q.
+//
+// FLASHATTN_TEST_SLICE=edge runs the small cases only (for compute-sanitizer), a 192/128 one on pages of 16 among them.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -44,6 +47,7 @@ struct PagedCase {
   std::string name;
   flashAttnDataType_t dtype = FLASHATTN_DATA_BF16;
   int64_t headDim = 128;
+  int64_t headDimV = 0;  // of V and O; 0: the same as headDim
   int64_t heads = 8, kvHeads = 2;
   std::vector<Sequence> seqs;
   bool raggedQ = true;  // false: a dense Q of denseSeqQ rows per sequence
@@ -58,6 +62,7 @@ struct PagedCase {
   bool withLse = true;
   uint64_t seed = 1;
 
+  int64_t dv() const { return headDimV > 0 ? headDimV : headDim; }
   int64_t batch() const { return int64_t(seqs.size()); }
   int64_t queryRows(size_t b) const { return raggedQ ? seqs[b].newTokens : denseSeqQ; }
   int64_t keys(size_t b) const { return seqs[b].prefix + (raggedQ ? seqs[b].newTokens : 0); }
@@ -66,7 +71,8 @@ struct PagedCase {
 
 // One case's inputs on the device: Q (ragged [tokens, heads, d] or dense BSHD), the paged cache and a dense cache of
 // the same keys (ragged [tokens, kvHeads, d] with cuSeqlensK for a ragged Q, padded [b, kvHeads, cap, d] with
-// seqlensK for a dense one), O and LSE, the index arrays and their descriptors.
+// seqlensK for a dense one), O and LSE, the index arrays and their descriptors. V and O have dv columns (K's d where
+// the case sets no headDimV), so V has descriptors of its own.
 class PagedFixture {
  public:
   explicit PagedFixture(const PagedCase &c) : c_(c) { build(); }
@@ -82,7 +88,7 @@ class PagedFixture {
   flashAttnStatus_t enqueue(bool pagedCache) {
     return flashAttnForward(handle_, attn_, pagedCache ? pagedSeq_ : denseSeq_, qDesc_, q_.ptr,
                             pagedCache ? pagesDesc_ : denseDesc_, pagedCache ? kPages_.ptr : kDense_.ptr,
-                            pagedCache ? pagesDesc_ : denseDesc_, pagedCache ? vPages_.ptr : vDense_.ptr, oDesc_,
+                            pagedCache ? vPagesDesc_ : vDenseDesc_, pagedCache ? vPages_.ptr : vDense_.ptr, oDesc_,
                             o_.ptr, c_.withLse ? flashAttnTensorDescriptor_t(lseDesc_) : nullptr,
                             c_.withLse ? lse_.get<float>() : nullptr, nullptr, 0);
   }
@@ -90,9 +96,9 @@ class PagedFixture {
   size_t workspaceBytes(bool pagedCache) {
     size_t bytes = 1;
     check(flashAttnForwardGetWorkspaceSize(handle_, attn_, pagedCache ? pagedSeq_ : denseSeq_, qDesc_,
-                                           pagedCache ? pagesDesc_ : denseDesc_, pagedCache ? pagesDesc_ : denseDesc_,
-                                           oDesc_, c_.withLse ? flashAttnTensorDescriptor_t(lseDesc_) : nullptr,
-                                           &bytes),
+                                           pagedCache ? pagesDesc_ : denseDesc_,
+                                           pagedCache ? vPagesDesc_ : vDenseDesc_, oDesc_,
+                                           c_.withLse ? flashAttnTensorDescriptor_t(lseDesc_) : nullptr, &bytes),
           "workspace size");
     return bytes;
   }
@@ -101,8 +107,8 @@ class PagedFixture {
   std::string family(bool pagedCache) {
     char text[512] = {};
     check(flashAttnCheckSupport(handle_, FLASHATTN_OP_FORWARD, attn_, pagedCache ? pagedSeq_ : denseSeq_, qDesc_,
-                                pagedCache ? pagesDesc_ : denseDesc_, pagedCache ? pagesDesc_ : denseDesc_, oDesc_, text,
-                                sizeof text, nullptr),
+                                pagedCache ? pagesDesc_ : denseDesc_, pagedCache ? vPagesDesc_ : vDenseDesc_, oDesc_,
+                                text, sizeof text, nullptr),
           "CheckSupport");
     const std::string s = text;
     return s.substr(0, s.find(' '));
@@ -132,8 +138,8 @@ class PagedFixture {
       for (int64_t h = 0; h < c_.heads; ++h)
         for (int64_t i = 0; i < rp_.seqQ(b); ++i) {
           const size_t row = size_t((b * c_.heads + h) * rp_.maxSq + i);
-          for (int64_t x = 0; x < c_.headDim; ++x)
-            out[row * size_t(c_.headDim) + size_t(x)] = loadElement(o.bytes.data(), c_.dtype, qOffset(b, h, i) + x);
+          for (int64_t x = 0; x < c_.dv(); ++x)
+            out[row * size_t(c_.dv()) + size_t(x)] = loadElement(o.bytes.data(), c_.dtype, oOffset(b, h, i) + x);
           outLse[row] = lse[size_t(lseOffset(b, h, i))];
         }
     const fa_ref::Gate g = fa_ref::checkGates(out, ref, lp, 2.0, fa_ref::normTolerance(roundingOf(c_.dtype)));
@@ -177,29 +183,35 @@ class PagedFixture {
   flashAttnHandle_t handle() const { return handle_; }
 
  private:
-  int64_t qOffset(int64_t b, int64_t h, int64_t i) const {
-    return c_.raggedQ ? (cuQHost_[size_t(b)] + i) * c_.heads * c_.headDim + h * c_.headDim
-                      : ((b * c_.denseSeqQ + i) * c_.heads + h) * c_.headDim;
+  // Element offsets of row (b, h, i) in Q (d columns) and O (dv columns): the same layouts of other widths.
+  int64_t rowOffset(int64_t b, int64_t h, int64_t i, int64_t width) const {
+    return c_.raggedQ ? (cuQHost_[size_t(b)] + i) * c_.heads * width + h * width
+                      : ((b * c_.denseSeqQ + i) * c_.heads + h) * width;
   }
+  int64_t qOffset(int64_t b, int64_t h, int64_t i) const { return rowOffset(b, h, i, c_.headDim); }
+  int64_t oOffset(int64_t b, int64_t h, int64_t i) const { return rowOffset(b, h, i, c_.dv()); }
   int64_t lseOffset(int64_t b, int64_t h, int64_t i) const {
     return c_.raggedQ ? (cuQHost_[size_t(b)] + i) * c_.heads + h : (b * c_.heads + h) * c_.denseSeqQ + i;
   }
 
   // The pool: NaN everywhere, then each sequence's keys [0, seqK(b)) in the pages its table row names.
   void writePages() {
-    HostTensor kh(c_.dtype, {numPages_, c_.pageSize, c_.kvHeads, c_.headDim},
-                  {c_.pageSize * c_.kvHeads * c_.headDim, c_.kvHeads * c_.headDim, c_.headDim, 1});
+    const int64_t d = c_.headDim, dv = c_.dv();
+    HostTensor kh(c_.dtype, {numPages_, c_.pageSize, c_.kvHeads, d},
+                  {c_.pageSize * c_.kvHeads * d, c_.kvHeads * d, d, 1});
+    HostTensor vh(c_.dtype, {numPages_, c_.pageSize, c_.kvHeads, dv},
+                  {c_.pageSize * c_.kvHeads * dv, c_.kvHeads * dv, dv, 1});
     kh.fillNaN();
-    HostTensor vh = kh;
+    vh.fillNaN();
     for (int64_t b = 0; b < c_.batch(); ++b)
       for (int64_t j = 0; j < rp_.seqK(b); ++j) {
         const int32_t page = tableHost_[size_t(b * pagesPerSeq_ + j / c_.pageSize)];
-        for (int64_t h = 0; h < c_.kvHeads; ++h)
-          for (int64_t x = 0; x < c_.headDim; ++x) {
-            const size_t src = size_t(((b * c_.kvHeads + h) * capacity_ + j) * c_.headDim + x);
-            kh.set({page, j % c_.pageSize, h, x}, k_canon_[src]);
-            vh.set({page, j % c_.pageSize, h, x}, v_canon_[src]);
-          }
+        for (int64_t h = 0; h < c_.kvHeads; ++h) {
+          for (int64_t x = 0; x < d; ++x)
+            kh.set({page, j % c_.pageSize, h, x}, k_canon_[size_t(((b * c_.kvHeads + h) * capacity_ + j) * d + x)]);
+          for (int64_t x = 0; x < dv; ++x)
+            vh.set({page, j % c_.pageSize, h, x}, v_canon_[size_t(((b * c_.kvHeads + h) * capacity_ + j) * dv + x)]);
+        }
       }
     FA_CUDA_CHECK(cudaMemcpy(kPages_.ptr, kh.bytes.data(), kh.bytes.size(), cudaMemcpyHostToDevice));
     FA_CUDA_CHECK(cudaMemcpy(vPages_.ptr, vh.bytes.data(), vh.bytes.size(), cudaMemcpyHostToDevice));
@@ -232,13 +244,14 @@ class PagedFixture {
     capacity_ = pagesPerSeq_ * c.pageSize;
     numPages_ = B * pagesPerSeq_ + 3;  // 3 pages no table row names
 
-    rp_.batch = B, rp_.heads = c.heads, rp_.kvHeads = c.kvHeads, rp_.headDim = rp_.headDimV = c.headDim;
+    const int64_t d = c.headDim, dv = c.dv();
+    rp_.batch = B, rp_.heads = c.heads, rp_.kvHeads = c.kvHeads, rp_.headDim = d, rp_.headDimV = dv;
     rp_.maxSq = maxQ, rp_.maxSk = capacity_;
     for (size_t b = 0; b < c.seqs.size(); ++b) {
       rp_.sq.push_back(c.queryRows(b));
       rp_.sk.push_back(c.keys(b));
     }
-    const float scale = float(1.0 / std::sqrt(double(c.headDim)));
+    const float scale = float(1.0 / std::sqrt(double(d)));
     rp_.scale = scale;
     rp_.softcap = c.softcap;
     rp_.mask = fa_ref::Mask(int(c.mask));
@@ -258,19 +271,24 @@ class PagedFixture {
     k_canon_ = randomValues(rng, rp_.kSize(), c.dtype);
     v_canon_ = randomValues(rng, rp_.vSize(), c.dtype);
 
-    // Q and O: ragged [totalQ, heads, d] or dense BSHD [b, sq, heads, d] (rows of heads * d elements).
-    std::vector<int64_t> qDims, qStrides, lDims, lStrides;
+    // Q and O: ragged [totalQ, heads, d | dv] or dense BSHD [b, sq, heads, d | dv] (rows of heads * d or heads * dv
+    // elements).
+    std::vector<int64_t> qDims, qStrides, oDims, oStrides, lDims, lStrides;
     cuQHost_.assign(1, 0);
     for (size_t b = 0; b < c.seqs.size(); ++b) cuQHost_.push_back(cuQHost_.back() + c.queryRows(b));
     if (c.raggedQ) {
-      qDims = {std::max<int64_t>(totalQ, 1), c.heads, c.headDim};
-      qStrides = {c.heads * c.headDim, c.headDim, 1};
+      qDims = {std::max<int64_t>(totalQ, 1), c.heads, d};
+      qStrides = {c.heads * d, d, 1};
+      oDims = {std::max<int64_t>(totalQ, 1), c.heads, dv};
+      oStrides = {c.heads * dv, dv, 1};
       lDims = {std::max<int64_t>(totalQ, 1), c.heads};
       lStrides = {c.heads, 1};
       lseElements_ = std::max<int64_t>(totalQ, 1) * c.heads;
     } else {
-      qDims = {B, c.heads, c.denseSeqQ, c.headDim};
-      qStrides = {c.denseSeqQ * c.heads * c.headDim, c.headDim, c.heads * c.headDim, 1};
+      qDims = {B, c.heads, c.denseSeqQ, d};
+      qStrides = {c.denseSeqQ * c.heads * d, d, c.heads * d, 1};
+      oDims = {B, c.heads, c.denseSeqQ, dv};
+      oStrides = {c.denseSeqQ * c.heads * dv, dv, c.heads * dv, 1};
       lDims = {B, c.heads, c.denseSeqQ};
       lStrides = {c.heads * c.denseSeqQ, c.denseSeqQ, 1};
       lseElements_ = B * c.heads * c.denseSeqQ;
@@ -278,11 +296,11 @@ class PagedFixture {
     qDims_ = qDims;
     qStrides_ = qStrides;
     writeQ();
-    oHost_ = HostTensor(c.dtype, qDims, qStrides);
+    oHost_ = HostTensor(c.dtype, oDims, oStrides);
     o_ = DeviceBuffer(oHost_.bytes.size());
     lse_ = DeviceBuffer(size_t(lseElements_) * 4);
     expect(qDesc_.set(c.dtype, qDims, qStrides));
-    expect(oDesc_.set(c.dtype, qDims, qStrides));
+    expect(oDesc_.set(c.dtype, oDims, oStrides));
     expect(lseDesc_.set(FLASHATTN_DATA_FP32, lDims, lStrides));
 
     // Block table: used pages from a random permutation of the pool, garbage past each sequence's last page.
@@ -296,39 +314,48 @@ class PagedFixture {
         tableHost_[size_t(b * pagesPerSeq_ + pg)] =
             used ? perm[size_t(b * pagesPerSeq_ + pg)] : int32_t(pg % 2 ? -7 : numPages_ + 5);
       }
-    const std::vector<int64_t> pageDims = {numPages_, c.pageSize, c.kvHeads, c.headDim};
-    kPages_ = DeviceBuffer(size_t(numPages_ * c.pageSize * c.kvHeads * c.headDim) * elementSize(c.dtype));
-    vPages_ = DeviceBuffer(kPages_.bytes);
+    kPages_ = DeviceBuffer(size_t(numPages_ * c.pageSize * c.kvHeads * d) * elementSize(c.dtype));
+    vPages_ = DeviceBuffer(size_t(numPages_ * c.pageSize * c.kvHeads * dv) * elementSize(c.dtype));
     writePages();
-    expect(pagesDesc_.set(c.dtype, pageDims, {c.pageSize * c.kvHeads * c.headDim, c.kvHeads * c.headDim, c.headDim, 1}));
+    expect(pagesDesc_.set(c.dtype, {numPages_, c.pageSize, c.kvHeads, d},
+                          {c.pageSize * c.kvHeads * d, c.kvHeads * d, d, 1}));
+    expect(vPagesDesc_.set(c.dtype, {numPages_, c.pageSize, c.kvHeads, dv},
+                           {c.pageSize * c.kvHeads * dv, c.kvHeads * dv, dv, 1}));
 
     // The dense cache of the same keys, NaN past each sequence's.
     std::vector<int32_t> cuK{0};
     for (int64_t b = 0; b < B; ++b) cuK.push_back(cuK.back() + int32_t(rp_.seqK(b)));
-    std::vector<int64_t> dDims, dStrides;
-    if (c.raggedQ) {
-      dDims = {std::max<int64_t>(cuK.back(), 1), c.kvHeads, c.headDim};
-      dStrides = {c.kvHeads * c.headDim, c.headDim, 1};
-    } else {
-      dDims = {B, c.kvHeads, capacity_, c.headDim};
-      dStrides = {capacity_ * c.kvHeads * c.headDim, c.headDim, c.kvHeads * c.headDim, 1};
-    }
-    HostTensor kd(c.dtype, dDims, dStrides);
+    // Ragged [keys, kvHeads, width] or padded [b, kvHeads, cap, width] in BSHD order; width d for K and dv for V.
+    auto denseDims = [&](int64_t width) -> std::vector<int64_t> {
+      return c.raggedQ ? std::vector<int64_t>{std::max<int64_t>(cuK.back(), 1), c.kvHeads, width}
+                       : std::vector<int64_t>{B, c.kvHeads, capacity_, width};
+    };
+    auto denseStrides = [&](int64_t width) -> std::vector<int64_t> {
+      return c.raggedQ ? std::vector<int64_t>{c.kvHeads * width, width, 1}
+                       : std::vector<int64_t>{capacity_ * c.kvHeads * width, width, c.kvHeads * width, 1};
+    };
+    HostTensor kd(c.dtype, denseDims(d), denseStrides(d)), vd(c.dtype, denseDims(dv), denseStrides(dv));
     kd.fillNaN();
-    HostTensor vd = kd;
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t h = 0; h < c.kvHeads; ++h)
-        for (int64_t j = 0; j < rp_.seqK(b); ++j)
-          for (int64_t x = 0; x < c.headDim; ++x) {
-            const size_t src = size_t(((b * c.kvHeads + h) * capacity_ + j) * c.headDim + x);
-            const int64_t at = c.raggedQ ? (cuK[size_t(b)] + j) * dStrides[0] + h * dStrides[1] + x
-                                         : b * dStrides[0] + h * dStrides[1] + j * dStrides[2] + x;
-            storeElement(kd.bytes.data(), c.dtype, at, k_canon_[src]);
-            storeElement(vd.bytes.data(), c.dtype, at, v_canon_[src]);
-          }
+    vd.fillNaN();
+    for (HostTensor *t : {&kd, &vd}) {
+      const bool isK = t == &kd;
+      const int64_t width = isK ? d : dv;
+      const std::vector<double> &canon = isK ? k_canon_ : v_canon_;
+      const std::vector<int64_t> &st = t->strides;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < c.kvHeads; ++h)
+          for (int64_t j = 0; j < rp_.seqK(b); ++j)
+            for (int64_t x = 0; x < width; ++x) {
+              const size_t src = size_t(((b * c.kvHeads + h) * capacity_ + j) * width + x);
+              const int64_t at = c.raggedQ ? (cuK[size_t(b)] + j) * st[0] + h * st[1] + x
+                                           : b * st[0] + h * st[1] + j * st[2] + x;
+              storeElement(t->bytes.data(), c.dtype, at, canon[src]);
+            }
+    }
     kDense_ = DeviceBuffer(kd);
     vDense_ = DeviceBuffer(vd);
-    expect(denseDesc_.set(c.dtype, dDims, dStrides));
+    expect(denseDesc_.set(c.dtype, kd.dims, kd.strides));
+    expect(vDenseDesc_.set(c.dtype, vd.dims, vd.strides));
 
     std::vector<int32_t> lens(rp_.sk.begin(), rp_.sk.end()), cuQ(cuQHost_.begin(), cuQHost_.end());
     lens_ = DeviceBuffer(lens.data(), lens.size() * 4);
@@ -366,7 +393,7 @@ class PagedFixture {
   Handle handle_{FLASHATTN_BACKEND_CUDA};
   AttnDesc attn_;
   SeqDesc pagedSeq_, denseSeq_;
-  TensorDesc qDesc_, oDesc_, lseDesc_, pagesDesc_, denseDesc_;
+  TensorDesc qDesc_, oDesc_, lseDesc_, pagesDesc_, vPagesDesc_, denseDesc_, vDenseDesc_;
   DeviceBuffer q_, o_, lse_, kPages_, vPages_, kDense_, vDense_, lens_, table_, cuQ_, cuK_, slopes_, sinks_;
   HostTensor oHost_;
   fa_ref::Problem rp_;
@@ -394,6 +421,11 @@ std::vector<PagedCase> cases() {
     d.name = "edge_dense_ps16", d.raggedQ = false, d.denseSeqQ = 20, d.pageSize = 16, d.seqs = {{0, 0}, {0, 44}};
     d.dtype = FLASHATTN_DATA_FP32, d.seed = seed++;
     out.push_back(d);
+    // Q/K 192 with V/O 128 on pages of 16: the tensor-map page-run copies of the Hopper kernel at two widths.
+    PagedCase m;
+    m.name = "edge_192v128_ps16", m.headDim = 192, m.headDimV = 128, m.pageSize = 16;
+    m.seqs = {{5, 20}, {3, 0}}, m.seed = seed++;
+    out.push_back(m);
     return out;
   }
   const int64_t pageSizes[] = {1, 3, 16, 64, 256};
@@ -436,6 +468,30 @@ std::vector<PagedCase> cases() {
   tl.name = "top_left_and_short_prefix", tl.pageSize = 16, tl.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
   tl.seqs = {{300, 50}, {64, 0}}, tl.seed = seed++;
   out.push_back(tl);
+  // Wide heads, where the Hopper kernel copies runs of whole pages (page sizes that are multiples of 8) by tensor
+  // map: V/O narrower than Q/K (192 and 128, MLA prefill) and 256. Chunked prefill of 17 new tokens over none, 512
+  // over a prefix that ends the sequence on a page boundary and one over 70; a dense Q over KV lengths 0, a page
+  // boundary and a long one.
+  auto chunked = [&](const std::string &name, flashAttnDataType_t t, int64_t d, int64_t dv, int64_t ps,
+                     int64_t kvHeads) {
+    PagedCase c;
+    c.name = name, c.dtype = t, c.headDim = d, c.headDimV = dv, c.pageSize = ps, c.heads = 8, c.kvHeads = kvHeads;
+    c.seqs = {{17, 0}, {512, onBoundary(1000, ps)}, {1, 70}}, c.seed = seed++;
+    out.push_back(c);
+  };
+  auto denseQ = [&](const std::string &name, flashAttnDataType_t t, int64_t d, int64_t dv, int64_t ps,
+                    int64_t kvHeads, flashAttnMaskMode_t mask) {
+    PagedCase c;
+    c.name = name, c.dtype = t, c.headDim = d, c.headDimV = dv, c.pageSize = ps, c.heads = 8, c.kvHeads = kvHeads;
+    c.raggedQ = false, c.denseSeqQ = 33, c.mask = mask, c.sparePagesPerSeq = 3;
+    c.seqs = {{0, 0}, {0, onBoundary(100, ps)}, {0, 1800}}, c.seed = seed++;
+    out.push_back(c);
+  };
+  chunked("mla_192v128_ps16", FLASHATTN_DATA_BF16, 192, 128, 16, 2);
+  denseQ("mla_192v128_ps64_dense", FLASHATTN_DATA_BF16, 192, 128, 64, 2, FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT);
+  chunked("mla_192v128_ps256_fp16", FLASHATTN_DATA_FP16, 192, 128, 256, 1);
+  chunked("d256_ps16", FLASHATTN_DATA_FP16, 256, 0, 16, 2);
+  denseQ("d256_ps64_dense", FLASHATTN_DATA_BF16, 256, 0, 64, 8, FLASHATTN_MASK_NONE);
   return out;
 }
 
