@@ -37,6 +37,14 @@ std::size_t sharedBytesFor(const InstanceKey &key, bool paged) {
 
 TileConfig tileOf(const InstanceKey &key) { return tileFor(key.headDim, key.widthV()); }
 
+// Whether a paged cache's blocks split into tensor-map copies of whole page runs (pagedBoxRows: page sizes that are
+// multiples of 8 and share 8 or more with BlockN) whose tail block the warp can copy (V/O head dim 64, 128 or 256), and
+// no logit transform (whose kernel has no paged form). The maps themselves are checked by tmaServes.
+bool pagedTmaShape(const AttnProblem &p, const InstanceKey &key) {
+  return p.paged && pagedBoxRows(p.pageSize, tileOf(key).blockN) > 0 && 32 % (key.widthV() / 8) == 0 &&
+         p.softcap <= 0.f && p.alibiSlopes == nullptr;
+}
+
 // Persistent CTAs (one per SM, looping over tiles: the next tile's loads overlap the current one's tail) against one
 // CTA per tile, H200, bf16, tensor-map loads (NOTES.md): without a mask every tile is as long as the next, and
 // persistence gains 10-27% at S 512-2k and 0-4% at 4k-16k (d64, d128), up to 4k at d256 (from 8k one CTA per tile
@@ -68,8 +76,10 @@ InstanceKey sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string 
   if (const InstanceKey *pair = kSm90Instances.pairFor(p.dtype, p.headDim, p.headDimV))
     if (pair->headDim + pair->headDimV < 2 * padded) key = *pair;
   const std::string instance = instanceName(key);
-  // The paged producer gives each 8-element chunk of a row one thread of its 128: head dims 64, 128 and 256.
-  if (p.paged && (128 % (key.headDim / 8) != 0 || 128 % (key.widthV() / 8) != 0))
+  // A paged cache comes by tensor-map copies of page runs, whose tail block's V rows split over one warp (V/O head
+  // dims 64, 128 and 256), or by the cp.async producer, which gives each 8-element chunk of a row one thread of its
+  // 128 (both head dims 64, 128 or 256).
+  if (p.paged && !pagedTmaShape(p, key) && (128 % (key.headDim / 8) != 0 || 128 % (key.widthV() / 8) != 0))
     return refuse("a paged K/V on the " + instance + " instance runs on the portable kernels");
   // A paged cache's page stride (its Layout.batch) is walked whatever the batch.
   const bool batchUsed = !p.ragged && p.batch > 1;
@@ -98,18 +108,20 @@ InstanceKey sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string 
 }
 
 // Q, K and V by tensor-map copies where their maps encode: the same maps as the launch's at a stand-in address (the
-// call's pointers are 16-byte aligned, which sm90Serves checked), with row coordinates in 32 bits. Not for a paged
-// cache, whose rows come through row tables.
+// call's pointers are 16-byte aligned, which sm90Serves checked), with row and page coordinates in 32 bits. A paged
+// cache whose blocks do not split into whole page runs (pagedTmaShape) comes through row tables instead.
 bool tmaServes(const AttnProblem &p, const InstanceKey &key) {
-  if (p.paged) return false;
+  if (p.paged && !pagedTmaShape(p, key)) return false;
   constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max() - 1024;
   if (p.ragged ? std::max(p.totalQ, p.totalK) > kMaxRows : std::max(p.seqQ, p.seqK) > kMaxRows) return false;
+  if (p.paged && p.numPages > kMaxRows) return false;
   AttnBuffers standIn{};
   void *const address = reinterpret_cast<void *>(uintptr_t(1) << 20);
   standIn.q = standIn.k = standIn.v = address;
   standIn.o = address;
   const TileConfig t = tileOf(key);
   KernelParams scratch;
+  if (p.paged) scratch.pageBoxRows = pagedBoxRows(p.pageSize, t.blockN);
   return encodeForwardMaps(sm90Params(p, standIn), p.dtype, 64 * t.consumerGroups, t.blockN, &scratch);
 }
 
@@ -119,8 +131,15 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   if (key.headDim == 0) return Verdict::Refused;
   const TileConfig t = tileOf(key);
   const bool tma = tmaServes(p, key);
+  if (p.paged && !tma && (128 % (key.headDim / 8) != 0 || 128 % (key.widthV() / 8) != 0)) {
+    if (whyNot != nullptr)
+      *whyNot = concat("a paged K/V on the ", instanceName(key),
+                       " instance takes tensor-map copies, which its strides or the driver refuse here; it runs on "
+                       "the portable kernels");
+    return Verdict::Refused;
+  }
   const bool transformsLogits = p.softcap > 0.f || p.alibiSlopes != nullptr;
-  if (transformsLogits && !tma) {
+  if (transformsLogits && (!tma || p.paged)) {
     if (whyNot != nullptr)
       *whyNot = concat(p.softcap > 0.f ? "softcap" : "ALiBi", " runs on the portable forward kernels ",
                        p.paged                        ? "with a paged K/V"
@@ -141,7 +160,10 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
               << " consumer warpgroups + " << (tma ? "tensor-map" : "cp.async") << " producer, " << t.stages
               << " stages"
               << (t.pingPong ? ", ping-pong" : "") << (persistent ? ", persistent" : "")
-              << (p.paged ? ", paged K/V through per-block row tables" : "")
+              << (!p.paged ? ""
+                  : tma    ? concat(", paged K/V in tensor-map copies of ", pagedBoxRows(p.pageSize, t.blockN),
+                                    "-key page runs")
+                           : std::string(", paged K/V through per-block row tables"))
               << (p.softcap > 0.f ? ", softcap" : "") << (p.alibiSlopes != nullptr ? ", ALiBi" : "")
               << ", longest tiles first; fp32 accumulate; deterministic";
   ForwardConfig config;

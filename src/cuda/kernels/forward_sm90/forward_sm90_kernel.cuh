@@ -20,10 +20,11 @@
 // Rows past the sequence and keys past seqK arrive as zeros (cp.async zero-fill), so unused memory is never read into
 // the products. Semantics (masks, windows, empty rows, ragged sequences, seqlensK) are those of forward_common.cuh.
 //
-// Paged (a compile-time switch: the dense kernel has none of it): before each K or V block load the producer threads
-// write the block's row offsets into one of two row tables (paged_kv.cuh's rule, one thread per key), meet at a named
-// barrier of the producer warpgroup, and copy each row from its offset. The barrier of one load also orders the
-// previous load's reads of the other table before the next write to it.
+// Paged (a compile-time switch: the dense kernel has none of it), by tensor maps (Tma): a block is whole copies of
+// page runs, one map box per run and 64 columns (KernelParams::pageBoxRows). By cp.async: before each K or V block
+// load the producer threads write the block's row offsets into one of two row tables (paged_kv.cuh's rule, one thread
+// per key), meet at a named barrier of the producer warpgroup, and copy each row from its offset. The barrier of one
+// load also orders the previous load's reads of the other table before the next write to it.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -325,7 +326,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
   using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged, DV>;
   static_assert(kProducerBarrier > kSchedulerBarrierBase + ConsumerGroups - 1, "named barriers overlap");
   static_assert(!Paged || BlockN <= 128, "the row tables take one producer thread per key of a block");
-  static_assert(!(Paged && Tma), "a paged cache's rows come through row tables, not a tensor map");
+  static_assert(!(Paged && Tma) || 32 % (DV / 8) == 0, "the paged tail block's V rows split over one warp");
   constexpr int kBlockM = Layout::kBlockM;
   const ForwardParams &p = kp.f;
   extern __shared__ unsigned char sm90Shared[];
@@ -374,8 +375,12 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     const bool issuer = lane == 0;
     int kSlot = 0, vSlot = 0;
     uint32_t kPhase = 0, vPhase = 0, qPhase = 0;
+    // Paged: the tail block's V row offsets (the first row table: one tail block per tile, copied and waited for
+    // before the next is written).
+    int64_t *const tailRows = reinterpret_cast<int64_t *>(sm90Shared + (base - prim::smemAddress(sm90Shared)) +
+                                                          Layout::kRowTables);
     forEachTile(kp.totalTiles, [&](int64_t index) {
-      const Tile t = decodeTile<kBlockM, BlockN, false>(kp, index);
+      const Tile t = decodeTile<kBlockM, BlockN, Paged>(kp, index);
       if (!t.active || t.empty) return;  // the consumers write empty tiles themselves
       const int kvHead = t.work.head / p.headsPerKvHead;
       const int batch = p.ragged ? 0 : t.work.batch;  // a ragged map has a batch of one
@@ -390,24 +395,83 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
             prim::tensorCopy4d(tile + uint32_t(box * rows * 128), map, box * 64, row, head, batch, full);
         }
       };
+      // Paged: a block is BlockN / pageBoxRows runs of pageBoxRows keys in one page each (KernelParams); lane c
+      // looks up run c of a block. A run past the sequence, or in a page outside the pool, gets page -1: its box
+      // lies outside the map, which the copy engine fills with zeros, and no table entry past the sequence is read.
+      struct PageRun {
+        int page;
+        int row;
+      };
+      const int runs = Paged ? BlockN / kp.pageBoxRows : 0;
+      auto lookupRuns = [&](int n) {
+        PageRun r{-1, 0};
+        const int key = n * BlockN + lane * kp.pageBoxRows;
+        if constexpr (Paged) {
+          if (n >= 0 && lane < runs && key < t.seq.seqK) {
+            const paged::PagedRow row = paged::pagedRow(p.cache, t.work.batch, key);
+            r = PageRun{row.page, row.row};
+          }
+        }
+        return r;
+      };
+      // The block of the runs in `r` from the map into the slab stack at tile; runs start on multiples of 8 rows
+      // (1024 bytes), so each lands in the swizzle the whole block would have had.
+      auto copyPagedTile = [&](uint32_t tile, const CUtensorMap *map, PageRun r, uint32_t full, auto boxes) {
+        if (issuer) prim::mbarrierArriveExpectTx(full, uint32_t(BlockN) * decltype(boxes)::value * 128);
+#pragma unroll 1
+        for (int run = 0; run < runs; ++run) {
+          const int page = __shfl_sync(0xffffffffu, r.page, run);
+          const int row = __shfl_sync(0xffffffffu, r.row, run);
+          if (issuer) {
+            const uint32_t runTile = tile + uint32_t(run * kp.pageBoxRows * 128);
+#pragma unroll
+            for (int box = 0; box < decltype(boxes)::value; ++box)
+              prim::tensorCopy4d(runTile + uint32_t(box * BlockN * 128), map, box * 64, row, kvHead, page, full);
+          }
+        }
+      };
       using QkBoxes = std::integral_constant<int, D / 64>;
       using VBoxes = std::integral_constant<int, DV / 64>;
+      // Paged: K walks the blocks from the last down and V one block behind; each block's runs are looked up one K
+      // block ahead (nextRuns) and kept for V, so the table reads' latency passes under the waits.
+      PageRun nextRuns = lookupRuns(t.lastKeyBlock), kRuns{-1, 0}, vRuns{-1, 0};
       auto loadK = [&](int n) {
+        if constexpr (Paged) {
+          vRuns = kRuns;  // block n + 1's, for V(n + 1) next
+          kRuns = nextRuns;
+          nextRuns = lookupRuns(n - 1);
+        }
         prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
-        copyTile(sK(kSlot), &kp.kMap, BlockN, kRow0 + n * BlockN, kvHead, kFull(kSlot), QkBoxes{});
+        if constexpr (Paged)
+          copyPagedTile(sK(kSlot), &kp.kMap, kRuns, kFull(kSlot), QkBoxes{});
+        else
+          copyTile(sK(kSlot), &kp.kMap, BlockN, kRow0 + n * BlockN, kvHead, kFull(kSlot), QkBoxes{});
         if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
       };
       auto loadV = [&](int n) {
         prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
         if (kp.copyTailBlock && (n + 1) * BlockN > t.seq.seqK) {
-          const Element *vRows = static_cast<const Element *>(p.v) + int64_t(t.work.batch) * p.vBatch +
-                                 int64_t(kvHead) * p.vHead + (t.seq.kStart + int64_t(n) * BlockN) * p.vRow;
           // Landed before the one arrival the barrier expects (the warp waits once per tile, for this block only).
-          prim::cpAsyncTileToSlabs<Element, DV, BlockN, 32, 4>(sV(vSlot), vRows, p.vRow, t.seq.seqK - n * BlockN,
-                                                               lane, p.v, p.headDimV / 8);
+          if constexpr (Paged) {
+            for (int r = lane; r < BlockN; r += 32) {
+              const forward::PagedRowLookup l = forward::lookupRow(p, t.work.batch, n * BlockN + r, t.seq.seqK);
+              tailRows[r] = l.present ? paged::rowOffset(l.row, p.vBatch, p.vRow) + int64_t(kvHead) * p.vHead : -1;
+            }
+            __syncwarp();
+            prim::cpAsyncTableRowsToSlabs<Element, DV, BlockN, 32, 4>(sV(vSlot), static_cast<const Element *>(p.v),
+                                                                      tailRows, lane, p.v, p.headDimV / 8);
+          } else {
+            const Element *vRows = static_cast<const Element *>(p.v) + int64_t(t.work.batch) * p.vBatch +
+                                   int64_t(kvHead) * p.vHead + (t.seq.kStart + int64_t(n) * BlockN) * p.vRow;
+            prim::cpAsyncTileToSlabs<Element, DV, BlockN, 32, 4>(sV(vSlot), vRows, p.vRow, t.seq.seqK - n * BlockN,
+                                                                 lane, p.v, p.headDimV / 8);
+          }
           prim::cpAsyncWaitAll();
           __syncwarp();
           if (issuer) prim::mbarrierArrive(vFull(vSlot));
+        } else if constexpr (Paged) {
+          // V(n) follows K(n - 1), which moved block n's runs to vRuns; the first block's V follows no K load.
+          copyPagedTile(sV(vSlot), &kp.vMap, n == t.firstKeyBlock ? kRuns : vRuns, vFull(vSlot), VBoxes{});
         } else {
           copyTile(sV(vSlot), &kp.vMap, BlockN, kRow0 + n * BlockN, kvHead, vFull(vSlot), VBoxes{});
         }
@@ -465,7 +529,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         // Past the first block: a key index past every sequence, which lookupRow reports absent without a read.
         return forward::lookupRow(p, t.work.batch, n >= 0 ? n * BlockN + thread : t.seq.seqK, t.seq.seqK);
       };
-      if constexpr (Paged) nextK = lookupBlock(t.lastKeyBlock);
+      if constexpr (Paged && !Tma) nextK = lookupBlock(t.lastKeyBlock);
       auto stageRows = [&](forward::PagedRowLookup l, int64_t pageStride, int64_t rowStride,
                            int64_t headOffset) {
         int64_t *table = rowTables + rowTable * BlockN;
@@ -476,7 +540,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         return static_cast<const int64_t *>(table);
       };
       auto loadK = [&](int n) {
-        if constexpr (Paged) {
+        if constexpr (Paged && !Tma) {
           lookupV = lookupK;  // block n + 1's, for V(n + 1) next
           lookupK = nextK;
           nextK = lookupBlock(n - 1);
@@ -493,7 +557,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
       };
       auto loadV = [&](int n) {
-        if constexpr (Paged) {
+        if constexpr (Paged && !Tma) {
           // V(n) follows K(n - 1), which moved block n's lookup to lookupV; the last V block follows no K load.
           forward::PagedRowLookup l = lookupV;
           if (n == t.firstKeyBlock) l = lookupK;

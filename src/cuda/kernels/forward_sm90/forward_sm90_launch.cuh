@@ -39,8 +39,9 @@ cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &optio
   if constexpr (Tma) {
     // The plan encoded the same maps at a stand-in address (tmaServes): only the addresses differ here.
     constexpr DType kDtype = std::is_same_v<Element, __half> ? DType::FP16 : DType::BF16;
+    if constexpr (Paged) kp.pageBoxRows = pagedBoxRows(params.cache.pageSize.value, BlockN);
     if (!encodeForwardMaps(params, kDtype, Layout::kBlockM, BlockN, &kp)) return cudaErrorInvalidValue;
-    kp.copyTailBlock = params.ragged || params.seqlensK != nullptr;
+    kp.copyTailBlock = Paged || params.ragged || params.seqlensK != nullptr;
   }
   kp.pairsPerSection = options.pairsPerSection > 0 ? std::min<int64_t>(options.pairsPerSection,
                                                                         int64_t(params.batch) * params.heads)
@@ -62,7 +63,16 @@ template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, b
 cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions &options, int device,
                                 cudaStream_t stream) {
   if (params.paged) {
-    // The paged producer gives each 8-element chunk of a row one of its 128 threads (the plan keeps others away).
+    // Tensor-map copies of whole runs of a page where the plan found them (the tail block's V rows split over one
+    // warp); else the cp.async producer, which gives each 8-element chunk of a row one of its 128 threads. The plan
+    // keeps other head dims away.
+    if (options.tma) {
+      if constexpr (32 % (DV / 8) == 0)
+        return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, true,
+                            true, false, DV>(params, options, device, stream);
+      else
+        return cudaErrorInvalidValue;
+    }
     if constexpr (128 % (D / 8) == 0 && 128 % (DV / 8) == 0)
       return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, true, false,
                           false, DV>(params, options, device, stream);

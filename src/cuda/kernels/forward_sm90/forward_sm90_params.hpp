@@ -20,7 +20,9 @@ using forward::ForwardParams;
 // What a kernel receives: the portable family's parameters (queryBlocks counted in this kernel's BlockM) plus the
 // order in which the CTAs walk the (sequence, head, query block) tiles.
 // With tensor-map loads (Tma), the maps of Q, K and V: [D][rows][heads][batch] of 64-column boxes, BlockM rows (Q) or
-// BlockN keys (K, V) each; a ragged tensor is [D][tokens][heads] with a batch of one.
+// BlockN keys (K, V) each; a ragged tensor is [D][tokens][heads] with a batch of one; a paged cache's K and V are
+// [D][rows of a page][heads][pages] of boxes of pageBoxRows keys, so a block is BlockN / pageBoxRows copies a box
+// column.
 struct KernelParams {
   CUtensorMap qMap = {};
   CUtensorMap kMap = {};
@@ -31,6 +33,7 @@ struct KernelParams {
   // Tma: a sequence's keys may end before the map's rows do (ragged, seqlensK), so the V rows past its end in its last
   // key block are not zeros of the copy engine but whatever memory holds: that block comes by cp.async, zero-filled.
   bool copyTailBlock = false;
+  int32_t pageBoxRows = 0;  // paged, Tma: the keys of one page a copy takes (pagedBoxRows)
 };
 
 // BlockM = 64 * consumerGroups query rows per CTA, BlockN keys per step, stages K and V slots each,
@@ -98,31 +101,57 @@ constexpr std::size_t instanceSharedBytes() {
   return SharedLayout<D, t.blockN, t.consumerGroups, t.stages, Paged, DV>::kDynamicBytes;
 }
 
+// A paged cache's keys by tensor-map copies: each copy takes the same number of keys, from one page, and starts its
+// rows in shared memory on a multiple of 8 (one 1024-byte swizzle atom), so a block of BlockN keys is whole copies of
+// gcd(pageSize, BlockN) keys; 0 where that is not a multiple of 8 (those caches come by cp.async through row tables).
+constexpr int pagedBoxRows(int64_t pageSize, int blockN) {
+  int64_t a = pageSize, b = blockN;
+  while (b != 0) {
+    const int64_t r = a % b;
+    a = b, b = r;
+  }
+  return a % 8 == 0 ? int(a) : 0;
+}
+
 // The tensor maps of the Tma kernels (KernelParams): BlockM-row boxes of Q, BlockN-key boxes of K and V, 64 columns
 // each, over the problem's head dims (Q/K's, V's: the copy engine zero-fills the columns of a wider instance, whole
-// boxes past a narrower V included). dtype FP16 or BF16; false when the driver refuses one.
+// boxes past a narrower V included); a paged K and V in boxes of kp->pageBoxRows keys over [pages, rows of a page,
+// heads] (set it first). dtype FP16 or BF16; false when the driver refuses one.
 inline bool encodeForwardMaps(const ForwardParams &p, DType dtype, int blockM, int blockN, KernelParams *kp) {
-  auto spec = [&](const void *base, int64_t columns, int64_t rows, int64_t heads, int64_t rowStride,
-                  int64_t headStride, int64_t batchStride, int boxRows) {
+  // A dimension of one is never stepped: any valid stride serves.
+  auto stride = [](int64_t size, int64_t elements) { return uint64_t(size > 1 ? elements * 2 : 16); };
+  auto spec = [&](const void *base, int64_t columns, int64_t rows, int64_t heads, int64_t outer, int64_t rowStride,
+                  int64_t headStride, int64_t outerStride, int boxRows) {
     TiledMapSpec s;
     s.base = base;
     s.dtype = dtype;
     s.rank = 4;
-    const int64_t batch = p.ragged ? 1 : p.batch;
-    // A dimension of one is never stepped: any valid stride serves.
-    auto stride = [](int64_t size, int64_t elements) { return uint64_t(size > 1 ? elements * 2 : 16); };
     s.dims[0] = uint64_t(columns), s.boxes[0] = 64;
     s.dims[1] = uint64_t(rows), s.strides[1] = stride(rows, rowStride), s.boxes[1] = uint32_t(boxRows);
     s.dims[2] = uint64_t(heads), s.strides[2] = stride(heads, headStride), s.boxes[2] = 1;
-    s.dims[3] = uint64_t(batch), s.strides[3] = stride(batch, batchStride), s.boxes[3] = 1;
+    s.dims[3] = uint64_t(outer), s.strides[3] = stride(outer, outerStride), s.boxes[3] = 1;
     return s;
   };
+  const int64_t batch = p.ragged ? 1 : p.batch;
   const int64_t kvHeads = p.heads / p.headsPerKvHead;
   const int64_t qRows = p.ragged ? p.totalQ : p.seqQ;
+  if (!encodeTiledMap(spec(p.q, p.headDim, qRows, p.heads, batch, p.qRow, p.qHead, p.qBatch, blockM), &kp->qMap))
+    return false;
+  if (p.paged) {
+    // The page stride is the cache's batch stride (flashAttnSetSeqPaged).
+    const int64_t pageRows = p.cache.pageSize.value;
+    const int boxRows = kp->pageBoxRows;
+    return boxRows > 0 && boxRows <= blockN && pageRows % boxRows == 0 &&
+           encodeTiledMap(spec(p.k, p.headDim, pageRows, kvHeads, p.cache.numPages, p.kRow, p.kHead, p.kBatch,
+                               boxRows),
+                          &kp->kMap) &&
+           encodeTiledMap(spec(p.v, p.headDimV, pageRows, kvHeads, p.cache.numPages, p.vRow, p.vHead, p.vBatch,
+                               boxRows),
+                          &kp->vMap);
+  }
   const int64_t kRows = p.ragged ? p.totalK : p.seqK;
-  return encodeTiledMap(spec(p.q, p.headDim, qRows, p.heads, p.qRow, p.qHead, p.qBatch, blockM), &kp->qMap) &&
-         encodeTiledMap(spec(p.k, p.headDim, kRows, kvHeads, p.kRow, p.kHead, p.kBatch, blockN), &kp->kMap) &&
-         encodeTiledMap(spec(p.v, p.headDimV, kRows, kvHeads, p.vRow, p.vHead, p.vBatch, blockN), &kp->vMap);
+  return encodeTiledMap(spec(p.k, p.headDim, kRows, kvHeads, batch, p.kRow, p.kHead, p.kBatch, blockN), &kp->kMap) &&
+         encodeTiledMap(spec(p.v, p.headDimV, kRows, kvHeads, batch, p.vRow, p.vHead, p.vBatch, blockN), &kp->vMap);
 }
 
 // Defined once per (Element, D, DV) by the generated instance files; Element is __half or __nv_bfloat16.
