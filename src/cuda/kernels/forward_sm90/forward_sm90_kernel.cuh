@@ -367,18 +367,23 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
 
   if (warpGroup == 0 && Tma) {
     // ---------------------------------------------------------------------------------- producer (tensor maps)
-    // Warp 0 alone: lane 0 issues every copy; the warp copies the one block whose V rows need zeros the copy engine
-    // does not give (KernelParams::copyTailBlock). The other producer warps have nothing to do.
+    // Warp 0: lane 0 issues every copy (paged: the Q copy, every barrier's expected bytes and its share of the page
+    // runs); the warp copies the one block whose V rows need zeros the copy engine does not give
+    // (KernelParams::copyTailBlock). Paged, the other producer warps issue the rest of the runs, warp w every
+    // kIssuers-th from run w: one thread issues small copies too slowly to feed the consumers (H200, d128, pages of
+    // 16 keys, 16 copies a block: 0.60 of the dense cache's speed from one warp, 0.80 from two, 0.90-0.98 from four).
+    // Their copies may complete before warp 0 adds the bytes they carry to the barrier, which the barrier's
+    // transaction count allows (its phase waits for warp 0's arrival as well). Dense, the other warps exit.
+    constexpr int kIssuers = Paged ? 4 : 1;
     prim::setMaxRegistersDecrease<RegisterSplit<ConsumerGroups>::kProducer>();
-    const int lane = int(threadIdx.x);
-    if (lane >= 32) return;
+    const int runs = Paged ? BlockN / kp.pageBoxRows : 0;  // paged: copies of page runs per block and box column
+    if (int(threadIdx.x) >= 32 * (Paged ? min(kIssuers, runs) : 1)) return;  // warps with no run to issue
+    const int lane = kIssuers == 1 ? int(threadIdx.x) : int(threadIdx.x) % 32;
+    const int issuerWarp = kIssuers == 1 ? 0 : int(threadIdx.x) / 32;
     const bool issuer = lane == 0;
+    const bool leader = kIssuers == 1 ? issuer : threadIdx.x == 0;
     int kSlot = 0, vSlot = 0;
     uint32_t kPhase = 0, vPhase = 0, qPhase = 0;
-    // Paged: the tail block's V row offsets (the first row table: one tail block per tile, copied and waited for
-    // before the next is written).
-    int64_t *const tailRows = reinterpret_cast<int64_t *>(sm90Shared + (base - prim::smemAddress(sm90Shared)) +
-                                                          Layout::kRowTables);
     forEachTile(kp.totalTiles, [&](int64_t index) {
       const Tile t = decodeTile<kBlockM, BlockN, Paged>(kp, index);
       if (!t.active || t.empty) return;  // the consumers write empty tiles themselves
@@ -388,7 +393,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
       // Rows x (64 * boxes) from the map at (row, head) into the slab stack at tile, completing on full.
       auto copyTile = [&](uint32_t tile, const CUtensorMap *map, int rows, int row, int head, uint32_t full,
                           auto boxes) {
-        if (issuer) {
+        if (leader) {
           prim::mbarrierArriveExpectTx(full, uint32_t(rows) * decltype(boxes)::value * 128);
 #pragma unroll
           for (int box = 0; box < decltype(boxes)::value; ++box)
@@ -396,33 +401,25 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
         }
       };
       // Paged: a block is BlockN / pageBoxRows runs of pageBoxRows keys in one page each (KernelParams); lane c
-      // looks up run c of a block. A run past the sequence, or in a page outside the pool, gets page -1: its box
-      // lies outside the map, which the copy engine fills with zeros, and no table entry past the sequence is read.
-      struct PageRun {
-        int page;
-        int row;
-      };
-      const int runs = Paged ? BlockN / kp.pageBoxRows : 0;
-      auto lookupRuns = [&](int n) {
-        PageRun r{-1, 0};
+      // looks up run c's page. A run past the sequence, or in a page outside the pool, gets page -1: its box lies
+      // outside the map, which the copy engine fills with zeros, and no table entry past the sequence is read.
+      auto lookupPages = [&](int n) {
+        int page = -1;
         const int key = n * BlockN + lane * kp.pageBoxRows;
-        if constexpr (Paged) {
-          if (n >= 0 && lane < runs && key < t.seq.seqK) {
-            const paged::PagedRow row = paged::pagedRow(p.cache, t.work.batch, key);
-            r = PageRun{row.page, row.row};
-          }
-        }
-        return r;
+        if constexpr (Paged)
+          if (n >= 0 && lane < runs && key < t.seq.seqK) page = paged::pagedRow(p.cache, t.work.batch, key).page;
+        return page;
       };
-      // The block of the runs in `r` from the map into the slab stack at tile; runs start on multiples of 8 rows
-      // (1024 bytes), so each lands in the swizzle the whole block would have had.
-      auto copyPagedTile = [&](uint32_t tile, const CUtensorMap *map, PageRun r, uint32_t full, auto boxes) {
-        if (issuer) prim::mbarrierArriveExpectTx(full, uint32_t(BlockN) * decltype(boxes)::value * 128);
+      // Block n from the pages in `pages` (lookupPages(n)) into the slab stack at tile; runs start on multiples of 8
+      // rows (1024 bytes), so each lands in the swizzle the whole block would have had.
+      auto copyPagedTile = [&](uint32_t tile, const CUtensorMap *map, int n, int pages, uint32_t full, auto boxes) {
+        if (leader) prim::mbarrierArriveExpectTx(full, uint32_t(BlockN) * decltype(boxes)::value * 128);
 #pragma unroll 1
-        for (int run = 0; run < runs; ++run) {
-          const int page = __shfl_sync(0xffffffffu, r.page, run);
-          const int row = __shfl_sync(0xffffffffu, r.row, run);
+        for (int run = issuerWarp; run < runs; run += kIssuers) {
+          const int page = __shfl_sync(0xffffffffu, pages, run);
           if (issuer) {
+            const int key = n * BlockN + run * kp.pageBoxRows;
+            const int row = p.cache.pageSize.remainder(key, p.cache.pageSize.divide(key));
             const uint32_t runTile = tile + uint32_t(run * kp.pageBoxRows * 128);
 #pragma unroll
             for (int box = 0; box < decltype(boxes)::value; ++box)
@@ -432,18 +429,18 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
       };
       using QkBoxes = std::integral_constant<int, D / 64>;
       using VBoxes = std::integral_constant<int, DV / 64>;
-      // Paged: K walks the blocks from the last down and V one block behind; each block's runs are looked up one K
-      // block ahead (nextRuns) and kept for V, so the table reads' latency passes under the waits.
-      PageRun nextRuns = lookupRuns(t.lastKeyBlock), kRuns{-1, 0}, vRuns{-1, 0};
+      // Paged: K walks the blocks from the last down and V one block behind; each block's pages are looked up one K
+      // block ahead (nextPages) and kept for V, so the table reads' latency passes under the waits.
+      int nextPages = lookupPages(t.lastKeyBlock), kPages = -1, vPages = -1;
       auto loadK = [&](int n) {
         if constexpr (Paged) {
-          vRuns = kRuns;  // block n + 1's, for V(n + 1) next
-          kRuns = nextRuns;
-          nextRuns = lookupRuns(n - 1);
+          vPages = kPages;  // block n + 1's, for V(n + 1) next
+          kPages = nextPages;
+          nextPages = lookupPages(n - 1);
         }
         prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
         if constexpr (Paged)
-          copyPagedTile(sK(kSlot), &kp.kMap, kRuns, kFull(kSlot), QkBoxes{});
+          copyPagedTile(sK(kSlot), &kp.kMap, n, kPages, kFull(kSlot), QkBoxes{});
         else
           copyTile(sK(kSlot), &kp.kMap, BlockN, kRow0 + n * BlockN, kvHead, kFull(kSlot), QkBoxes{});
         if (++kSlot == Stages) kSlot = 0, kPhase ^= 1u;
@@ -451,8 +448,15 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
       auto loadV = [&](int n) {
         prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
         if (kp.copyTailBlock && (n + 1) * BlockN > t.seq.seqK) {
+          if (issuerWarp != 0) {  // warp 0's alone
+            if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
+            return;
+          }
           // Landed before the one arrival the barrier expects (the warp waits once per tile, for this block only).
           if constexpr (Paged) {
+            // The row offsets in the first row table (written, read and waited for before the next tile's tail).
+            int64_t *const tailRows = reinterpret_cast<int64_t *>(
+                sm90Shared + (base - prim::smemAddress(sm90Shared)) + Layout::kRowTables);
             for (int r = lane; r < BlockN; r += 32) {
               const forward::PagedRowLookup l = forward::lookupRow(p, t.work.batch, n * BlockN + r, t.seq.seqK);
               tailRows[r] = l.present ? paged::rowOffset(l.row, p.vBatch, p.vRow) + int64_t(kvHead) * p.vHead : -1;
@@ -470,16 +474,18 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
           __syncwarp();
           if (issuer) prim::mbarrierArrive(vFull(vSlot));
         } else if constexpr (Paged) {
-          // V(n) follows K(n - 1), which moved block n's runs to vRuns; the first block's V follows no K load.
-          copyPagedTile(sV(vSlot), &kp.vMap, n == t.firstKeyBlock ? kRuns : vRuns, vFull(vSlot), VBoxes{});
+          // V(n) follows K(n - 1), which moved block n's pages to vPages; the first block's V follows no K load.
+          copyPagedTile(sV(vSlot), &kp.vMap, n, n == t.firstKeyBlock ? kPages : vPages, vFull(vSlot), VBoxes{});
         } else {
           copyTile(sV(vSlot), &kp.vMap, BlockN, kRow0 + n * BlockN, kvHead, vFull(vSlot), VBoxes{});
         }
         if (++vSlot == Stages) vSlot = 0, vPhase ^= 1u;
       };
       auto loadQ = [&]() {
-        prim::mbarrierWait(qEmpty, qPhase ^ 1u);
-        copyTile(sQ, &kp.qMap, kBlockM, int(t.seq.qStart + t.m0), t.work.head, qFull, QkBoxes{});
+        if (issuerWarp == 0) {
+          prim::mbarrierWait(qEmpty, qPhase ^ 1u);
+          copyTile(sQ, &kp.qMap, kBlockM, int(t.seq.qStart + t.m0), t.work.head, qFull, QkBoxes{});
+        }
         qPhase ^= 1u;
       };
       issueTileLoads(t, loadK, loadQ, loadV);
