@@ -382,8 +382,7 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
   PlannedKernel kernel;
   kernel.instance = index;
   kernel.headDim = kInstances[index].headDim;
-  // The tensor loader where it serves (paged caches: pages of a multiple of 8 keys that hold whole tiles or that a
-  // tile holds whole), else cp.async.
+  // The tensor loader where it serves (paged caches: where a page holds whole tiles), else cp.async.
   kernel.libraryVariant = p.paged ? kLoaderPagedTensorMap : kLoaderTensorMap;
   kernel.variant = libraryVariant(kernel.libraryVariant);
   {
@@ -391,7 +390,8 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
     std::string ignored;
     const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
     const LoaderOverride pin = loaderOverride();
-    if (pin == LoaderOverride::kCpAsync || pin == LoaderOverride::kCpAsyncTwoStages ||
+    const bool shortPages = p.paged && pagedTensorPieces(p.pageSize, tileKeys) != 1 && pin == LoaderOverride::kAuto;
+    if (pin == LoaderOverride::kCpAsync || pin == LoaderOverride::kCpAsyncTwoStages || shortPages ||
         !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
       kernel.libraryVariant = kLoaderCpAsync;
       kernel.variant = libraryVariant(kLoaderCpAsync);

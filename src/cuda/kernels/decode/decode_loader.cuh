@@ -172,11 +172,9 @@ struct CpAsyncLoader {
 // reaching past the capacity are zero-filled by the copy engine. Dense caches: keys exist up to the chunk's end, so
 // the consumers derive the presence mask themselves. Paged caches (page size a multiple of 8 that divides or is
 // divided by TileKeys; the maps view a page as a batch entry of pageSize keys): a tile is TileKeys / pagePieces-key
-// pieces, one page or one page's slice each; each producer warp's lanes read the pieces' page ids from the block table
-// a tile ahead, a piece without a page is copied from outside the map (zeros), producer warp w's lane 0 issues every
-// producerWarps-th piece from piece w, and the first producer warp's lane 0 stores the tile's presence mask on the
-// stage before its full barrier's arrival publishes it (the other warps' copies may land first: the barrier's
-// transaction count may run below zero until that arrival adds the tile's bytes). Absent keys' V rows are left as they came (the
+// pieces, one page or one page's slice each; the producer warp's lanes read the pieces' page ids from the block table a
+// tile ahead, a piece without a page is copied from outside the map (zeros), and lane 0 stores the tile's presence
+// mask on the stage before its full barrier's arrival publishes it. Absent keys' V rows are left as they came (the
 // math clears them in its fragments), so that no thread writes a stage the copy engine fills.
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, bool Paged>
 struct TensorMapLoader {
@@ -184,7 +182,6 @@ struct TensorMapLoader {
   static constexpr int kKeyStride = 64;
   static constexpr int kStageHalf = kBoxes * TileKeys * 64;
   static constexpr int kMaxPieces = TileKeys / 8;
-  static constexpr int kProducerWarps = producerWarps(Paged ? kLoaderPagedTensorMap : kLoaderTensorMap);
   static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "tensor loader: 16-bit elements, head dim % 64");
   static_assert(kMaxPieces <= 32, "one producer lane per piece");
 
@@ -205,8 +202,7 @@ struct TensorMapLoader {
   __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
   __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
 
-  static __device__ __forceinline__ bool producer() { return (int(threadIdx.x) >> 5) >= Warps; }
-  static __device__ __forceinline__ int producerWarp() { return (int(threadIdx.x) >> 5) - Warps; }
+  static __device__ __forceinline__ bool producer() { return (int(threadIdx.x) >> 5) == Warps; }
   static __device__ __forceinline__ int lane() { return int(threadIdx.x) & 31; }
 
   // First thing in the kernel: the barriers' setup and the maps' fetch overlap the block arithmetic instead of
@@ -256,12 +252,10 @@ struct TensorMapLoader {
       prim::tensorCopy4d(vDst + uint32_t(box * TileKeys * 128) + rowOffset, &p.vMap, box * 64, v1, v2, v3, barrier);
   }
 
-  // Tile x's K and V on its stage's full barrier, issued by the producer warp's lane 0. Paged: every lane of every
-  // producer warp calls it, lane j holding piece j's page, and each warp issues its share of the pieces; dense: lane 0
-  // alone (lanePage unused), one piece, K's 64-column boxes back to back, then V's (the two halves of a 256-byte row
-  // go out close together), or one rank-5 copy each.
-  __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, int x, int lanePage,
-                                        bool alone = false) const {
+  // Tile x's K and V on its stage's full barrier, issued by the producer warp's lane 0. Paged: every lane of the warp
+  // calls it, lane j holding piece j's page; dense: lane 0 alone (lanePage unused), one piece, K's 64-column boxes
+  // back to back, then V's (the two halves of a 256-byte row go out close together), or one rank-5 copy each.
+  __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, int x, int lanePage) const {
     const int slot = x % Stages;
     const uint32_t barrier = fullBase + 8u * uint32_t(slot);
     const int key0 = w.keyBegin + x * TileKeys;
@@ -279,42 +273,35 @@ struct TensorMapLoader {
 #pragma unroll
       for (int j = 0; j < kMaxPieces; ++j) pages[j] = __shfl_sync(0xffffffffu, lanePage, j);
       if (lane() != 0) return;
-      const int producer = alone ? 0 : producerWarp();
-      const int producers = alone ? 1 : kProducerWarps;
-      if (producer == 0) {
-        uint64_t present = 0;
-        const uint64_t pieceBits = rows >= 64 ? ~0ull : (1ull << rows) - 1ull;
-        for (int j = 0; j < pieces; ++j)
-          if ((pagesPresent >> j) & 1u) present |= pieceBits << (j * rows);
-        const int inChunk = w.keyEnd - key0;
-        if (inChunk < 64) present &= (1ull << inChunk) - 1ull;
-        validMask[slot * 2] = uint32_t(present);
-        validMask[slot * 2 + 1] = uint32_t(present >> 32);
-        prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
-      }
+      uint64_t present = 0;
+      const uint64_t pieceBits = rows >= 64 ? ~0ull : (1ull << rows) - 1ull;
+      for (int j = 0; j < pieces; ++j)
+        if ((pagesPresent >> j) & 1u) present |= pieceBits << (j * rows);
+      const int inChunk = w.keyEnd - key0;
+      if (inChunk < 64) present &= (1ull << inChunk) - 1ull;
+      validMask[slot * 2] = uint32_t(present);
+      validMask[slot * 2 + 1] = uint32_t(present >> 32);
+      prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
       // A page at least a tile long holds the whole tile (key0 % pageSize is its first row); shorter pages are whole.
       const int firstRow = pieces == 1 ? p.cache.pageSize.remainder(key0, p.cache.pageSize.divide(key0)) : 0;
 #pragma unroll
       for (int j = 0; j < kMaxPieces; ++j)
-        if (j < pieces && j % producers == producer)
-          copyPiece(p, w, kDst, vDst, barrier, firstRow, pages[j], j * rows);
+        if (j < pieces) copyPiece(p, w, kDst, vDst, barrier, firstRow, pages[j], j * rows);
     }
   }
 
-  // Every stage starts empty: the whole ring goes out before anything else (the pages of its tiles read at once),
-  // from the first producer warp alone, the one that initialized the barriers (the others meet them only after the
-  // CTA barrier in run()).
+  // Every stage starts empty: the whole ring goes out before anything else (the pages of its tiles read at once).
   __device__ __forceinline__ void start(const DecodeParams &p, const DecodeWork &w) const {
     if constexpr (!Paged) {
       if (int(threadIdx.x) == Warps * 32)  // the producer warp's lane 0
         for (int x = 0; x < Stages && x < w.numTiles; ++x) issue(p, w, x, -1);
-    } else if (producerWarp() == 0) {
+    } else if (producer()) {
       int pages[Stages];
 #pragma unroll
       for (int x = 0; x < Stages; ++x) pages[x] = piecePage(p, w, x, lane());
 #pragma unroll
       for (int x = 0; x < Stages; ++x)
-        if (x < w.numTiles) issue(p, w, x, pages[x], true);
+        if (x < w.numTiles) issue(p, w, x, pages[x]);
     }
   }
 
@@ -323,12 +310,13 @@ struct TensorMapLoader {
   template <typename LoadQ, typename Consume>
   __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
                                       Consume &&consume) const {
+    const int warp = int(threadIdx.x) >> 5;
     const int lane = int(threadIdx.x) & 31;
     const int numTiles = w.numTiles;
     prim::cpAsyncCommit();
     prim::cpAsyncWaitAll();
     __syncthreads();
-    if (producer()) {
+    if (warp == Warps) {
       // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
       auto waitEmpty = [&](int x) {
         prim::mbarrierWait(emptyBase + 8u * uint32_t(x % Stages), uint32_t(x / Stages - 1) & 1u);

@@ -43,14 +43,8 @@ constexpr int kRowsPerTile = 16;
 //     table's work (its paged branches cost the dense cache 3-5% of its rate on an H200, 16% at B1 L8k).
 enum Loader : int { kLoaderCpAsync = 0, kLoaderTensorMap = 1, kLoaderPagedTensorMap = 2 };
 constexpr bool isTensorLoader(int loader) { return loader == kLoaderTensorMap || loader == kLoaderPagedTensorMap; }
-// The tensor-map loader's producer warps: one issues a dense cache's copies; a paged cache's tile is up to 8 pieces
-// of 2 copies each (K and V per 64-column box), and one thread issues small copies too slowly to keep up with the
-// consumers, so four warps share them.
-constexpr int producerWarps(int loader) {
-  return loader == kLoaderPagedTensorMap ? 4 : loader == kLoaderTensorMap ? 1 : 0;
-}
-// Threads of a CTA: the consumer warps (Variant::warps), plus the tensor-map loader's producer warps.
-constexpr int ctaThreads(int warps, int loader) { return (warps + producerWarps(loader)) * 32; }
+// Threads of a CTA: the consumer warps (Variant::warps), plus the tensor-map loader's producer warp.
+constexpr int ctaThreads(int warps, int loader) { return (warps + (isTensorLoader(loader) ? 1 : 0)) * 32; }
 
 // How the partial states of a split KV range are combined.
 //   Fused: the decode kernel merges: each CTA publishes its partial state and counts itself in on its unit's tagged
