@@ -757,9 +757,10 @@ std::string shapeText(const Row &r) {
                   r.causal ? " causal" : "", r.sinks ? " sinks" : "", r.pageSize ? (" page=" + std::to_string(r.pageSize)).c_str() : "",
                   r.chunks ? (" chunks=" + std::to_string(r.chunks)).c_str() : "");
   } else if (r.kind == "chunked") {
-    std::snprintf(buf, sizeof buf, "chunked %s B=%lld H=%lld/%lld new=%lld keys=%lld D=%lld%s %s", dtypeName(r.dtype),
+    const std::string dv = r.Dv != r.D ? "/" + std::to_string(r.Dv) : "";
+    std::snprintf(buf, sizeof buf, "chunked %s B=%lld H=%lld/%lld new=%lld keys=%lld D=%lld%s%s %s", dtypeName(r.dtype),
                   (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk, (long long)r.D,
-                  r.causal ? " causal" : "",
+                  dv.c_str(), r.causal ? " causal" : "",
                   r.pageSize ? ("page=" + std::to_string(r.pageSize)).c_str() : "dense cache");
   } else {
     // "D=192/128" where V/O's head dim differs; rows of one head dim keep the text they always had.
@@ -830,8 +831,8 @@ void usage(FILE *f) {
                "  --batch B --heads H --kv-heads HK --seq S --seqk SK --dim D\n"
                "                              shape (defaults 2, 16, H, 1024, S, 128; on HOST 1, 4, H, 256, S, 64);\n"
                "                              decode reads a cache of SK\n"
-               "  --dim-v DV                  head dim of V and O (and dO, dV), 0 = --dim (default); fwd and bwd\n"
-               "                              only (MLA prefill: --dim 192 --dim-v 128); rows say D=192/128 and\n"
+               "  --dim-v DV                  head dim of V and O (and dO, dV), 0 = --dim (default); fwd, bwd and\n"
+               "                              chunked only (MLA prefill: --dim 192 --dim-v 128); rows say D=192/128 and\n"
                "                              count 2*B*H*Sq*Sk*(D+DV) FLOP forward (halved when causal)\n"
                "  --qtokens T                 decode query tokens per sequence, 1..16 (default 1)\n"
                "  --causal                    bottom-right causal mask\n"
@@ -848,7 +849,8 @@ void usage(FILE *f) {
                "                              and paged (pages of 1, 16, 64 rows), and 2/4/8/16 query tokens\n"
                "                              (causal) on the dense caches of 256 MiB and more; chunked B4 H32/8\n"
                "                              D128 causal, 512 new tokens over 4k..16k cached keys, paged (page 16;\n"
-               "                              pages 1 and 64 over 8k) and dense; mla: DeepSeek-V3's prefill, bf16\n"
+               "                              pages 1 and 64 over 8k; B1 H128/128 D192 DV128 at pages 16 and 64)\n"
+               "                              and dense; mla: DeepSeek-V3's prefill, bf16\n"
                "                              H=128/128 D192 DV128 causal, S 4k/8k/16k, B*S=16k, and its absorbed\n"
                "                              decode, bf16 D576 DV512\n"
                "                              with V read from K's first 512 columns (V's pointer and strides are\n"
@@ -998,11 +1000,11 @@ Options parseOptions(int argc, char **argv) {
   if (o.heads && o.kvHeads && o.heads % o.kvHeads != 0)
     throw std::invalid_argument("--heads " + std::to_string(o.heads) + " is not a multiple of --kv-heads " +
                                 std::to_string(o.kvHeads));
-  // The decode and chunked paths build one head dim into their caches and checks; a sweep only filters on --dim-v.
-  // Without --dim the single shape's head dim depends on the backend, so only an equal --dim makes --dim-v harmless.
-  if (o.dimV && o.dimV != o.dim && o.sweep.empty() && (o.op == "decode" || o.op == "chunked" || o.op == "all"))
+  // The decode path builds one head dim into its cache and checks; a sweep only filters on --dim-v. Without --dim the
+  // single shape's head dim depends on the backend, so only an equal --dim makes --dim-v harmless.
+  if (o.dimV && o.dimV != o.dim && o.sweep.empty() && (o.op == "decode" || o.op == "all"))
     throw std::invalid_argument("--dim-v " + std::to_string(o.dimV) +
-                                " (V/O head dim other than --dim's) is for --op fwd or bwd only: the " +
+                                " (V/O head dim other than --dim's) is for --op fwd, bwd or chunked only: the " +
                                 (o.op == "all" ? "decode rows of --op all" : o.op + " rows") +
                                 " take one head dim for Q, K, V and O");
   return o;
@@ -1035,6 +1037,8 @@ struct ChunkedShape {
   int64_t B, H, HK, T, L, D;
   bool causal;
   int64_t pageSize;
+  int64_t Dv = 0;  // V/O head dim; 0 = D's
+  int64_t dimV() const { return Dv ? Dv : D; }
 };
 
 // The shape fields of a shape's rows, shared by the run and by --list, so both name a row alike.
@@ -1070,7 +1074,7 @@ Row decodeRow(const DecodeShape &s, bool sinks) {
 
 // A chunked shape's paged-cache row, or its dense-cache row: report.py pairs them by page size 0.
 Row chunkedRow(const ChunkedShape &s, bool paged) {
-  Row r = shapeRow("chunked", "fwd", s.dtype, s.B, s.H, s.HK, s.T, s.L, s.D, s.D, s.causal, false);
+  Row r = shapeRow("chunked", "fwd", s.dtype, s.B, s.H, s.HK, s.T, s.L, s.D, s.dimV(), s.causal, false);
   r.pageSize = paged ? s.pageSize : 0;
   return r;
 }
@@ -1917,12 +1921,16 @@ void Bench::decode(const DecodeShape &s) {
 void Bench::chunked(const ChunkedShape &s) {
   Row pagedRow = chunkedRow(s, true), denseRow = chunkedRow(s, false);
   const size_t es = elementBytes(s.dtype);
-  const double flops = 2.0 * double(s.B) * double(s.H) * visiblePairs(s.T, s.L, s.causal) * double(2 * s.D);
+  const int64_t Dv = s.dimV();
+  const double flops = 2.0 * double(s.B) * double(s.H) * visiblePairs(s.T, s.L, s.causal) * double(s.D + Dv);
   try {
     const int64_t pagesPerSeq = (s.L + s.pageSize - 1) / s.pageSize, numPages = s.B * pagesPerSeq;
-    const View qv = View::dense({s.B * s.T, s.H, s.D}), lv = View::dense({s.B * s.T, s.H});
+    const View qv = View::dense({s.B * s.T, s.H, s.D}), ov = View::dense({s.B * s.T, s.H, Dv});
+    const View lv = View::dense({s.B * s.T, s.H});
     const View dv = View::dense({s.B * s.L, s.HK, s.D}), pv = View::dense({numPages, s.pageSize, s.HK, s.D});
-    TensorDesc qD(s.dtype, qv), oD(s.dtype, qv), lD(FLASHATTN_DATA_FP32, lv), dD(s.dtype, dv), pD(s.dtype, pv);
+    const View dvV = View::dense({s.B * s.L, s.HK, Dv}), pvV = View::dense({numPages, s.pageSize, s.HK, Dv});
+    TensorDesc qD(s.dtype, qv), oD(s.dtype, ov), lD(FLASHATTN_DATA_FP32, lv), dD(s.dtype, dv), pD(s.dtype, pv);
+    TensorDesc dVD(s.dtype, dvV), pVD(s.dtype, pvV);
     AttnDesc attn(s.causal);
 
     // Index arrays: the query offsets, the dense keys' offsets, the lengths and a shuffled block table.
@@ -1946,28 +1954,29 @@ void Bench::chunked(const ChunkedShape &s) {
     apiCheck(flashAttnSetSeqRagged(pagedSeq, s.B, i32(dCuQ), nullptr, s.T, s.L), "flashAttnSetSeqRagged");
     apiCheck(flashAttnSetSeqKvLengths(pagedSeq, s.B, i32(dLengths)), "flashAttnSetSeqKvLengths");
     apiCheck(flashAttnSetSeqPaged(pagedSeq, s.B, i32(dTable), pagesPerSeq), "flashAttnSetSeqPaged");
-    denseRow.kernel = support(FLASHATTN_OP_FORWARD, attn, denseSeq, qD, dD, dD, oD);
-    pagedRow.kernel = support(FLASHATTN_OP_FORWARD, attn, pagedSeq, qD, pD, pD, oD);
+    denseRow.kernel = support(FLASHATTN_OP_FORWARD, attn, denseSeq, qD, dD, dVD, oD);
+    pagedRow.kernel = support(FLASHATTN_OP_FORWARD, attn, pagedSeq, qD, pD, pVD, oD);
 
     // The same keys in both caches; the slots of the last pages past L hold NaN.
     HostBlock hq = randomTensor(s.dtype, qv.extent(), 21);
-    HostBlock hk = randomTensor(s.dtype, dv.extent(), 22), hv = randomTensor(s.dtype, dv.extent(), 23);
-    HostBlock pk(size_t(pv.extent()) * es), pvv(size_t(pv.extent()) * es);
-    for (int64_t i = 0; i < pv.extent(); ++i) storeElement(pk.data(), s.dtype, i, NAN), storeElement(pvv.data(), s.dtype, i, NAN);
-    const size_t rowBytes = size_t(s.HK * s.D) * es;
+    HostBlock hk = randomTensor(s.dtype, dv.extent(), 22), hv = randomTensor(s.dtype, dvV.extent(), 23);
+    HostBlock pk(size_t(pv.extent()) * es), pvv(size_t(pvV.extent()) * es);
+    for (int64_t i = 0; i < pv.extent(); ++i) storeElement(pk.data(), s.dtype, i, NAN);
+    for (int64_t i = 0; i < pvV.extent(); ++i) storeElement(pvv.data(), s.dtype, i, NAN);
+    const size_t kRowBytes = size_t(s.HK * s.D) * es, vRowBytes = size_t(s.HK * Dv) * es;
     for (int64_t b = 0; b < s.B; ++b)
       for (int64_t j = 0; j < s.L; ++j) {
         const int64_t page = table[size_t(b * pagesPerSeq + j / s.pageSize)];
-        const size_t to = size_t(page * s.pageSize + j % s.pageSize) * rowBytes, from = size_t(b * s.L + j) * rowBytes;
-        std::memcpy(pk.data() + to, hk.data() + from, rowBytes);
-        std::memcpy(pvv.data() + to, hv.data() + from, rowBytes);
+        const size_t to = size_t(page * s.pageSize + j % s.pageSize), from = size_t(b * s.L + j);
+        std::memcpy(pk.data() + to * kRowBytes, hk.data() + from * kRowBytes, kRowBytes);
+        std::memcpy(pvv.data() + to * vRowBytes, hv.data() + from * vRowBytes, vRowBytes);
       }
     Buffer q(mem_, hq.bytes()), k(mem_, hk.bytes()), v(mem_, hv.bytes()), kp(mem_, pk.bytes()), vp(mem_, pvv.bytes());
     q.upload(hq), k.upload(hk), v.upload(hv), kp.upload(pk), vp.upload(pvv);
-    Buffer o(mem_, size_t(qv.extent()) * es), lse(mem_, size_t(lv.extent()) * 4);
+    Buffer o(mem_, size_t(ov.extent()) * es), lse(mem_, size_t(lv.extent()) * 4);
     auto call = [&](bool paged) {
       return flashAttnForward(handle_, attn, paged ? pagedSeq : denseSeq, qD, q.get(), paged ? pD : dD,
-                              paged ? kp.get() : k.get(), paged ? pD : dD, paged ? vp.get() : v.get(), oD, o.get(), lD,
+                              paged ? kp.get() : k.get(), paged ? pVD : dVD, paged ? vp.get() : v.get(), oD, o.get(), lD,
                               static_cast<float *>(lse.get()), nullptr, 0);
     };
     HostBlock denseO, denseL;
@@ -1993,7 +2002,7 @@ void Bench::chunked(const ChunkedShape &s) {
       const bool sameFamily = denseRow.kernel.substr(0, denseRow.kernel.find(' ')) ==
                               pagedRow.kernel.substr(0, pagedRow.kernel.find(' '));
       row.reference = "same problem on a dense cache";
-      std::vector<double> out(size_t(qv.extent())), ref(out.size());
+      std::vector<double> out(size_t(ov.extent())), ref(out.size());
       for (size_t i = 0; i < out.size(); ++i) {
         out[i] = loadElement(firstO.data(), s.dtype, int64_t(i));
         ref[i] = loadElement(denseO.data(), s.dtype, int64_t(i));
@@ -2075,6 +2084,9 @@ Plan makePlan(const Options &o, bool cuda) {
     const flashAttnDataType_t dtype = o.dtypeGiven ? o.dtype : FLASHATTN_DATA_BF16;
     for (int64_t prefix : {4096, 8192, 16384}) p.chunked.push_back({dtype, 4, 32, 8, 512, prefix + 512, 128, true, 16});
     for (int64_t pageSize : {1, 64}) p.chunked.push_back({dtype, 4, 32, 8, 512, 8192 + 512, 128, true, pageSize});
+    // DeepSeek-V3's prefill over a paged cache: Q/K 192, V/O 128, 128 heads.
+    for (int64_t pageSize : {16, 64})
+      p.chunked.push_back({dtype, 1, 128, 128, 512, 8192 + 512, 192, true, pageSize, 128});
     return p;
   }
   if (o.sweep == "mla") {
@@ -2115,7 +2127,7 @@ Plan makePlan(const Options &o, bool cuda) {
   }
   if (o.op == "chunked") {
     p.chunked.push_back({o.dtype, o.batch, o.heads, o.kvHeads, o.seq, std::max(o.seqK, o.seq), o.dim ? o.dim : cuda ? 128 : 64,
-                         o.causal, o.pageSize ? o.pageSize : 16});
+                         o.causal, o.pageSize ? o.pageSize : 16, o.dimV});
     return p;
   }
   if (!o.sweep.empty()) {

@@ -320,7 +320,7 @@ def chunked_rows(ours):
         if r.get("kind") != "chunked":
             continue
         key = (DTYPE_NAMES.get(str(r.get("dtype")), str(r.get("dtype"))), int(r["B"]), int(r["H"]), int(r["HK"]),
-               int(r["S"]), int(r["Sk"]), int(r["D"]), bool(r["causal"]))
+               int(r["S"]), int(r["Sk"]), int(r["D"]), int(r.get("Dv", r["D"])), bool(r["causal"]))
         entry = shapes.setdefault(key, {"dense": None, "pairs": {}})
         page = int(r.get("page_size", 0))
         if page:
@@ -329,7 +329,7 @@ def chunked_rows(ours):
             entry["dense"] = r
     rows = []
     for key in sorted(shapes):
-        dtype, b, h, hk, new, keys, d, causal = key
+        dtype, b, h, hk, new, keys, d, dv, causal = key
         pairs = shapes[key]["pairs"] or {0: (None, shapes[key]["dense"])}
         for page_size in sorted(pairs):
             paged, dense = pairs[page_size]
@@ -341,7 +341,7 @@ def chunked_rows(ours):
             elif paged and paged.get("pass") is not None:
                 check = "PASS" if paged["pass"] else "FAIL " + paged.get("check", "")
             page = f" page={page_size}" if paged else ""
-            rows.append({"shape": f"{dtype} B={b} H={h}/{hk} new={new} keys={keys} D={d}"
+            rows.append({"shape": f"{dtype} B={b} H={h}/{hk} new={new} keys={keys} D={d}{'/' + str(dv) if dv != d else ''}"
                                   f"{' causal' if causal else ''}{page}",
                          "paged": p_val, "dense": d_val, "ratio": ratio(p_val, d_val), "check": check})
     return rows
