@@ -7,4 +7,7 @@
 void variants::addD64(std::vector<Variant> &out) {
   FA_VARIANT(out, "d64 192x128 cp.async", 64, 128, 3, 2, true, true, false, false);
   FA_VARIANT(out, "d64 192x128 tma", 64, 128, 3, 2, true, true, false, true);
+  // Short causal sequences (the d64 rows furthest behind cuDNN): smaller tiles, more of them, less diagonal waste.
+  FA_VARIANT(out, "d64 128x128 tma", 64, 128, 2, 2, true, true, false, true);
+  FA_VARIANT(out, "d64 192x64 tma", 64, 64, 3, 2, true, true, false, true);
 }
