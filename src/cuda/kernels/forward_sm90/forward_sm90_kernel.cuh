@@ -371,7 +371,8 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     // runs); the warp copies the one block whose V rows need zeros the copy engine does not give
     // (KernelParams::copyTailBlock). Paged, the other producer warps issue the rest of the runs, warp w every
     // kIssuers-th from run w: one thread issues small copies too slowly to feed the consumers (H200, d128, pages of
-    // 16 keys, 16 copies a block: 0.60 of the dense cache's speed from one warp, 0.80 from two, 0.90-0.98 from four).
+    // 16 keys, 16 copies a block: 0.55-0.62 of the dense cache's speed from one warp, 0.75-0.83 from two, 0.89-0.98
+    // from four).
     // Their copies may complete before warp 0 adds the bytes they carry to the barrier, which the barrier's
     // transaction count allows (its phase waits for warp 0's arrival as well). Dense, the other warps exit.
     constexpr int kIssuers = Paged ? 4 : 1;
