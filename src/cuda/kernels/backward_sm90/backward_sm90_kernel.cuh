@@ -414,33 +414,16 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     const int colBase = D == 128 ? 64 * group : 0;
     const int rowBase = D == 128 ? 0 : 64 * group;
     {
-      // The warp's tile goes through its staging tile: the previous step's reduce-add must have read it.
+      // The warp's tile goes through its staging tile.
       const int32_t iFirst = m0 + rowBase + 16 * warp;
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
-      if (lane == 0) prim::bulkWaitRead<0>();
-      __syncwarp();
-      float *const tile = reinterpret_cast<float *>(baseGeneric + L::kDq + uint32_t(thread / 32) * L::kDqWarpBytes);
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = lane / 4 + 8 * hh;
-        float *row = tile + r * 64;
-        const int swizzle = backward::dqSwizzle(wsRow0 + r);
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-          *reinterpret_cast<float2 *>(row + ((8 * j + 2 * quad) ^ swizzle)) =
-              make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
-      }
-      prim::fenceProxyAsyncShared();  // the bulk copy reads through the async proxy
-      __syncwarp();
+      stageDqRows<64>(reinterpret_cast<float *>(baseGeneric + L::kDq + uint32_t(thread / 32) * L::kDqWarpBytes), dq,
+                      wsRow0, lane, quad);
       turns.acquire(w.keyBlock);
       if (lane == 0) {
         // Deterministic: the turn was taken by a generic-proxy acquire; the addition goes through the async proxy.
         if constexpr (Deterministic) prim::fenceProxyAsyncGlobal();
-        const int32_t rows = sq - iFirst < 16 ? sq - iFirst : 16;  // rows past the sequence belong to others
-        if (rows > 0)
-          prim::bulkReduceAddFloats(p.dqAccum + backward::dqPanelRowStart(p, wsRow0, colBase / 64), dqStage,
-                                    uint32_t(rows) * 64 * 4);
-        prim::bulkCommitGroup();
+        addDqRows<1>(p, wsRow0, colBase / 64, dqStage, sq - iFirst < 16 ? sq - iFirst : 16);
       }
       turns.release(w.keyBlock);
     }

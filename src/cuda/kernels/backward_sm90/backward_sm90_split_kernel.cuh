@@ -343,34 +343,14 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
 
     // dQ rows 16 * warp + lane / 4 + 8h of the block, columns dqFirst + 8j + 2 quad.
     if constexpr (L::kBulkDq) {
-      // Through the warp's staging tiles: the previous step's reduce-adds must have read them.
+      // Through the warp's staging tiles.
       const int32_t iFirst = m0 + 16 * warp;
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
-      if (lane == 0) prim::bulkWaitRead<0>();
-      __syncwarp();
-      float *const tile = reinterpret_cast<float *>(baseGeneric + dqStageOffset);
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-        const int r = lane / 4 + 8 * hh;
-        const int swizzle = backward::dqSwizzle(wsRow0 + r);
-#pragma unroll
-        for (int j = 0; j < kDq / 8; ++j)
-          *reinterpret_cast<float2 *>(tile + (j / 8) * 1024 + r * 64 + ((8 * (j % 8) + 2 * quad) ^ swizzle)) =
-              make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
-      }
-      prim::fenceProxyAsyncShared();  // the bulk copies read through the async proxy
-      __syncwarp();
+      stageDqRows<kDq>(reinterpret_cast<float *>(baseGeneric + dqStageOffset), dq, wsRow0, lane, quad);
       if (lane == 0) {
         // Deterministic: the turn was taken by a generic-proxy acquire; the additions go through the async proxy.
         if constexpr (Deterministic) prim::fenceProxyAsyncGlobal();
-        const int32_t rows = sq - iFirst < 16 ? sq - iFirst : 16;  // rows past the sequence belong to others
-        if (rows > 0) {
-#pragma unroll
-          for (int panel = 0; panel < kDq / 64; ++panel)
-            prim::bulkReduceAddFloats(p.dqAccum + backward::dqPanelRowStart(p, wsRow0, dqFirst / 64 + panel),
-                                      base + dqStageOffset + uint32_t(panel) * 4096u, uint32_t(rows) * 64 * 4);
-        }
-        prim::bulkCommitGroup();
+        addDqRows<kDq / 64>(p, wsRow0, dqFirst / 64, base + dqStageOffset, sq - iFirst < 16 ? sq - iFirst : 16);
         // Deterministic: the turn is handed on only once the additions are performed, not just issued.
         if constexpr (Deterministic) {
           prim::bulkWait<0>();

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The copies both wgmma backward kernels make between global memory and a CTA of 256 threads: 16-bit row tiles into
 // the 128-byte-swizzled slab stacks the wgmma descriptors read (the CTA's K/V block, each step's Q/dO block), the
-// per-row FP32 statistics of a query block, and the dK/dV accumulators out to the caller's rows.
+// per-row FP32 statistics of a query block, a warp's dQ rows into the paneled FP32 accumulator, and the dK/dV
+// accumulators out to the caller's rows.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
 #include "cuda/kernels/backward_sm90/sm90_bwd_order.cuh"
+#include "cuda/primitives/bulk_reduce.cuh"
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/cp_async_scalar.cuh"
 #include "cuda/primitives/math.cuh"
@@ -87,6 +89,44 @@ __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p,
                                dOBase + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead + row0 * p.dORow,
                                p.dORow, valid, thread, dOBase);
   loadRowStatistics<BlockM>(p, w.batch, h, e, m0, valid, base, lseOffset, rowDotOffset, stage, thread);
+}
+
+// A warp's 16 rows of dQ (accumulator rows lane / 4 + 8h, columns 8j + 2 * quad of Columns = 64 x panels) into its
+// staging tiles at `tile`, [panel][16][64] floats with each row's columns XOR-swizzled as the paneled accumulator's
+// workspace row wsRow0 + r has them (backward_common.cuh's dqAccumIndex), so that one bulk reduce-add per panel moves
+// them (addDqRows). Waits first for the warp's previous reduce-adds to have read the tiles, and fences the stores into
+// the async proxy that reads them.
+template <int Columns, int Count>
+__device__ __forceinline__ void stageDqRows(float *tile, const float (&dq)[Count], int64_t wsRow0, int lane,
+                                            int quad) {
+  static_assert(Count == Columns / 2 && Columns % 64 == 0, "16 rows x whole 64-column panels");
+  if (lane == 0) prim::bulkWaitRead<0>();
+  __syncwarp();
+#pragma unroll
+  for (int hh = 0; hh < 2; ++hh) {
+    const int r = lane / 4 + 8 * hh;
+    const int swizzle = backward::dqSwizzle(wsRow0 + r);
+#pragma unroll
+    for (int j = 0; j < Columns / 8; ++j)
+      *reinterpret_cast<float2 *>(tile + (j / 8) * 1024 + r * 64 + ((8 * (j % 8) + 2 * quad) ^ swizzle)) =
+          make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+  }
+  prim::fenceProxyAsyncShared();
+  __syncwarp();
+}
+
+// Lane 0's half of it: the first `rows` staged rows (the others belong to other sequences, or to none) added to panels
+// firstPanel .. of the accumulator at workspace row wsRow0, one bulk reduce-add per panel, in one bulk group.
+template <int Panels>
+__device__ __forceinline__ void addDqRows(const backward::BackwardParams &p, int64_t wsRow0, int firstPanel,
+                                          uint32_t staged, int32_t rows) {
+  if (rows > 0) {
+#pragma unroll
+    for (int panel = 0; panel < Panels; ++panel)
+      prim::bulkReduceAddFloats(p.dqAccum + backward::dqPanelRowStart(p, wsRow0, firstPanel + panel),
+                                staged + uint32_t(panel) * 4096u, uint32_t(rows) * 64 * 4);
+  }
+  prim::bulkCommitGroup();
 }
 
 // Rows rowInTile and rowInTile + 8 of a 64 x Columns accumulator (columns 8j + 2 * quad + 0..1) into rows of `base`
