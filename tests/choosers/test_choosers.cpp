@@ -335,6 +335,19 @@ TEST(Choosers, BackwardPicks) {
         << m.plan.description;
     EXPECT_EQ(m.plan.as<flashattn::BackwardConfig>().instance.headDim, 192) << m.plan.description;
   }
+  // Equal head dims without an instance of their own: on sm90 the d128 kernel with zero columns from 96 (at most a
+  // quarter of its products), the portable kernel below that.
+  const Pick d96 = pick(kH100, dense(Op::Backward, DType::BF16, 8, 8, 1024, 1024, 96));
+  if (instanceNotBuilt(d96)) return;
+  ASSERT_TRUE(d96.served) << d96.why;
+  if (wgmma && !instanceNotBuilt(pick(kH100, dense(Op::Backward, DType::BF16, 8, 8, 1024, 1024, 128)))) {
+    EXPECT_EQ(d96.plan.kernel, KernelId::BackwardWgmma) << d96.plan.description;
+    EXPECT_EQ(d96.plan.as<flashattn::BackwardConfig>().instance.headDim, 128) << d96.plan.description;
+    EXPECT_NE(d96.plan.description.find("zero-padded"), std::string::npos) << d96.plan.description;
+  }
+  const Pick d80 = pick(kH100, dense(Op::Backward, DType::BF16, 8, 8, 1024, 1024, 80));
+  ASSERT_TRUE(d80.served) << d80.why;
+  EXPECT_EQ(d80.plan.kernel, KernelId::BackwardMma) << d80.plan.description;
 }
 
 TEST(Choosers, RefusalsNameTheArgument) {

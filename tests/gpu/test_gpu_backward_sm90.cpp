@@ -4,8 +4,8 @@
 // both gates of docs/testing.md against the float64 oracle (factor 3 against the storage-rounded arithmetic, and the
 // normwise bound; stress inputs bounded by the rounded variant's own normwise error, as test_gpu_backward.cpp does).
 // Covers tails, every mask incl. bottom-right with seqQ > seqK (fully masked rows), windows, GQA (6,2) and (6,1),
-// ragged batches, seqlensK, both dtypes, head dims 64, 128, and 192, 256 and 192/128 (their own kernel:
-// splitGridCases), and graph replay equal to eager.
+// ragged batches, seqlensK, both dtypes, head dims 64, 128, the zero-padded 48, 96 and 120 (on the d64 and d128
+// kernels), and 192, 256 and 192/128 (their own kernel: splitGridCases), and graph replay equal to eager.
 // FLASHATTN_TEST_SLICE=edge runs a few small shapes (for compute-sanitizer). The case setup (strided placement,
 // descriptors, forward then backward) is backward_harness.hpp's, shared with test_gpu_backward.cpp. Deterministic mode
 // on these kernels is covered by test_gpu_backward.cpp's determinism suite.
@@ -67,11 +67,15 @@ std::vector<BwdCase> gridCases() {
     g.usedK = {40};
     g.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
     add(g, "d128_65x65_seqlensK40_causalTL");
+    g.headDim = 96;  // zero-padded on d128: loads, dK/dV stores and the dQ panels past column 96
+    g.kvHeads = 1;
+    g.heads = 2;
+    add(g, "d96_65x65_seqlensK40_causalTL_mqa");
     return cases;
   }
   const flashAttnDataType_t types[] = {FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16};
   for (flashAttnDataType_t t : types)
-    for (int64_t d : {64, 128}) {
+    for (int64_t d : {64, 128, 96}) {
       BwdCase c;
       c.dtype = t;
       c.headDim = d;
@@ -152,6 +156,17 @@ std::vector<BwdCase> gridCases() {
   u.usedK = {300, 17, 0};
   u.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
   add(u, "d64_b3_150x300_seqlensK_causalBR");
+  // The other zero-padded widths: 48 on d64 (a quarter of its columns zero), 120 on d128 (one 8-column chunk).
+  for (int64_t d : {48, 120}) {
+    BwdCase z;
+    z.headDim = d;
+    z.heads = 6;
+    z.kvHeads = 2;
+    z.sq = 113;
+    z.sk = 211;
+    z.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    add(z, "d" + std::to_string(d) + "_113x211_gqa6_2_causalBR");
+  }
   return cases;
 }
 
@@ -289,8 +304,11 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
   Handle h(FLASHATTN_BACKEND_CUDA);
   auto s = build(c);
   const std::string described = describeBackward(h, *s);
-  const bool served = c.headDimV == 0 ? c.headDim == 64 || c.headDim == 128 || c.headDim == 192 || c.headDim == 256
-                                     : c.headDim == 192 && c.headDimV == 128;
+  // Instances 64, 128, 192, 256 and 192/128; 48-56 and 96-120 zero-padded on 64 and 128.
+  const int64_t d = c.headDim;
+  const bool padded = d % 8 == 0 && ((d >= 48 && d < 64) || (d >= 96 && d < 128));
+  const bool served = c.headDimV == 0 ? d == 64 || d == 128 || d == 192 || d == 256 || padded
+                                     : d == 192 && c.headDimV == 128;
   if (served)
     EXPECT_NE(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
   else
@@ -298,6 +316,7 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
   if (c.headDim >= 192) {
     EXPECT_NE(described.find("tile 64x64"), std::string::npos) << c.name << ": " << described;
   }
+  if (padded) EXPECT_NE(described.find("zero-padded"), std::string::npos) << c.name << ": " << described;
   runAndCheckAgainstOracle(h, c, *s);
 }
 
@@ -345,8 +364,8 @@ TEST(BackwardSm90, OutOfScopeRoutesToPortable) {
   c.alibi = 1;
   expectPortable(c, "ALiBi");
   c.alibi = 0;
-  c.headDim = 96;
-  expectPortable(c, "headDim 96");
+  c.headDim = 80;  // zero columns would be more than a quarter of the d128 kernel's products
+  expectPortable(c, "headDim 80");
   c.headDim = 192;
   c.headDimV = 64;
   expectPortable(c, "headDim 192 / headDimV 64");

@@ -295,7 +295,10 @@ Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const Ba
   plan->addRegion(kLseLog2, "LSE in base 2", rows * sizeof(float));
   plan->addRegion(kSinkPartials, "dSinks partial sums",
                   p.dSinks ? std::size_t(p.heads * p.batch * rowBlocks) * sizeof(float) : 0);
-  plan->addRegion(kDqAccum, "FP32 dQ", rows * std::size_t(dqPitchOf(p.headDim)) * sizeof(float));
+  // Paneled: whole 64-column panels, which a kernel of a wider instance adds (zeros past the problem's head dim).
+  const std::size_t dqColumns =
+      config.dqPaneled ? std::size_t((p.headDim + 63) / 64 * 64) : std::size_t(dqPitchOf(p.headDim));
+  plan->addRegion(kDqAccum, "FP32 dQ", rows * dqColumns * sizeof(float));
   plan->addRegion(kTurns, "dQ turn counters",
                   p.deterministic ? std::size_t(p.batch * p.heads) * queryBlocks * sizeof(int32_t) : 0);
 

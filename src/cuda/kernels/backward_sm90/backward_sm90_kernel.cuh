@@ -443,11 +443,11 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     storeRows<Element, D>(dk,
                           static_cast<Element *>(p.dK) + int64_t(w.batch) * p.dKBatch + int64_t(w.kvHead) * p.dKHead +
                               key0 * p.dKRow,
-                          p.dKRow, keyInGroup, rowsLeft, quad);
+                          p.dKRow, keyInGroup, rowsLeft, p.headDim, quad);
     storeRows<Element, D>(dv,
                           static_cast<Element *>(p.dV) + int64_t(w.batch) * p.dVBatch + int64_t(w.kvHead) * p.dVHead +
                               key0 * p.dVRow,
-                          p.dVRow, keyInGroup, rowsLeft, quad);
+                          p.dVRow, keyInGroup, rowsLeft, p.headDimV, quad);
   }
 }
 

@@ -35,8 +35,9 @@ cudaError_t launchPerKeyBlock(Kernel *kernel, int threads, std::size_t sharedByt
 template <typename Element, int D>
 cudaError_t launchD64D128(const backward::BackwardParams &params, int device, cudaStream_t stream) {
   using L = SharedLayout<D>;
-  // The kernel writes the paneled dQ accumulator only; the convert kernel reads what the plan says was written.
-  if (!params.dqPaneled || params.headDim != D) return cudaErrorInvalidValue;
+  // The kernel writes the paneled dQ accumulator only (whole 64-column panels: the plan sizes it so); the convert
+  // kernel reads what the plan says was written. A narrower problem's columns past its head dim are zeros.
+  if (!params.dqPaneled || params.headDim > D || params.headDimV != params.headDim) return cudaErrorInvalidValue;
   static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
   return params.deterministic ? launchPerKeyBlock(backwardSm90Kernel<Element, D, true>, L::kThreads,
                                                   L::kDynamicBytes, params, device, configuredDeterministic, stream)

@@ -387,11 +387,11 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     storeRows<Element, kDk>(dk,
                             static_cast<Element *>(p.dK) + int64_t(w.batch) * p.dKBatch + int64_t(w.kvHead) * p.dKHead +
                                 key0 * p.dKRow + dkFirst,
-                            p.dKRow, keyInTile, rowsLeft, quad);
+                            p.dKRow, keyInTile, rowsLeft, p.headDim - dkFirst, quad);
     storeRows<Element, kDv>(dv,
                             static_cast<Element *>(p.dV) + int64_t(w.batch) * p.dVBatch + int64_t(w.kvHead) * p.dVHead +
                                 key0 * p.dVRow + dvFirst,
-                            p.dVRow, keyInTile, rowsLeft, quad);
+                            p.dVRow, keyInTile, rowsLeft, p.headDimV - dvFirst, quad);
   }
 }
 

@@ -18,13 +18,14 @@
 
 namespace flashattn::cuda::backward_sm90 {
 
-// Rows x D elements into the slab stack at `tile` with all 256 threads of the CTA; rows >= validRows become zeros.
+// Rows x D elements into the slab stack at `tile` with all 256 threads of the CTA; rows >= validRows and columns
+// >= validColumns (a problem narrower than the instance) become zeros and read nothing.
 template <typename Element, int D, int Rows>
 __device__ __forceinline__ void loadTile(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
-                                         int thread, const void *safeAddress) {
+                                         int validColumns, int thread, const void *safeAddress) {
   constexpr int kRowsPerPass = 256 / (D / 8);
   prim::cpAsyncTileToSlabs<Element, D, Rows, 256, Rows / kRowsPerPass>(tile, rows, rowStride, validRows, thread,
-                                                                        safeAddress);
+                                                                        safeAddress, validColumns / 8);
 }
 
 // LSE * log2 e and D of the query block's BlockM rows from the workspace into stage `stage` of the two FP32 row
@@ -47,7 +48,7 @@ __device__ __forceinline__ void loadRowStatistics(const backward::BackwardParams
 }
 
 // The K (D columns) and V (DV columns) tiles of the CTA's BlockN keys (from key n0 of the sequence) into kTile and
-// vTile; keys past seqK become zeros.
+// vTile; keys past seqK and columns past the problem's head dims become zeros.
 template <typename Element, int D, int DV, int BlockN>
 __device__ __forceinline__ void loadKeyBlock(const backward::BackwardParams &p, const backward::WorkItem &w,
                                              const backward::SequenceExtent &e, int32_t n0, uint32_t kTile,
@@ -58,16 +59,16 @@ __device__ __forceinline__ void loadKeyBlock(const backward::BackwardParams &p, 
   loadTile<Element, D, BlockN>(kTile,
                                kBase + int64_t(w.batch) * p.kBatch + int64_t(w.kvHead) * p.kHead +
                                    (e.kStart + n0) * p.kRow,
-                               p.kRow, validKeys, thread, kBase);
+                               p.kRow, validKeys, p.headDim, thread, kBase);
   loadTile<Element, DV, BlockN>(vTile,
                                vBase + int64_t(w.batch) * p.vBatch + int64_t(w.kvHead) * p.vHead +
                                    (e.kStart + n0) * p.vRow,
-                               p.vRow, validKeys, thread, vBase);
+                               p.vRow, validKeys, p.headDimV, thread, vBase);
 }
 
 // Step t's query block (its head and rows from stepBlock): the Q (D columns) and dO (DV columns) tiles into stage
-// `stage` of the tiles at base + qOffset and base + dOOffset (qStageBytes and dOStageBytes apart), and its row
-// statistics (loadRowStatistics).
+// `stage` of the tiles at base + qOffset and base + dOOffset (qStageBytes and dOStageBytes apart; columns past the
+// problem's head dims zero), and its row statistics (loadRowStatistics).
 template <typename Element, int D, int DV, int BlockM, bool Deterministic>
 __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p, const backward::WorkItem &w,
                                               const backward::SequenceExtent &e, const StepOrder &order,
@@ -84,10 +85,10 @@ __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p,
   const int valid = e.seqQ - m0;
   loadTile<Element, D, BlockM>(base + qOffset + stage * qStageBytes,
                                qBase + int64_t(w.batch) * p.qBatch + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow,
-                               valid, thread, qBase);
+                               valid, p.headDim, thread, qBase);
   loadTile<Element, DV, BlockM>(base + dOOffset + stage * dOStageBytes,
                                dOBase + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead + row0 * p.dORow,
-                               p.dORow, valid, thread, dOBase);
+                               p.dORow, valid, p.headDimV, thread, dOBase);
   loadRowStatistics<BlockM>(p, w.batch, h, e, m0, valid, base, lseOffset, rowDotOffset, stage, thread);
 }
 
@@ -130,10 +131,11 @@ __device__ __forceinline__ void addDqRows(const backward::BackwardParams &p, int
 }
 
 // Rows rowInTile and rowInTile + 8 of a 64 x Columns accumulator (columns 8j + 2 * quad + 0..1) into rows of `base`
-// with the storage type; rows >= rowsLeft are not written.
+// with the storage type; rows >= rowsLeft and columns >= validColumns (a multiple of 8: the zero columns of a problem
+// narrower than the instance) are not written.
 template <typename Element, int Columns, int Count>
 __device__ __forceinline__ void storeRows(const float (&acc)[Count], Element *base, int64_t rowStride, int rowInTile,
-                                          int rowsLeft, int quad) {
+                                          int rowsLeft, int validColumns, int quad) {
   static_assert(Count == Columns / 2, "accumulator of 64 x Columns");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -142,8 +144,9 @@ __device__ __forceinline__ void storeRows(const float (&acc)[Count], Element *ba
     Element *out = base + int64_t(row) * rowStride + 2 * quad;
 #pragma unroll
     for (int j = 0; j < Columns / 8; ++j)
-      *reinterpret_cast<uint32_t *>(out + 8 * j) =
-          prim::packFloat2<Element>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      if (8 * j < validColumns)
+        *reinterpret_cast<uint32_t *>(out + 8 * j) =
+            prim::packFloat2<Element>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
   }
 }
 
