@@ -335,8 +335,8 @@ TEST(Choosers, BackwardPicks) {
         << m.plan.description;
     EXPECT_EQ(m.plan.as<flashattn::BackwardConfig>().instance.headDim, 192) << m.plan.description;
   }
-  // Equal head dims without an instance of their own: on sm90 the d128 kernel with zero columns from 96 (at most a
-  // quarter of its products), the portable kernel below that.
+  // Equal head dims without an instance of their own: on sm90 the next instance up with zero columns where they are
+  // at most a quarter of its products (96 on d128, 160 on d192), the portable kernel below that (80).
   const Pick d96 = pick(kH100, dense(Op::Backward, DType::BF16, 8, 8, 1024, 1024, 96));
   if (instanceNotBuilt(d96)) return;
   ASSERT_TRUE(d96.served) << d96.why;
@@ -344,6 +344,11 @@ TEST(Choosers, BackwardPicks) {
     EXPECT_EQ(d96.plan.kernel, KernelId::BackwardWgmma) << d96.plan.description;
     EXPECT_EQ(d96.plan.as<flashattn::BackwardConfig>().instance.headDim, 128) << d96.plan.description;
     EXPECT_NE(d96.plan.description.find("zero-padded"), std::string::npos) << d96.plan.description;
+  }
+  const Pick d160 = pick(kH100, dense(Op::Backward, DType::BF16, 8, 8, 1024, 1024, 160));
+  if (wgmma && !instanceNotBuilt(pick(kH100, dense(Op::Backward, DType::BF16, 8, 8, 1024, 1024, 192)))) {
+    EXPECT_EQ(d160.plan.kernel, KernelId::BackwardWgmma) << d160.plan.description;
+    EXPECT_EQ(d160.plan.as<flashattn::BackwardConfig>().instance.headDim, 192) << d160.plan.description;
   }
   const Pick d80 = pick(kH100, dense(Op::Backward, DType::BF16, 8, 8, 1024, 1024, 80));
   ASSERT_TRUE(d80.served) << d80.why;

@@ -4,8 +4,9 @@
 // both gates of docs/testing.md against the float64 oracle (factor 3 against the storage-rounded arithmetic, and the
 // normwise bound; stress inputs bounded by the rounded variant's own normwise error, as test_gpu_backward.cpp does).
 // Covers tails, every mask incl. bottom-right with seqQ > seqK (fully masked rows), windows, GQA (6,2) and (6,1),
-// ragged batches, seqlensK, both dtypes, head dims 64, 128, the zero-padded 48, 96 and 120 (on the d64 and d128
-// kernels), and 192, 256 and 192/128 (their own kernel: splitGridCases), and graph replay equal to eager.
+// ragged batches, seqlensK, both dtypes, head dims 64, 128, and 192, 256 and 192/128 (their own kernel:
+// splitGridCases), the zero-padded 48, 96, 120 (d64, d128), 144, 160 (d192), 240 (not padded: portable), and graph
+// replay equal to eager.
 // FLASHATTN_TEST_SLICE=edge runs a few small shapes (for compute-sanitizer). The case setup (strided placement,
 // descriptors, forward then backward) is backward_harness.hpp's, shared with test_gpu_backward.cpp. Deterministic mode
 // on these kernels is covered by test_gpu_backward.cpp's determinism suite.
@@ -71,6 +72,8 @@ std::vector<BwdCase> gridCases() {
     g.kvHeads = 1;
     g.heads = 2;
     add(g, "d96_65x65_seqlensK40_causalTL_mqa");
+    g.headDim = 160;  // zero-padded on the split kernel's d192: each warpgroup's column shares cut short
+    add(g, "d160_65x65_seqlensK40_causalTL_mqa");
     return cases;
   }
   const flashAttnDataType_t types[] = {FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16};
@@ -156,8 +159,10 @@ std::vector<BwdCase> gridCases() {
   u.usedK = {300, 17, 0};
   u.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
   add(u, "d64_b3_150x300_seqlensK_causalBR");
-  // The other zero-padded widths: 48 on d64 (a quarter of its columns zero), 120 on d128 (one 8-column chunk).
-  for (int64_t d : {48, 120}) {
+  // The other zero-padded widths: 48 on d64 (a quarter of its columns zero), 120 on d128 (one 8-column chunk); on the
+  // split kernel 144 and 160 on d192 (dK's 64-column share of warpgroup 0 keeps 16 and 32 columns; dQ by bulk reduce
+  // into 64-column panels). 240 stays on the portable kernel (d256 adds dQ row-major, every column of the instance).
+  for (int64_t d : {48, 120, 144, 160, 240}) {
     BwdCase z;
     z.headDim = d;
     z.heads = 6;
@@ -304,16 +309,17 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
   Handle h(FLASHATTN_BACKEND_CUDA);
   auto s = build(c);
   const std::string described = describeBackward(h, *s);
-  // Instances 64, 128, 192, 256 and 192/128; 48-56 and 96-120 zero-padded on 64 and 128.
+  // Instances 64, 128, 192, 256 and 192/128; equal head dims from three quarters of an instance zero-padded on it.
   const int64_t d = c.headDim;
-  const bool padded = d % 8 == 0 && ((d >= 48 && d < 64) || (d >= 96 && d < 128));
+  const bool padded = c.headDimV == 0 && d % 8 == 0 &&
+                      ((d >= 48 && d < 64) || (d >= 96 && d < 128) || (d >= 144 && d < 192));
   const bool served = c.headDimV == 0 ? d == 64 || d == 128 || d == 192 || d == 256 || padded
                                      : d == 192 && c.headDimV == 128;
   if (served)
     EXPECT_NE(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
   else
     EXPECT_EQ(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
-  if (c.headDim >= 192) {
+  if (served && c.headDim > 128) {
     EXPECT_NE(described.find("tile 64x64"), std::string::npos) << c.name << ": " << described;
   }
   if (padded) EXPECT_NE(described.find("zero-padded"), std::string::npos) << c.name << ": " << described;

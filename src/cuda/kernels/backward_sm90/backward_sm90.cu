@@ -65,21 +65,23 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   };
   if (p.dtype != DType::FP16 && p.dtype != DType::BF16)
     return refuse(concat("data type ", dtypeName(p.dtype), " has no wgmma backward kernel (FP16/BF16 only)"));
-  // An instance of exactly the problem's head dims, else (equal head dims) the d64/d128 kernel of the next instance
-  // up with zero columns where they cost at most a quarter of its products: 48-56 on d64, 96-120 on d128. Narrower
-  // problems and the split kernel's widths keep to the portable kernel.
+  // An instance of exactly the problem's head dims, else (equal head dims) the next instance up with zero columns
+  // where they cost at most a quarter of its products and its dQ goes into whole 64-column panels: 48-56 on d64,
+  // 96-120 on d128, 144-184 on d192 (d256 adds dQ row-major by red.global, every column of the instance). Narrower
+  // problems keep to the portable kernel.
   const InstanceKey *instance = kSm90Instances.exactFor(p.dtype, p.headDim, p.headDimV);
   if (instance == nullptr && p.headDimV == p.headDim) {
     std::string ignored;
     const int32_t wider = kSm90Instances.paddedInstanceFor(p, "wgmma backward kernels", &ignored);
-    if (wider > 0 && !runsSplitKernel(wider) && 4 * p.headDim >= 3 * wider)
-      instance = kSm90Instances.exactFor(p.dtype, wider, wider);
+    const InstanceKey *candidate = wider > 0 ? kSm90Instances.exactFor(p.dtype, wider, wider) : nullptr;
+    if (candidate != nullptr && 4 * p.headDim >= 3 * wider && dqPaneledFor(*candidate)) instance = candidate;
   }
   if (instance == nullptr)
     return refuse(concat("headDim ", p.headDim, " / headDimV ", p.headDimV,
                          " has no wgmma backward kernel in this build (", dtypeName(p.dtype), ": ",
                          kSm90Instances.headDims(p.dtype),
-                         "; Q/K / V/O where they differ; 48-56 and 96-120 zero-padded on 64 and 128)"));
+                         "; Q/K / V/O where they differ; equal head dims within three quarters of an instance "
+                         "zero-padded on it)"));
   if (p.softcap > 0.f) return refuse(concat("softcap ", p.softcap, " runs on the portable backward kernel"));
   if (p.alibiSlopes != nullptr) return refuse("ALiBi slopes run on the portable backward kernel");
   if (p.paged) return refuse("paged K/V caches are not supported by the backward kernels");

@@ -48,9 +48,12 @@ cudaError_t launchD64D128(const backward::BackwardParams &params, int device, cu
 template <typename Element, int D, int DV>
 cudaError_t launchSplit(const backward::BackwardParams &params, int device, cudaStream_t stream) {
   using L = split::Layout<D, DV>;
-  // The kernel adds dQ in the layout the plan chose for it (paneled where it adds by bulk reduce) and stores exactly D
-  // and DV columns.
-  if (params.dqPaneled != L::kBulkDq || params.headDim != D || params.headDimV != DV) return cudaErrorInvalidValue;
+  // The kernel adds dQ in the layout the plan chose for it (paneled where it adds by bulk reduce) and stores the
+  // problem's columns: D and DV, or (an instance of equal head dims that adds dQ in whole 64-column panels) fewer of
+  // both, zero-padded; the row-major accumulator's additions take every column of the instance.
+  const bool exact = params.headDim == D && params.headDimV == DV;
+  const bool padded = L::kBulkDq && D == DV && params.headDim == params.headDimV && params.headDim < D;
+  if (params.dqPaneled != L::kBulkDq || !(exact || padded)) return cudaErrorInvalidValue;
   static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
   return params.deterministic ? launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, true>, L::kThreads,
                                                   L::kDynamicBytes, params, device, configuredDeterministic, stream)
