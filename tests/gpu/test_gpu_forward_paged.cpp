@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // flashAttnForward over paged K/V caches on the CUDA backend, through the public API: chunked prefill (a ragged Q of
-// new tokens, no cuSeqlensK) and a dense Q, against the float64 oracle of tests/common/reference.hpp with the gates of
-// docs/testing.md. Page sizes 1, 3, 16, 64 and 256; block tables from a random permutation of the pool with spare
+// new tokens, no cuSeqlensK) and a dense Q, against the float64 oracle of tests/common/reference.hpp with the gates
+// of docs/testing.md. Page sizes 1, 3, 16, 64 and 256; block tables from a random permutation of the pool with spare
 // pages; NaN in every slot and page no sequence uses and garbage in the table entries past each sequence's last page
 // (none may be read); per-sequence lengths 0, 1 and on page boundaries; 1, 17 and 512 new tokens over prefixes up to
-// 3000; GQA 1, 4 and 8; FP16, BF16 and FP32; masks, window, softcap, ALiBi and sinks on some cases. Each case also runs
-// on a dense cache holding the same keys, which the same kernel family must answer bitwise alike, and twice (bitwise
-// repeatable). A captured graph replays with other lengths, block tables and query offsets written between replays.
+// 3000, and 1 and 17 over 64k; GQA 1, 4, 8 and 16; FP16, BF16 and FP32; masks, window, softcap, ALiBi and sinks on
+// some cases. Each case also runs on a dense cache holding the same keys, which the same kernel family must answer
+// bitwise alike, and twice (bitwise repeatable). A captured graph replays with other lengths, block tables and query
+// offsets written between replays.
 // The CTest variant test_gpu_forward_paged_portable runs it all on the portable families.
 //
 // Wide heads on pages of 16, 64 and 256 (the Hopper kernel's tensor-map copies of page runs): Q/K 192 with V/O 128
@@ -492,6 +493,16 @@ std::vector<PagedCase> cases() {
   chunked("mla_192v128_ps256_fp16", FLASHATTN_DATA_FP16, 192, 128, 256, 1);
   chunked("d256_ps16", FLASHATTN_DATA_FP16, 256, 0, 16, 2);
   denseQ("d256_ps64_dense", FLASHATTN_DATA_BF16, 256, 0, 64, 8, FLASHATTN_MASK_NONE);
+  // What a server meets at length: 17 new tokens and one over prefixes of 64k keys, 16 query heads on one KV head, on
+  // vLLM's pages of 16 (page runs by tensor map on Hopper) and SGLang's of 1 (row by row).
+  for (int64_t ps : {16, 1}) {
+    PagedCase c;
+    c.name = "long_prefix_64k_gqa16_ps" + std::to_string(ps);
+    c.dtype = ps == 1 ? FLASHATTN_DATA_FP16 : FLASHATTN_DATA_BF16;
+    c.heads = 16, c.kvHeads = 1, c.pageSize = ps;
+    c.seqs = {{17, 65536}, {1, 65536 - 3}}, c.seed = seed++;
+    out.push_back(c);
+  }
   return out;
 }
 

@@ -229,8 +229,11 @@ __device__ __forceinline__ void writeEmptyRows(const ForwardParams &p, Element *
     for (int r = thread; r < rows; r += threads) lseRows[int64_t(r) * p.lseRow] = emptyLse;
 }
 
-// The register split of setmaxnreg: the producer only computes addresses; the consumers hold S, P and O.
-template <int ConsumerGroups>
+// The register split of setmaxnreg: the producer only computes addresses; the consumers hold S, P and O. The paged
+// tensor-map producer (four issuing warps, each with its pages and barrier phases) spills 40 bytes at 40 registers;
+// with two consumer groups it gets 56, beside which their code fits in 224 without spilling (ptxas, CUDA 13.0). With
+// three (d64), 152 registers make the consumers spill 48 bytes, so the producer keeps 32 (and spills 92).
+template <int ConsumerGroups, bool PagedTma = false>
 struct RegisterSplit;
 template <>
 struct RegisterSplit<2> {  // 384 threads x 168 at entry = 2 x 128 x 232 + 128 x 40
@@ -242,6 +245,13 @@ struct RegisterSplit<3> {  // 512 threads x 128 at entry = 3 x 128 x 160 + 128 x
   static constexpr int kProducer = 32;
   static constexpr int kConsumer = 160;
 };
+template <>
+struct RegisterSplit<2, true> {  // 2 x 128 x 224 + 128 x 56
+  static constexpr int kProducer = 56;
+  static constexpr int kConsumer = 224;
+};
+template <>
+struct RegisterSplit<3, true> : RegisterSplit<3> {};
 
 constexpr uint32_t kSchedulerBarrierBase = 1;  // named barriers 1..ConsumerGroups (0 is __syncthreads)
 constexpr uint32_t kProducerBarrier = 4;       // the paged producer's row tables (past every consumer group's)
@@ -376,7 +386,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     // Their copies may complete before warp 0 adds the bytes they carry to the barrier, which the barrier's
     // transaction count allows (its phase waits for warp 0's arrival as well). Dense, the other warps exit.
     constexpr int kIssuers = Paged ? 4 : 1;
-    prim::setMaxRegistersDecrease<RegisterSplit<ConsumerGroups>::kProducer>();
+    prim::setMaxRegistersDecrease<RegisterSplit<ConsumerGroups, Paged>::kProducer>();
     const int runs = Paged ? BlockN / kp.pageBoxRows : 0;  // paged: copies of page runs per block and box column
     if (int(threadIdx.x) >= 32 * (Paged ? min(kIssuers, runs) : 1)) return;  // warps with no run to issue
     const int lane = kIssuers == 1 ? int(threadIdx.x) : int(threadIdx.x) % 32;
@@ -598,7 +608,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     prim::cpAsyncWaitAll();  // no copy outlives its issuing thread
   } else {
     // ------------------------------------------------------------------------------------------------ consumers
-    prim::setMaxRegistersIncrease<RegisterSplit<ConsumerGroups>::kConsumer>();
+    prim::setMaxRegistersIncrease<RegisterSplit<ConsumerGroups, Paged && Tma>::kConsumer>();
     const int group = warpGroup - 1;
     const int thread = int(threadIdx.x) - 128 * warpGroup;
     const int warp = thread / 32;
