@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
     p.oRow = p.qRow, p.oHead = p.qHead, p.oBatch = p.qBatch;
     p.lseRow = 1, p.lseHead = sh.s, p.lseBatch = int64_t(sh.s) * sh.heads;
     p.batch = sh.batch, p.heads = sh.heads, p.headsPerKvHead = sh.heads / sh.kvHeads;
-    p.seqQ = sh.s, p.seqK = sh.s, p.headDim = sh.d;
+    p.seqQ = sh.s, p.seqK = sh.s, p.headDim = sh.d, p.headDimV = sh.d;
     p.scale = 1.f / std::sqrt(float(sh.d));
     p.mask = sh.causal ? 1 : 0;  // Mask::CausalTopLeft
     p.vectorAccess = true;

@@ -22,8 +22,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -123,6 +125,29 @@ class PagedFixture {
   }
 
   std::vector<uint8_t> rawO() const { return o_.raw(); }
+
+  // Where the current O differs from `other` (raw bytes of an earlier run): how many (sequence, head, row) rows, the
+  // first few with their largest difference, so that a mismatch says which tiles and heads to look at.
+  std::string describeDifference(const std::vector<uint8_t> &other) const {
+    const std::vector<uint8_t> mine = o_.raw();
+    std::ostringstream s;
+    int64_t rows = 0;
+    for (int64_t b = 0; b < c_.batch(); ++b)
+      for (int64_t h = 0; h < c_.heads; ++h)
+        for (int64_t i = 0; i < rp_.seqQ(b); ++i) {
+          double largest = 0;
+          int64_t column = -1;
+          for (int64_t x = 0; x < c_.dv(); ++x) {
+            const double a = loadElement(mine.data(), c_.dtype, oOffset(b, h, i) + x);
+            const double e = loadElement(other.data(), c_.dtype, oOffset(b, h, i) + x);
+            if (!(a == e) && !(std::isnan(a) && std::isnan(e)) && (column < 0 || std::fabs(a - e) > largest))
+              largest = std::fabs(a - e), column = x;
+          }
+          if (column < 0) continue;
+          if (rows++ < 6) s << " (seq " << b << " head " << h << " row " << i << ": col " << column << " by " << largest << ")";
+        }
+    return std::to_string(rows) + " rows differ:" + s.str();
+  }
   std::vector<uint8_t> rawLse() const { return lse_.raw(); }
 
   // Both gates on O, the LSE gate (finiteness included), against the oracle of the current index data.
@@ -150,6 +175,19 @@ class PagedFixture {
       const fa_ref::Gate gl = fa_ref::checkLse(outLse, refLse, lseTolerance(c_.dtype, refLse));
       *pass = *pass && gl.pass;
       text += "; LSE " + gl.describe();
+      size_t worst = refLse.size();
+      double worstErr = -1;
+      for (size_t r = 0; r < refLse.size(); ++r)
+        if (std::isfinite(refLse[r]) && std::fabs(outLse[r] - refLse[r]) > worstErr)
+          worst = r, worstErr = std::fabs(outLse[r] - refLse[r]);
+      if (worst < refLse.size()) {
+        const int64_t rowsPerHead = rp_.maxSq;
+        std::ostringstream w;
+        w << " worst at seq " << int64_t(worst) / rowsPerHead / c_.heads << " head "
+          << int64_t(worst) / rowsPerHead % c_.heads << " row " << int64_t(worst) % rowsPerHead << " ("
+          << outLse[worst] << " against " << refLse[worst] << ")";
+        text += w.str();
+      }
     }
     return text;
   }
@@ -521,6 +559,7 @@ TEST_P(PagedForward, MatchesOracleAndDenseCacheBitwise) {
   bool pass = false;
   const std::string text = f.verify(&pass);
   EXPECT_TRUE(pass) << text;
+  std::cout << "[paged] " << c.name << ": " << text << "\n";
   const std::vector<uint8_t> o = f.rawO(), lse = f.rawLse();
   ASSERT_EQ(f.run(true), FLASHATTN_STATUS_SUCCESS) << lastError();
   EXPECT_TRUE(f.rawO() == o && f.rawLse() == lse) << "a repeated run differs bitwise";
@@ -529,7 +568,12 @@ TEST_P(PagedForward, MatchesOracleAndDenseCacheBitwise) {
   ASSERT_EQ(f.run(false), FLASHATTN_STATUS_SUCCESS) << lastError();
   const std::string pagedFamily = f.family(true), denseFamily = f.family(false);
   if (pagedFamily == denseFamily) {
-    EXPECT_TRUE(f.rawO() == o) << "O differs between the paged and the dense cache (" << pagedFamily << ")";
+    if (f.rawO() != o) {
+      bool densePass = false;
+      const std::string denseText = f.verify(&densePass);
+      ADD_FAILURE() << "O differs between the paged and the dense cache (" << pagedFamily
+                    << "): " << f.describeDifference(o) << "; paged: " << text << "; dense: " << denseText;
+    }
     EXPECT_TRUE(f.rawLse() == lse) << "LSE differs between the paged and the dense cache (" << pagedFamily << ")";
   } else {
     bool densePass = false;
