@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <numeric>
@@ -186,6 +187,13 @@ class PagedFixture {
         w << " worst at seq " << int64_t(worst) / rowsPerHead / c_.heads << " head "
           << int64_t(worst) / rowsPerHead % c_.heads << " row " << int64_t(worst) % rowsPerHead << " ("
           << outLse[worst] << " against " << refLse[worst] << ")";
+        if (std::getenv("FLASHATTN_TEST_LSE_ROWS") != nullptr) {
+          // Every row of the worst (sequence, head): whether the error follows the row's keys or is the same.
+          w << "; that head's rows:";
+          const size_t first = worst - worst % size_t(rowsPerHead);
+          for (size_t r = first; r < first + size_t(rowsPerHead); ++r)
+            if (std::isfinite(refLse[r])) w << " " << outLse[r] - refLse[r];
+        }
         text += w.str();
       }
     }
@@ -571,8 +579,12 @@ TEST_P(PagedForward, MatchesOracleAndDenseCacheBitwise) {
     if (f.rawO() != o) {
       bool densePass = false;
       const std::string denseText = f.verify(&densePass);
-      ADD_FAILURE() << "O differs between the paged and the dense cache (" << pagedFamily
-                    << "): " << f.describeDifference(o) << "; paged: " << text << "; dense: " << denseText;
+      const std::string difference = f.describeDifference(o);
+      const std::vector<uint8_t> dense = f.rawO();
+      ASSERT_EQ(f.run(false), FLASHATTN_STATUS_SUCCESS) << lastError();
+      ADD_FAILURE() << "O differs between the paged and the dense cache (" << pagedFamily << "): " << difference
+                    << "; paged: " << text << "; dense: " << denseText << "; the dense run "
+                    << (f.rawO() == dense ? "repeats bitwise" : "does not repeat bitwise");
     }
     EXPECT_TRUE(f.rawLse() == lse) << "LSE differs between the paged and the dense cache (" << pagedFamily << ")";
   } else {
