@@ -149,8 +149,8 @@ __global__ void __launch_bounds__(kNarrowThreads, 1) decodeSm90NarrowKernel(cons
             fmaxf(fmaxf(tileMaxima[n], tileMaxima[N + n]), fmaxf(tileMaxima[2 * N + n], tileMaxima[3 * N + n]));
         const float newMax = fmaxf(rowMax[j][e], tileMax);
         // A row with nothing visible yet keeps max -inf: measured against 0, every P and the correction are 0.
-        const float newMaxScaled = newMax == forward_sm90::negativeInfinity() ? 0.f : newMax * scaleLog2;
-        correction[j][e] = prim::exp2Fast(rowMax[j][e] * scaleLog2 - newMaxScaled);
+        const float newMaxScaled = prim::scaledMax(newMax, scaleLog2);
+        correction[j][e] = prim::maxCorrection(rowMax[j][e], newMaxScaled, scaleLog2);
         anyMoved |= newMax != rowMax[j][e];
         rowMax[j][e] = newMax;
         float tileSum = 0.f;

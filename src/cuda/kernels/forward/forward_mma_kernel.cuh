@@ -402,8 +402,8 @@ __global__ void __launch_bounds__(Warps * 32, MinBlocksPerSM) forwardMmaKernel(c
         const float newMax = fmaxf(rowMax[mt][half], blockMax);
         // A row with nothing visible yet keeps max -inf; subtracting 0 then keeps every exp2 argument -inf (P = 0)
         // instead of -inf - -inf = NaN. Its old max is -inf too, so the correction is exp2(-inf) = 0 on zeros.
-        const float newMaxScaled = newMax == negativeInfinity() ? 0.f : newMax * exp2Scale;
-        correction[mt][half] = prim::exp2Fast(rowMax[mt][half] * exp2Scale - newMaxScaled);
+        const float newMaxScaled = prim::scaledMax(newMax, exp2Scale);
+        correction[mt][half] = prim::maxCorrection(rowMax[mt][half], newMaxScaled, exp2Scale);
         maxMoved |= newMax != rowMax[mt][half];
         rowMax[mt][half] = newMax;
         float blockSum = 0.f;

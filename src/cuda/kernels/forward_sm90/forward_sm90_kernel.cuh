@@ -167,8 +167,8 @@ __device__ __forceinline__ bool softmaxBlock(float (&s)[BlockN / 2], float (&row
     const float newMax = fmaxf(rowMax[h], blockMax);
     // A row with nothing visible yet keeps max -inf: subtracting 0 keeps every exp2 argument -inf (P = 0) instead of
     // -inf - -inf = NaN, and the correction exp2(-inf) = 0 applies to zeros.
-    const float newMaxScaled = newMax == negativeInfinity() ? 0.f : newMax * scaleLog2;
-    correction[h] = prim::exp2Fast(rowMax[h] * scaleLog2 - newMaxScaled);
+    const float newMaxScaled = prim::scaledMax(newMax, scaleLog2);
+    correction[h] = prim::maxCorrection(rowMax[h], newMaxScaled, scaleLog2);
     moved |= newMax != rowMax[h];
     rowMax[h] = newMax;
     float blockSum = 0.f;
