@@ -51,10 +51,12 @@ bool pagedTmaShape(const AttnProblem &p, const InstanceKey &key) {
 // is 1-2% ahead); with a causal mask or a window tiles differ in length and static waves balance them worse than the
 // hardware's CTA scheduler from S 8k at d64/d128 and from 1k at d256 (d256 causal 16k: 435 against 769 TFLOP/s).
 // The cp.async producer (paged caches, strides no tensor map takes) loses 5-10% persistent from S 8k without a mask.
+// Causal at d192 (bench/forward_sm90_variants, H200): persistent 1.13x at S 512, 1.07x at 1k, 0.995x at 2k; at d256
+// 1.01x at 512 and 0.91x at 1k, so d256 stays one CTA per tile.
 bool runsPersistent(const AttnProblem &p, int32_t instance, bool tma) {
   const bool equalTiles = p.mask == Mask::None && p.windowLeft < 0 && p.windowRight < 0;
   if (equalTiles) return tma ? instance <= 128 || p.seqK <= 4096 : p.seqK <= 4096;
-  return instance <= 128 && p.seqK <= 4096;
+  return instance <= 128 ? p.seqK <= 4096 : instance <= 192 && p.seqK <= 1024;
 }
 
 // The instance that serves the problem (the narrowest compiled one at least as wide: columns in between are zeros in
