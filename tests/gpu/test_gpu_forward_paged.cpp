@@ -145,7 +145,8 @@ class PagedFixture {
               largest = std::fabs(a - e), column = x;
           }
           if (column < 0) continue;
-          if (rows++ < 6) s << " (seq " << b << " head " << h << " row " << i << ": col " << column << " by " << largest << ")";
+          if (rows++ < 6)
+            s << " (seq " << b << " head " << h << " row " << i << ": col " << column << " by " << largest << ")";
         }
     return std::to_string(rows) + " rows differ:" + s.str();
   }
