@@ -22,6 +22,12 @@ __device__ __forceinline__ float exp2Fast(float x) {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
+__device__ __forceinline__ float negInf() { return __int_as_float(0xff800000); }
+
+// The reference exponents of a softmax state are measured against: its max, or 0 for a max of -inf (nothing seen
+// yet), so -inf - -inf never makes a NaN.
+__device__ __forceinline__ float softmaxBase(float max) { return max == negInf() ? 0.f : max; }
+
 // Online softmax in the exp2 domain (logit * scaleLog2): a row maximum scaled by scaleLog2 with the product rounded
 // on its own, and 0 for a row with nothing visible yet (max -inf: measured against 0, every P and the correction are
 // 0, not NaN). maxCorrection is the factor for what a row accumulated under oldMax once its maximum is the one
@@ -30,7 +36,7 @@ constexpr float kLn2 = 0.6931471805599453f;
 // every key block then scales the row sum by 1 +- ~1e-7 while O, which is rescaled only when a maximum moves, keeps
 // its scale; over 64k keys (512 blocks of 128) the LSE drifted by up to 5.6e-5, in proportion to the block count.
 __device__ __forceinline__ float scaledMax(float max, float scaleLog2) {
-  return max == __int_as_float(0xff800000) ? 0.f : __fmul_rn(max, scaleLog2);
+  return max == negInf() ? 0.f : __fmul_rn(max, scaleLog2);
 }
 __device__ __forceinline__ float maxCorrection(float oldMax, float newMaxScaled, float scaleLog2) {
   return exp2Fast(__fmul_rn(oldMax, scaleLog2) - newMaxScaled);

@@ -21,11 +21,6 @@
 
 namespace flashattn::cuda::prim {
 
-__device__ __forceinline__ float negInf() { return __int_as_float(0xff800000); }
-
-// The reference exponents of a state are measured against: its max, or 0 for a max of -inf (nothing seen yet).
-__device__ __forceinline__ float softmaxBase(float max) { return max == negInf() ? 0.f : max; }
-
 struct ExpNatural {
   static __device__ __forceinline__ float exp(float x) { return expf(x); }
   static __device__ __forceinline__ float log(float x) { return logf(x); }

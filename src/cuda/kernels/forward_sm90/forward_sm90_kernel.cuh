@@ -338,6 +338,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
   static_assert(!Paged || BlockN <= 128, "the row tables take one producer thread per key of a block");
   static_assert(!(Paged && Tma) || 32 % (DV / 8) == 0, "the paged tail block's V rows split over one warp");
   constexpr int kBlockM = Layout::kBlockM;
+  using Split = RegisterSplit<ConsumerGroups, Paged && Tma>;  // the producer's and the consumers' setmaxnreg
   const ForwardParams &p = kp.f;
   extern __shared__ unsigned char sm90Shared[];
   const uint32_t base = (prim::smemAddress(sm90Shared) + 1023u) & ~1023u;
@@ -386,7 +387,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     // Their copies may complete before warp 0 adds the bytes they carry to the barrier, which the barrier's
     // transaction count allows (its phase waits for warp 0's arrival as well). Dense, the other warps exit.
     constexpr int kIssuers = Paged ? 4 : 1;
-    prim::setMaxRegistersDecrease<RegisterSplit<ConsumerGroups, Paged>::kProducer>();
+    prim::setMaxRegistersDecrease<Split::kProducer>();
     const int runs = Paged ? BlockN / kp.pageBoxRows : 0;  // paged: copies of page runs per block and box column
     if (int(threadIdx.x) >= 32 * (Paged ? min(kIssuers, runs) : 1)) return;  // warps with no run to issue
     const int lane = kIssuers == 1 ? int(threadIdx.x) : int(threadIdx.x) % 32;
@@ -503,7 +504,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     });
   } else if (warpGroup == 0) {
     // ------------------------------------------------------------------------------------- producer (cp.async)
-    prim::setMaxRegistersDecrease<RegisterSplit<ConsumerGroups>::kProducer>();
+    prim::setMaxRegistersDecrease<Split::kProducer>();
     const int thread = int(threadIdx.x);
     int kSlot = 0, vSlot = 0;
     uint32_t kPhase = 0, vPhase = 0, qPhase = 0;
@@ -608,7 +609,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     prim::cpAsyncWaitAll();  // no copy outlives its issuing thread
   } else {
     // ------------------------------------------------------------------------------------------------ consumers
-    prim::setMaxRegistersIncrease<RegisterSplit<ConsumerGroups, Paged && Tma>::kConsumer>();
+    prim::setMaxRegistersIncrease<Split::kConsumer>();
     const int group = warpGroup - 1;
     const int thread = int(threadIdx.x) - 128 * warpGroup;
     const int warp = thread / 32;
