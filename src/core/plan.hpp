@@ -55,6 +55,7 @@ struct BackwardConfig {
   int32_t blockM = 0, blockN = 0, warps = 0, ctasPerSM = 1;
   int32_t tileIndex = 0;  // mma_sync: the entry of the instance's tile list
   bool dqPaneled = false;  // the FP32 dQ accumulator in 64-column panels (backward_params.hpp: dqAccumIndex)
+  bool tma = false;        // wgmma: Q and dO by tensor-map copies from a producer warpgroup
 };
 
 struct DecodeConfig {

@@ -309,6 +309,7 @@ Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const Ba
   else if (instance != p.headDim) description << " (headDim " << p.headDim << " zero-padded)";
   description << " tile " << config.blockM << "x" << config.blockN << " " << config.warps << " warps";
   if (config.ctasPerSM > 1) description << " (" << config.ctasPerSM << " CTAs/SM)";
+  if (config.tma) description << " + a producer warpgroup (Q, dO by tensor-map copies)";
   description << "; " << (p.dtype == DType::FP32 ? "fp32 arithmetic (no tensor cores)" : "fp32 accumulate")
               << "; dQ accumulated in fp32 workspace";
   if (p.heads != p.kvHeads) description << "; dK/dV summed over " << p.heads / p.kvHeads << " query heads on chip";

@@ -9,9 +9,12 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "core/error.hpp"
+#include "core/knobs.hpp"
 #include "cuda/family.hpp"
 #include "cuda/generated/backward_sm90_instance_list.hpp"
 #include "cuda/instances.hpp"
@@ -57,6 +60,24 @@ bool dqPaneledFor(const InstanceKey &key) {
   return false;  // unreachable: instances come from the same list
 }
 
+// The producer-warpgroup form where the instance has one, the layout is dense and the maps of Q and dO encode (the
+// launch's maps at a stand-in address: the call's pointers are 16-byte aligned, which planBackwardCommon requires);
+// FLASHATTN_BACKWARD_LOADER may pin either form.
+bool tmaServes(const AttnProblem &p, const InstanceKey &instance, int blockM) {
+  if (!hasTmaForm(instance.headDim) || p.ragged || knobIs(Knob::BackwardLoader, "cp.async")) return false;
+  if (!tensorMapEncoderAvailable() || std::max(p.seqQ, p.seqK) > int64_t(std::numeric_limits<int32_t>::max()) - 1024)
+    return false;
+  backward::BackwardParams b;
+  void *const address = reinterpret_cast<void *>(uintptr_t(1) << 20);
+  b.q = b.dO = address;
+  b.headDim = int32_t(p.headDim), b.headDimV = int32_t(p.headDimV);
+  b.seqQ = int32_t(p.seqQ), b.heads = int32_t(p.heads), b.batch = int32_t(p.batch);
+  b.qRow = p.q.row, b.qHead = p.q.head, b.qBatch = p.q.batch;
+  b.dORow = p.dO.row, b.dOHead = p.dO.head, b.dOBatch = p.dO.batch;
+  Sm90KernelParams scratch;
+  return encodeQueryMaps(b, p.dtype, blockM, &scratch);
+}
+
 Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
   auto refuse = [&](const std::string &reason) {
@@ -97,15 +118,18 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.warps = tile.warps;
   // Bulk additions of whole 16-row warp tiles need the paneled accumulator; red.global adds row-major.
   config.dqPaneled = dqPaneledFor(*instance);
+  config.tma = tmaServes(p, *instance, tile.blockM);
+  if (config.tma) config.warps = tile.warps + 4;
   return backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
 }
 
 cudaError_t launchSm90Main(const DeviceInfo &dev, const Plan &plan, const backward::BackwardParams &params,
                            cudaStream_t stream) {
-  const InstanceKey key = plan.as<BackwardConfig>().instance;
+  const BackwardConfig &config = plan.as<BackwardConfig>();
+  const InstanceKey key = config.instance;
 #define FLASHATTN_INSTANCE(DT, CT, HD, HDV)                                \
   if (key.dtype == DType::DT && key.headDim == HD && key.widthV() == HDV) \
-    return launchSm90Instance<CT, HD, HDV>(params, dev.device, stream);
+    return launchSm90Instance<CT, HD, HDV>(params, config.tma, dev.device, stream);
 #include "cuda/generated/backward_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE
   return cudaErrorInvalidValue;  // unreachable: plans name instances of the same list

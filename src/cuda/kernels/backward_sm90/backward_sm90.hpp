@@ -6,12 +6,15 @@
 // (BackwardConfig::dqPaneled) in backward_sm90.cu.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
 
 #include "core/problem.hpp"
 #include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/tensor_map.hpp"
 
 namespace flashattn::cuda::backward_sm90 {
 
@@ -36,10 +39,47 @@ constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
   return headDim == 64 ? Sm90BackwardTile{128, 128, 8} : Sm90BackwardTile{64, 128, 8};
 }
 
+// Whether the d64/d128 kernel of a head dim has its producer-warpgroup form (Q and dO by tensor-map copies, the row
+// statistics by cp.async, issued by a third warpgroup while the two consumer warpgroups hold 240 registers each). d64
+// keeps the form where every consumer thread issues its share of the copies: its 128-row steps need all 255 registers.
+constexpr bool hasTmaForm(int headDim) { return headDim == 128; }
+
+// What the d64/d128 kernel receives: the portable family's parameters and, for the producer-warpgroup form, the
+// tensor maps of Q and dO ([D][seqQ][heads][batch] in boxes of 64 columns x BlockM rows; dense layouts only: rows past
+// a sequence must be the copy engine's zeros, which a ragged batch's next sequence is not).
+struct Sm90KernelParams {
+  CUtensorMap qMap = {};
+  CUtensorMap dOMap = {};
+  backward::BackwardParams b;
+};
+
+// The maps of Sm90KernelParams for params (dtype FP16 or BF16), each box 64 columns x blockM rows over the problem's
+// head dims (the copy engine zero-fills the columns of a wider instance); false when the layout is ragged or the
+// driver refuses a map.
+inline bool encodeQueryMaps(const backward::BackwardParams &p, DType dtype, int blockM, Sm90KernelParams *kp) {
+  if (p.ragged) return false;
+  // A dimension of one is never stepped: any valid stride serves.
+  auto stride = [](int64_t size, int64_t elements) { return uint64_t(size > 1 ? elements * 2 : 16); };
+  auto spec = [&](const void *base, int64_t columns, int64_t rowStride, int64_t headStride, int64_t batchStride) {
+    TiledMapSpec s;
+    s.base = base;
+    s.dtype = dtype;
+    s.rank = 4;
+    s.dims[0] = uint64_t(columns), s.boxes[0] = 64;
+    s.dims[1] = uint64_t(p.seqQ), s.strides[1] = stride(p.seqQ, rowStride), s.boxes[1] = uint32_t(blockM);
+    s.dims[2] = uint64_t(p.heads), s.strides[2] = stride(p.heads, headStride), s.boxes[2] = 1;
+    s.dims[3] = uint64_t(p.batch), s.strides[3] = stride(p.batch, batchStride), s.boxes[3] = 1;
+    return s;
+  };
+  return encodeTiledMap(spec(p.q, p.headDim, p.qRow, p.qHead, p.qBatch), &kp->qMap) &&
+         encodeTiledMap(spec(p.dO, p.headDimV, p.dORow, p.dOHead, p.dOBatch), &kp->dOMap);
+}
+
 // The main kernel of one instance (params built by backward::makeParams with this family's block shape); `device`
 // is the current device, on which the kernel's shared-memory opt-in is made once. Defined by the generated files.
-// HeadDimV: V/O's head dim, HeadDim's where the instance is of one head dim.
+// HeadDimV: V/O's head dim, HeadDim's where the instance is of one head dim. tma: the producer-warpgroup form (the
+// plan checked that hasTmaForm and that the maps encode).
 template <typename Element, int HeadDim, int HeadDimV>
-cudaError_t launchSm90Instance(const backward::BackwardParams &params, int device, cudaStream_t stream);
+cudaError_t launchSm90Instance(const backward::BackwardParams &params, bool tma, int device, cudaStream_t stream);
 
 }  // namespace flashattn::cuda::backward_sm90

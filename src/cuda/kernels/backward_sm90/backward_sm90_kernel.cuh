@@ -27,6 +27,10 @@
 // t - 1. Rows past the sequence arrive as zeros; per-element masking only runs on blocks that are not fully visible
 // (backward_common.cuh's rules), so rows with no visible key (LSE*log2 e = +inf from the preprocess) and keys past
 // seqK contribute nothing.
+// Producer-warpgroup form (template flag Tma, d128): a third warpgroup brings each step's Q and dO by tensor-map copies
+// (one thread) and its row statistics by cp.async (every thread, one value each) into the same three stages, and
+// waits for the consumers' per-warp "stage empty" arrivals before it reuses one; the consumers issue no copies past
+// their K/V block and hold 240 registers (setmaxnreg), the producer 24.
 // Deterministic mode (template flag): the dQ additions of a query block are ordered by key block through the
 // workspace's turn counters, and the walk order changes (sm90_bwd_order.cuh).
 #pragma once
@@ -49,6 +53,7 @@
 #include "cuda/primitives/ldmatrix.cuh"
 #include "cuda/primitives/math.cuh"
 #include "cuda/primitives/mbarrier.cuh"
+#include "cuda/primitives/tma.cuh"
 #include "cuda/primitives/wgmma.cuh"
 
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -84,7 +89,9 @@ struct SharedLayout {
   static constexpr uint32_t kLse = kDq + 8 * kDqWarpBytes;                 // kStages x BlockM floats
   static constexpr uint32_t kRowDot = kLse + kStages * kBlockM * 4;
   static constexpr uint32_t kFull = kRowDot + kStages * kBlockM * 4;  // kStages mbarriers
-  static constexpr uint32_t kEnd = kFull + kStages * 8;
+  static constexpr uint32_t kEmpty = kFull + kStages * 8;              // kStages mbarriers (producer form)
+  static constexpr uint32_t kKeys = kEmpty + kStages * 8;              // K and V have landed (producer form)
+  static constexpr uint32_t kEnd = kKeys + 8;
   static constexpr std::size_t kDynamicBytes = std::size_t(kEnd) + 1024;  // room to align the base
   static_assert(kDq % 16 == 0 && kFull % 8 == 0, "bulk copies need 16-byte, mbarriers 8-byte alignment");
 };
@@ -118,13 +125,20 @@ __device__ __forceinline__ void completeDqAdditions(int lane) {
   }
 }
 
+// The producer form's setmaxnreg: 384 threads x 168 registers at entry = 2 x 128 x 240 + 128 x 24.
+constexpr int kConsumerRegisters = 240;
+constexpr int kProducerRegisters = 24;
+
 // Deterministic = true orders the dQ additions (backward_common.cuh's turn counters) and walks the query blocks in the
-// order that keeps the ordering cheap (stepBlock); false is the unordered kernel, unchanged.
-template <typename Element, int D, bool Deterministic>
-__global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_constant__ BackwardParams p) {
+// order that keeps the ordering cheap (stepBlock); false is the unordered kernel. Tma: the producer-warpgroup form
+// (kp's maps), else every thread copies its share of each step (kp.b only).
+template <typename Element, int D, bool Deterministic, bool Tma>
+__global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const __grid_constant__ Sm90KernelParams kp) {
   using L = SharedLayout<D>;
   constexpr int kBlockM = L::kBlockM;
   constexpr int kBlockN = L::kBlockN;
+  static_assert(!Tma || hasTmaForm(D), "the producer form is compiled where hasTmaForm says");
+  const BackwardParams &p = kp.b;
 
   extern __shared__ unsigned char sm90BwdShared[];
   const uint32_t base = (prim::smemAddress(sm90BwdShared) + 1023u) & ~1023u;
@@ -150,15 +164,56 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
   DqTurns<Deterministic, true> turns;
 
+  const uint32_t full = base + L::kFull;  // stage s's mbarrier at full + 8 s
+  const uint32_t empty = base + L::kEmpty;
+  const uint32_t keysLanded = base + L::kKeys;
+  if (thread == 0) {
+    // Producer form: the producer's 128 cp.async arrivals and its one expect_tx arrival; the consumers' 8 warps.
+    for (int st = 0; st < L::kStages; ++st) {
+      prim::mbarrierInit(full + 8 * st, Tma ? 128 + 1 : L::kThreads);
+      if constexpr (Tma) prim::mbarrierInit(empty + 8 * st, 8);
+    }
+    if constexpr (Tma) {
+      prim::mbarrierInit(keysLanded, L::kThreads);
+      prim::fenceBarrierInit();
+    }
+  }
+  __syncthreads();
+
+  if constexpr (Tma) {
+    if (group == 2) {
+      prim::setMaxRegistersDecrease<kProducerRegisters>();
+      const int pt = thread - 256;
+      if (pt == 0) {
+        prim::prefetchTensorMap(&kp.qMap);
+        prim::prefetchTensorMap(&kp.dOMap);
+      }
+      for (int32_t t = 0; t < steps; ++t) {
+        const int st = t % L::kStages;
+        if (t >= L::kStages) prim::mbarrierWaitInline(empty + 8 * st, uint32_t(t / L::kStages - 1) & 1u);
+        const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
+        const int32_t m0 = sb.mBlock * kBlockM;
+        const int32_t h = headBase + sb.head;
+        if (pt == 0) {
+          prim::mbarrierArriveExpectTx(full + 8 * st, 2 * L::kQBytes);
+#pragma unroll
+          for (int c = 0; c < D / 64; ++c) {
+            const uint32_t slab = uint32_t(st) * L::kQBytes + uint32_t(c) * kBlockM * 128;
+            prim::tensorCopy4d(base + L::kQ + slab, &kp.qMap, 64 * c, m0, h, w.batch, full + 8 * st);
+            prim::tensorCopy4d(base + L::kDO + slab, &kp.dOMap, 64 * c, m0, h, w.batch, full + 8 * st);
+          }
+        }
+        loadRowStatistics<kBlockM, 128>(p, w.batch, h, e, m0, sq - m0, base, L::kLse, L::kRowDot, st, pt);
+        prim::cpAsyncMbarrierArrive(full + 8 * st);
+      }
+      return;
+    }
+    prim::setMaxRegistersIncrease<kConsumerRegisters>();
+  }
+
   float dv[D / 2], dk[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dv[i] = dk[i] = 0.f;
-
-  const uint32_t full = base + L::kFull;  // stage s's mbarrier at full + 8 s
-  if (thread == 0) {
-    for (int st = 0; st < L::kStages; ++st) prim::mbarrierInit(full + 8 * st, L::kThreads);
-  }
-  __syncthreads();
 
   // Issues the copies of step t (query head, query block) into stage t % kStages; each thread's copies arrive on the
   // stage's barrier as they land.
@@ -171,7 +226,15 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   };
 
   if (steps > 0) loadKeyBlock<Element, D, D, kBlockN>(p, w, e, n0, base + L::kK, base + L::kV, thread);
-  for (int32_t t = 0; t < L::kStages - 1 && t < steps; ++t) loadStep(t);  // step 0's arrival covers K and V too
+  if constexpr (Tma) {
+    if (steps > 0) {
+      prim::cpAsyncMbarrierArrive(keysLanded);
+      prim::mbarrierWaitInline(keysLanded, 0);
+      prim::fenceProxyAsyncShared();  // K and V were generic-proxy writes; wgmma reads through the async proxy
+    }
+  } else {
+    for (int32_t t = 0; t < L::kStages - 1 && t < steps; ++t) loadStep(t);  // step 0's arrival covers K and V too
+  }
 
   const float scaleLog2 = p.scale * prim::kLog2e;
   // Descriptors: this warpgroup's 64 K / V rows as A (K-major); Q / dO as B (K-major) for S^T, dP^T and as MN-major B
@@ -194,7 +257,9 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
   uint32_t phase = 0;  // parity of the stage barrier's current use
   for (int32_t t = 0; t < steps; ++t) {
     prim::mbarrierWaitInline(full + 8 * stage, phase);
-    prim::fenceProxyAsyncShared();  // the copies were generic-proxy writes; wgmma reads through the async proxy
+    // cp.async copies are generic-proxy writes, which wgmma reads through the async proxy; tensor-map copies are
+    // async-proxy writes already.
+    if constexpr (!Tma) prim::fenceProxyAsyncShared();
 
     const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
     const int32_t m0 = sb.mBlock * kBlockM;
@@ -407,8 +472,14 @@ __global__ void __launch_bounds__(256, 1) backwardSm90Kernel(const __grid_consta
     }
     // This warpgroup's reads of the dS tile are over: the other may write step t + 1's.
     if (t + 1 < steps) prim::namedBarrierArrive(kDsFreeBarrier + (group ^ 1), 256);
-    // Both warpgroups are past their step t - 1 (the dS barrier): its stage is free for step t + 2.
-    if (t + L::kStages - 1 < steps) loadStep(t + L::kStages - 1);
+    if constexpr (Tma) {
+      // This warp is done with the stage: its products have landed and it read its statistics before them.
+      __syncwarp();
+      if (lane == 0) prim::mbarrierArrive(empty + 8 * stage);
+    } else {
+      // Both warpgroups are past their step t - 1 (the dS barrier): its stage is free for step t + 2.
+      if (t + L::kStages - 1 < steps) loadStep(t + L::kStages - 1);
+    }
 
     // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
     const int colBase = D == 128 ? 64 * group : 0;

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kernels/backward_sm90/backward_sm90.hpp"
 #include "cuda/kernels/backward_sm90/backward_sm90_kernel.cuh"
@@ -18,13 +19,13 @@ namespace flashattn::cuda::backward_sm90 {
 
 namespace detail {
 
-// Both kernels run one CTA per (key block, KV head, sequence). Every kernel here has the same function type, so
+// Both kernels run one CTA per (key block, KV head, sequence). Kernels here share function types, so
 // `configuredDevices` comes from the caller: one set of flags per kernel (shared_limit.hpp).
-template <typename Kernel>
-cudaError_t launchPerKeyBlock(Kernel *kernel, int threads, std::size_t sharedBytes,
-                              const backward::BackwardParams &params, int device,
+template <typename Kernel, typename Params>
+cudaError_t launchPerKeyBlock(Kernel *kernel, int threads, std::size_t sharedBytes, const Params &params,
+                              const backward::BackwardParams &b, int device,
                               std::atomic<uint64_t> &configuredDevices, cudaStream_t stream) {
-  const int64_t ctas = int64_t(params.keyBlocks) * params.kvHeads * params.batch;
+  const int64_t ctas = int64_t(b.keyBlocks) * b.kvHeads * b.batch;
   if (ctas <= 0) return cudaSuccess;
   const cudaError_t err = ensureSharedLimit(kernel, sharedBytes, device, configuredDevices);
   if (err != cudaSuccess) return err;
@@ -32,17 +33,34 @@ cudaError_t launchPerKeyBlock(Kernel *kernel, int threads, std::size_t sharedByt
   return cudaGetLastError();
 }
 
-template <typename Element, int D>
-cudaError_t launchD64D128(const backward::BackwardParams &params, int device, cudaStream_t stream) {
+template <typename Element, int D, bool Tma>
+cudaError_t launchD64D128Form(const Sm90KernelParams &kp, int device, cudaStream_t stream) {
   using L = SharedLayout<D>;
+  constexpr int kThreads = Tma ? L::kThreads + 128 : L::kThreads;
+  static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
+  return kp.b.deterministic
+             ? launchPerKeyBlock(backwardSm90Kernel<Element, D, true, Tma>, kThreads, L::kDynamicBytes, kp, kp.b,
+                                 device, configuredDeterministic, stream)
+             : launchPerKeyBlock(backwardSm90Kernel<Element, D, false, Tma>, kThreads, L::kDynamicBytes, kp, kp.b,
+                                 device, configuredDevices, stream);
+}
+
+template <typename Element, int D>
+cudaError_t launchD64D128(const backward::BackwardParams &params, bool tma, int device, cudaStream_t stream) {
   // The kernel writes the paneled dQ accumulator only (whole 64-column panels: the plan sizes it so); the convert
   // kernel reads what the plan says was written. A narrower problem's columns past its head dim are zeros.
   if (!params.dqPaneled || params.headDim > D || params.headDimV != params.headDim) return cudaErrorInvalidValue;
-  static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
-  return params.deterministic ? launchPerKeyBlock(backwardSm90Kernel<Element, D, true>, L::kThreads,
-                                                  L::kDynamicBytes, params, device, configuredDeterministic, stream)
-                              : launchPerKeyBlock(backwardSm90Kernel<Element, D, false>, L::kThreads,
-                                                  L::kDynamicBytes, params, device, configuredDevices, stream);
+  Sm90KernelParams kp;
+  kp.b = params;
+  if constexpr (hasTmaForm(D)) {
+    if (tma) {
+      constexpr DType kDtype = std::is_same_v<Element, __half> ? DType::FP16 : DType::BF16;
+      if (!encodeQueryMaps(params, kDtype, SharedLayout<D>::kBlockM, &kp)) return cudaErrorInvalidValue;
+      return launchD64D128Form<Element, D, true>(kp, device, stream);
+    }
+  }
+  if (tma) return cudaErrorInvalidValue;  // plans ask for the form only where the instance has it
+  return launchD64D128Form<Element, D, false>(kp, device, stream);
 }
 
 template <typename Element, int D, int DV>
@@ -55,21 +73,23 @@ cudaError_t launchSplit(const backward::BackwardParams &params, int device, cuda
   const bool padded = L::kBulkDq && D == DV && params.headDim == params.headDimV && params.headDim < D;
   if (params.dqPaneled != L::kBulkDq || !(exact || padded)) return cudaErrorInvalidValue;
   static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
-  return params.deterministic ? launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, true>, L::kThreads,
-                                                  L::kDynamicBytes, params, device, configuredDeterministic, stream)
-                              : launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, false>, L::kThreads,
-                                                  L::kDynamicBytes, params, device, configuredDevices, stream);
+  return params.deterministic
+             ? launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, true>, L::kThreads, L::kDynamicBytes, params,
+                                 params, device, configuredDeterministic, stream)
+             : launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, false>, L::kThreads, L::kDynamicBytes,
+                                 params, params, device, configuredDevices, stream);
 }
 
 }  // namespace detail
 
 template <typename Element, int HeadDim, int HeadDimV>
-cudaError_t launchSm90Instance(const backward::BackwardParams &params, int device, cudaStream_t stream) {
+cudaError_t launchSm90Instance(const backward::BackwardParams &params, bool tma, int device, cudaStream_t stream) {
   if constexpr (runsSplitKernel(HeadDim)) {
+    if (tma) return cudaErrorInvalidValue;
     return detail::launchSplit<Element, HeadDim, HeadDimV>(params, device, stream);
   } else {
     static_assert(HeadDimV == HeadDim, "the d64/d128 kernel has one head dim");
-    return detail::launchD64D128<Element, HeadDim>(params, device, stream);
+    return detail::launchD64D128<Element, HeadDim>(params, tma, device, stream);
   }
 }
 

@@ -29,21 +29,25 @@ __device__ __forceinline__ void loadTile(uint32_t tile, const Element *rows, int
 }
 
 // LSE * log2 e and D of the query block's BlockM rows from the workspace into stage `stage` of the two FP32 row
-// arrays at base + lseOffset and base + rowDotOffset (threads 0 .. 2 BlockM - 1, one row each); rows >= validRows
-// read zeros, so no address past the sequence's rows is formed.
-template <int BlockM>
+// arrays at base + lseOffset and base + rowDotOffset, by Threads threads (thread 0 .. Threads - 1), one value each
+// per pass; rows >= validRows read zeros, so no address past the sequence's rows is formed.
+template <int BlockM, int Threads = 256>
 __device__ __forceinline__ void loadRowStatistics(const backward::BackwardParams &p, int32_t batch, int32_t head,
                                                   const backward::SequenceExtent &e, int32_t m0, int validRows,
                                                   uint32_t base, uint32_t lseOffset, uint32_t rowDotOffset, int stage,
                                                   int thread) {
-  if (thread < 2 * BlockM) {
-    const int r = thread % BlockM;
-    const bool isLse = thread < BlockM;
-    const bool ok = r < validRows;
-    const int64_t wsRow = backward::workspaceRow(p, batch, head, e, int64_t(m0) + (ok ? r : 0));
-    const float *source = (isLse ? p.lseLog2 : p.rowDot) + wsRow;
-    const uint32_t destination = base + (isLse ? lseOffset : rowDotOffset) + uint32_t(stage * BlockM + r) * 4;
-    prim::cpAsync4(destination, source, ok);
+#pragma unroll
+  for (int pass = 0; pass < (2 * BlockM + Threads - 1) / Threads; ++pass) {
+    const int value = thread + pass * Threads;
+    if (value < 2 * BlockM) {
+      const int r = value % BlockM;
+      const bool isLse = value < BlockM;
+      const bool ok = r < validRows;
+      const int64_t wsRow = backward::workspaceRow(p, batch, head, e, int64_t(m0) + (ok ? r : 0));
+      const float *source = (isLse ? p.lseLog2 : p.rowDot) + wsRow;
+      const uint32_t destination = base + (isLse ? lseOffset : rowDotOffset) + uint32_t(stage * BlockM + r) * 4;
+      prim::cpAsync4(destination, source, ok);
+    }
   }
 }
 
