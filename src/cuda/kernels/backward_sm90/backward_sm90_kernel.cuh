@@ -29,7 +29,7 @@
 // seqK contribute nothing.
 // Producer-warpgroup form (template flag Tma, d128): a third warpgroup brings each step's Q and dO by tensor-map copies
 // (one thread) and its row statistics by cp.async (every thread, one value each) into the same three stages, and
-// waits for the consumers' per-warp "stage empty" arrivals before it reuses one; the consumers issue no copies past
+// waits for every consumer thread's "stage empty" arrival before it reuses one; the consumers issue no copies past
 // their K/V block and hold 240 registers (setmaxnreg), the producer 24.
 // Deterministic mode (template flag): the dQ additions of a query block are ordered by key block through the
 // workspace's turn counters, and the walk order changes (sm90_bwd_order.cuh).
@@ -168,10 +168,10 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   const uint32_t empty = base + L::kEmpty;
   const uint32_t keysLanded = base + L::kKeys;
   if (thread == 0) {
-    // Producer form: the producer's 128 cp.async arrivals and its one expect_tx arrival; the consumers' 8 warps.
+    // Producer form: the producer's 128 cp.async arrivals and its one expect_tx arrival; every consumer thread's.
     for (int st = 0; st < L::kStages; ++st) {
       prim::mbarrierInit(full + 8 * st, Tma ? 128 + 1 : L::kThreads);
-      if constexpr (Tma) prim::mbarrierInit(empty + 8 * st, 8);
+      if constexpr (Tma) prim::mbarrierInit(empty + 8 * st, L::kThreads);
     }
     if constexpr (Tma) {
       prim::mbarrierInit(keysLanded, L::kThreads);
@@ -473,9 +473,9 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     // This warpgroup's reads of the dS tile are over: the other may write step t + 1's.
     if (t + 1 < steps) prim::namedBarrierArrive(kDsFreeBarrier + (group ^ 1), 256);
     if constexpr (Tma) {
-      // This warp is done with the stage: its products have landed and it read its statistics before them.
-      __syncwarp();
-      if (lane == 0) prim::mbarrierArrive(empty + 8 * stage);
+      // This thread is done with the stage: its warpgroup's products have landed, and it read its statistics before
+      // them. Every thread arrives (release), so each read is ordered before the producer's next write by the barrier.
+      prim::mbarrierArrive(empty + 8 * stage);
     } else {
       // Both warpgroups are past their step t - 1 (the dS barrier): its stage is free for step t + 2.
       if (t + L::kStages - 1 < steps) loadStep(t + L::kStages - 1);
