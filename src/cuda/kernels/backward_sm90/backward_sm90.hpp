@@ -42,7 +42,7 @@ constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
 // Whether the d64/d128 kernel of a head dim has its producer-warpgroup form (Q and dO by tensor-map copies, the row
 // statistics by cp.async, issued by a third warpgroup while the two consumer warpgroups hold 240 registers each). d64
 // keeps the form where every consumer thread issues its share of the copies: its 128-row steps need all 255 registers.
-constexpr bool hasTmaForm(int headDim) { return headDim == 128 || headDim == 64; }
+constexpr bool hasTmaForm(int headDim) { return headDim == 128; }
 
 // What the d64/d128 kernel receives: the portable family's parameters and, for the producer-warpgroup form, the
 // tensor maps of Q and dO ([D][seqQ][heads][batch] in boxes of 64 columns x BlockM rows; dense layouts only: rows past

@@ -72,6 +72,7 @@ struct SharedLayout {
   static constexpr int kBlockN = sm90BackwardTileFor(D).blockN;
   static constexpr int kThreads = 32 * sm90BackwardTileFor(D).warps;
   static_assert(kBlockN == 128 && kThreads == 256, "two consumer warpgroups of 64 keys each");
+  static_assert(kThreads == int(kTurnThreads), "the hand-over barrier counts the consumer threads");
   static_assert((D == 128 && kBlockM == 64) || (D == 64 && kBlockM == 128),
                 "d128: 64-row query blocks (registers); d64: 128-row blocks (fixed costs per step)");
   static constexpr int kStages = 3;

@@ -61,13 +61,15 @@ __device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t, in
 // The CTA barrier of the hand-overs. A named one: the split kernel's warpgroups reach it from their own bodies at 192,
 // where __syncthreads (which wants every thread at the same call) would be divergent. Unaligned: without .aligned
 // (the split kernel; the compiler then assumes no converged warp there, which costs the d64/d128 kernel registers).
+// Its threads are the two consumer warpgroups of either kernel: a producer warpgroup takes no part in the hand-overs.
 constexpr uint32_t kTurnBarrier = 4;  // above the kernels' own (d64/d128: 1-3; split: 1)
+constexpr uint32_t kTurnThreads = 256;
 template <bool Unaligned>
 __device__ __forceinline__ void turnBarrier() {
   if constexpr (Unaligned)
-    prim::namedBarrierSyncUnaligned(kTurnBarrier, blockDim.x);
+    prim::namedBarrierSyncUnaligned(kTurnBarrier, kTurnThreads);
   else
-    prim::namedBarrierSync(kTurnBarrier, blockDim.x);
+    prim::namedBarrierSync(kTurnBarrier, kTurnThreads);
 }
 
 // backward::passTurn with that barrier: every thread's additions complete, then thread 0 hands the block on.
