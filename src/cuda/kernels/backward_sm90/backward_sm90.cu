@@ -60,18 +60,19 @@ bool dqPaneledFor(const InstanceKey &key) {
   return false;  // unreachable: instances come from the same list
 }
 
-// The producer-warpgroup form where the instance has one, the layout is dense and the maps of Q and dO encode (the
-// launch's maps at a stand-in address: the call's pointers are 16-byte aligned, which planBackwardCommon requires);
-// FLASHATTN_BACKWARD_LOADER may pin either form.
+// The producer-warpgroup form where the instance has one and the maps of Q and dO encode (the launch's maps at a
+// stand-in address: the call's pointers are 16-byte aligned, which planBackwardCommon requires), with row coordinates
+// in 32 bits; FLASHATTN_BACKWARD_LOADER may pin either form.
 bool tmaServes(const AttnProblem &p, const InstanceKey &instance, int blockM) {
-  if (!hasTmaForm(instance.headDim) || p.ragged || knobIs(Knob::BackwardLoader, "cp.async")) return false;
-  if (!tensorMapEncoderAvailable() || std::max(p.seqQ, p.seqK) > int64_t(std::numeric_limits<int32_t>::max()) - 1024)
-    return false;
+  if (!hasTmaForm(instance.headDim) || knobIs(Knob::BackwardLoader, "cp.async")) return false;
+  constexpr int64_t kMaxRows = int64_t(std::numeric_limits<int32_t>::max()) - 1024;
+  if (!tensorMapEncoderAvailable() || (p.ragged ? p.totalQ : p.seqQ) > kMaxRows) return false;
   backward::BackwardParams b;
   void *const address = reinterpret_cast<void *>(uintptr_t(1) << 20);
   b.q = b.dO = address;
   b.headDim = int32_t(p.headDim), b.headDimV = int32_t(p.headDimV);
   b.seqQ = int32_t(p.seqQ), b.heads = int32_t(p.heads), b.batch = int32_t(p.batch);
+  b.ragged = p.ragged, b.totalQ = p.totalQ;
   b.qRow = p.q.row, b.qHead = p.q.head, b.qBatch = p.q.batch;
   b.dORow = p.dO.row, b.dOHead = p.dO.head, b.dOBatch = p.dO.batch;
   Sm90KernelParams scratch;

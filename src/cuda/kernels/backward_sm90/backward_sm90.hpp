@@ -45,8 +45,9 @@ constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
 constexpr bool hasTmaForm(int headDim) { return headDim == 128; }
 
 // What the d64/d128 kernel receives: the portable family's parameters and, for the producer-warpgroup form, the
-// tensor maps of Q and dO ([D][seqQ][heads][batch] in boxes of 64 columns x BlockM rows; dense layouts only: rows past
-// a sequence must be the copy engine's zeros, which a ragged batch's next sequence is not).
+// tensor maps of Q and dO: [D][seqQ][heads][batch] in boxes of 64 columns x BlockM rows, or [D][tokens][heads][1] for
+// a ragged batch, whose last block of each sequence comes by cp.async instead (rows past a sequence must be zeros,
+// which the next sequence's rows are not).
 struct Sm90KernelParams {
   CUtensorMap qMap = {};
   CUtensorMap dOMap = {};
@@ -54,10 +55,10 @@ struct Sm90KernelParams {
 };
 
 // The maps of Sm90KernelParams for params (dtype FP16 or BF16), each box 64 columns x blockM rows over the problem's
-// head dims (the copy engine zero-fills the columns of a wider instance); false when the layout is ragged or the
-// driver refuses a map.
+// head dims (the copy engine zero-fills the columns of a wider instance); false when the driver refuses a map.
 inline bool encodeQueryMaps(const backward::BackwardParams &p, DType dtype, int blockM, Sm90KernelParams *kp) {
-  if (p.ragged) return false;
+  const int64_t rows = p.ragged ? p.totalQ : p.seqQ;
+  const int64_t batch = p.ragged ? 1 : p.batch;
   // A dimension of one is never stepped: any valid stride serves.
   auto stride = [](int64_t size, int64_t elements) { return uint64_t(size > 1 ? elements * 2 : 16); };
   auto spec = [&](const void *base, int64_t columns, int64_t rowStride, int64_t headStride, int64_t batchStride) {
@@ -66,9 +67,9 @@ inline bool encodeQueryMaps(const backward::BackwardParams &p, DType dtype, int 
     s.dtype = dtype;
     s.rank = 4;
     s.dims[0] = uint64_t(columns), s.boxes[0] = 64;
-    s.dims[1] = uint64_t(p.seqQ), s.strides[1] = stride(p.seqQ, rowStride), s.boxes[1] = uint32_t(blockM);
+    s.dims[1] = uint64_t(rows), s.strides[1] = stride(rows, rowStride), s.boxes[1] = uint32_t(blockM);
     s.dims[2] = uint64_t(p.heads), s.strides[2] = stride(p.heads, headStride), s.boxes[2] = 1;
-    s.dims[3] = uint64_t(p.batch), s.strides[3] = stride(p.batch, batchStride), s.boxes[3] = 1;
+    s.dims[3] = uint64_t(batch), s.strides[3] = stride(batch, batchStride), s.boxes[3] = 1;
     return s;
   };
   return encodeTiledMap(spec(p.q, p.headDim, p.qRow, p.qHead, p.qBatch), &kp->qMap) &&

@@ -28,7 +28,8 @@
 // (backward_common.cuh's rules), so rows with no visible key (LSE*log2 e = +inf from the preprocess) and keys past
 // seqK contribute nothing.
 // Producer-warpgroup form (template flag Tma, d128): a third warpgroup brings each step's Q and dO by tensor-map copies
-// (one thread) and its row statistics by cp.async (every thread, one value each) into the same three stages, and
+// (one thread; a ragged sequence's last block by cp.async from every producer thread, so that the rows past the
+// sequence are zeros) and its row statistics by cp.async (every thread, one value each) into the same three stages, and
 // waits for every consumer thread's "stage empty" arrival before it reuses one; the consumers issue no copies past
 // their K/V block and hold 240 registers (setmaxnreg), the producer 24.
 // Deterministic mode (template flag): the dQ additions of a query block are ordered by key block through the
@@ -181,6 +182,8 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   }
   __syncthreads();
 
+  // Producer form: a ragged sequence's last query block, whose rows past the sequence come by cp.async as zeros.
+  auto raggedTail = [&](int32_t m0) { return p.ragged && m0 + kBlockM > sq; };
   if constexpr (Tma) {
     if (group == 2) {
       prim::setMaxRegistersDecrease<kProducerRegisters>();
@@ -195,13 +198,28 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
         const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
         const int32_t m0 = sb.mBlock * kBlockM;
         const int32_t h = headBase + sb.head;
-        if (pt == 0) {
+        if (raggedTail(m0)) {
+          // The rows past the sequence must be zeros, not the next sequence's: every producer thread copies its share.
+          const Element *const qBase = static_cast<const Element *>(p.q);
+          const Element *const dOBase = static_cast<const Element *>(p.dO);
+          const int64_t row0 = e.qStart + m0;
+          loadTile<Element, D, kBlockM, 128>(base + L::kQ + uint32_t(st) * L::kQBytes,
+                                             qBase + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow, sq - m0,
+                                             p.headDim, pt, qBase);
+          loadTile<Element, D, kBlockM, 128>(base + L::kDO + uint32_t(st) * L::kQBytes,
+                                             dOBase + int64_t(h) * p.dOHead + row0 * p.dORow, p.dORow, sq - m0,
+                                             p.headDimV, pt, dOBase);
+          if (pt == 0) prim::mbarrierArrive(full + 8 * st);  // the arrival that otherwise announces the bytes
+        } else if (pt == 0) {
           prim::mbarrierArriveExpectTx(full + 8 * st, 2 * L::kQBytes);
+          // Ragged: rows of the packed tokens (tmaServes: 32 bits), in a map whose batch is one.
+          const int32_t row = int32_t(e.qStart) + m0;
+          const int32_t batch = p.ragged ? 0 : w.batch;
 #pragma unroll
           for (int c = 0; c < D / 64; ++c) {
             const uint32_t slab = uint32_t(st) * L::kQBytes + uint32_t(c) * kBlockM * 128;
-            prim::tensorCopy4d(base + L::kQ + slab, &kp.qMap, 64 * c, m0, h, w.batch, full + 8 * st);
-            prim::tensorCopy4d(base + L::kDO + slab, &kp.dOMap, 64 * c, m0, h, w.batch, full + 8 * st);
+            prim::tensorCopy4d(base + L::kQ + slab, &kp.qMap, 64 * c, row, h, batch, full + 8 * st);
+            prim::tensorCopy4d(base + L::kDO + slab, &kp.dOMap, 64 * c, row, h, batch, full + 8 * st);
           }
         }
         loadRowStatistics<kBlockM, 128>(p, w.batch, h, e, m0, sq - m0, base, L::kLse, L::kRowDot, st, pt);
@@ -258,12 +276,12 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   uint32_t phase = 0;  // parity of the stage barrier's current use
   for (int32_t t = 0; t < steps; ++t) {
     prim::mbarrierWaitInline(full + 8 * stage, phase);
-    // cp.async copies are generic-proxy writes, which wgmma reads through the async proxy; tensor-map copies are
-    // async-proxy writes already.
-    if constexpr (!Tma) prim::fenceProxyAsyncShared();
-
     const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
     const int32_t m0 = sb.mBlock * kBlockM;
+    // cp.async copies are generic-proxy writes, which wgmma reads through the async proxy; tensor-map copies are
+    // async-proxy writes already.
+    if (!Tma || raggedTail(m0)) prim::fenceProxyAsyncShared();
+
     const int32_t h = headBase + sb.head;
     const uint32_t qTile = base + L::kQ + stage * L::kQBytes;
     const uint32_t dOTile = base + L::kDO + stage * L::kQBytes;

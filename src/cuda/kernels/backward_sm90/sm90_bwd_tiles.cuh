@@ -18,14 +18,15 @@
 
 namespace flashattn::cuda::backward_sm90 {
 
-// Rows x D elements into the slab stack at `tile` with all 256 threads of the CTA; rows >= validRows and columns
-// >= validColumns (a problem narrower than the instance) become zeros and read nothing.
-template <typename Element, int D, int Rows>
+// Rows x D elements into the slab stack at `tile` with Threads threads (all 256 of the CTA, or a producer
+// warpgroup's 128); rows >= validRows and columns >= validColumns (a problem narrower than the instance) become zeros
+// and read nothing.
+template <typename Element, int D, int Rows, int Threads = 256>
 __device__ __forceinline__ void loadTile(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
                                          int validColumns, int thread, const void *safeAddress) {
-  constexpr int kRowsPerPass = 256 / (D / 8);
-  prim::cpAsyncTileToSlabs<Element, D, Rows, 256, Rows / kRowsPerPass>(tile, rows, rowStride, validRows, thread,
-                                                                        safeAddress, validColumns / 8);
+  constexpr int kRowsPerPass = Threads / (D / 8);
+  prim::cpAsyncTileToSlabs<Element, D, Rows, Threads, Rows / kRowsPerPass>(tile, rows, rowStride, validRows, thread,
+                                                                            safeAddress, validColumns / 8);
 }
 
 // LSE * log2 e and D of the query block's BlockM rows from the workspace into stage `stage` of the two FP32 row
