@@ -25,6 +25,24 @@ struct TiledMapSpec {
   bool operator==(const TiledMapSpec &o) const;
 };
 
+// The spec of a [columns][rows][heads][outer] tensor (element strides of a row, a head and an outer index) read in
+// boxes of 64 columns x boxRows rows of one head and one outer index: the row tiles the sm90 kernels copy. A dimension
+// of one is never stepped, so any valid stride serves for it.
+inline TiledMapSpec rowTileMapSpec(const void *base, DType dtype, int64_t columns, int64_t rows, int64_t heads,
+                                   int64_t outer, int64_t rowStride, int64_t headStride, int64_t outerStride,
+                                   int boxRows) {
+  auto stride = [](int64_t size, int64_t elements) { return uint64_t(size > 1 ? elements * 2 : 16); };
+  TiledMapSpec s;
+  s.base = base;
+  s.dtype = dtype;
+  s.rank = 4;
+  s.dims[0] = uint64_t(columns), s.boxes[0] = 64;
+  s.dims[1] = uint64_t(rows), s.strides[1] = stride(rows, rowStride), s.boxes[1] = uint32_t(boxRows);
+  s.dims[2] = uint64_t(heads), s.strides[2] = stride(heads, headStride), s.boxes[2] = 1;
+  s.dims[3] = uint64_t(outer), s.strides[3] = stride(outer, outerStride), s.boxes[3] = 1;
+  return s;
+}
+
 // Whether maps can be encoded in this process now: the driver has the encoder and has been initialised (a machine
 // without a driver has none, and plans that need maps are not made there).
 bool tensorMapEncoderAvailable();

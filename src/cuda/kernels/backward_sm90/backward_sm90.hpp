@@ -59,18 +59,8 @@ struct Sm90KernelParams {
 inline bool encodeQueryMaps(const backward::BackwardParams &p, DType dtype, int blockM, Sm90KernelParams *kp) {
   const int64_t rows = p.ragged ? p.totalQ : p.seqQ;
   const int64_t batch = p.ragged ? 1 : p.batch;
-  // A dimension of one is never stepped: any valid stride serves.
-  auto stride = [](int64_t size, int64_t elements) { return uint64_t(size > 1 ? elements * 2 : 16); };
   auto spec = [&](const void *base, int64_t columns, int64_t rowStride, int64_t headStride, int64_t batchStride) {
-    TiledMapSpec s;
-    s.base = base;
-    s.dtype = dtype;
-    s.rank = 4;
-    s.dims[0] = uint64_t(columns), s.boxes[0] = 64;
-    s.dims[1] = uint64_t(rows), s.strides[1] = stride(rows, rowStride), s.boxes[1] = uint32_t(blockM);
-    s.dims[2] = uint64_t(p.heads), s.strides[2] = stride(p.heads, headStride), s.boxes[2] = 1;
-    s.dims[3] = uint64_t(batch), s.strides[3] = stride(batch, batchStride), s.boxes[3] = 1;
-    return s;
+    return rowTileMapSpec(base, dtype, columns, rows, p.heads, batch, rowStride, headStride, batchStride, blockM);
   };
   return encodeTiledMap(spec(p.q, p.headDim, p.qRow, p.qHead, p.qBatch), &kp->qMap) &&
          encodeTiledMap(spec(p.dO, p.headDimV, p.dORow, p.dOHead, p.dOBatch), &kp->dOMap);

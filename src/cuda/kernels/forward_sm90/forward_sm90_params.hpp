@@ -118,19 +118,9 @@ constexpr int pagedBoxRows(int64_t pageSize, int blockN) {
 // boxes past a narrower V included); a paged K and V in boxes of kp->pageBoxRows keys over [pages, rows of a page,
 // heads] (set it first). dtype FP16 or BF16; false when the driver refuses one.
 inline bool encodeForwardMaps(const ForwardParams &p, DType dtype, int blockM, int blockN, KernelParams *kp) {
-  // A dimension of one is never stepped: any valid stride serves.
-  auto stride = [](int64_t size, int64_t elements) { return uint64_t(size > 1 ? elements * 2 : 16); };
   auto spec = [&](const void *base, int64_t columns, int64_t rows, int64_t heads, int64_t outer, int64_t rowStride,
                   int64_t headStride, int64_t outerStride, int boxRows) {
-    TiledMapSpec s;
-    s.base = base;
-    s.dtype = dtype;
-    s.rank = 4;
-    s.dims[0] = uint64_t(columns), s.boxes[0] = 64;
-    s.dims[1] = uint64_t(rows), s.strides[1] = stride(rows, rowStride), s.boxes[1] = uint32_t(boxRows);
-    s.dims[2] = uint64_t(heads), s.strides[2] = stride(heads, headStride), s.boxes[2] = 1;
-    s.dims[3] = uint64_t(outer), s.strides[3] = stride(outer, outerStride), s.boxes[3] = 1;
-    return s;
+    return rowTileMapSpec(base, dtype, columns, rows, heads, outer, rowStride, headStride, outerStride, boxRows);
   };
   const int64_t batch = p.ragged ? 1 : p.batch;
   const int64_t kvHeads = p.heads / p.headsPerKvHead;
