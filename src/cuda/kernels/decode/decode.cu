@@ -2,7 +2,8 @@
 // Split-KV decode: the chooser (planDecode) and the launcher (launchDecode) of src/cuda/ops.hpp.
 //
 // planDecode picks the instance (the narrowest compiled head dim >= the problem's, zero-filled columns in between),
-// the loader (tensor-map copies for dense FP16/BF16 caches on sm90, cp.async otherwise), the row tiling of the GQA group
+// the loader (on sm90 for FP16/BF16: tensor-map copies for dense caches and pages of whole tiles, a producer warp's
+// cp.async gathers for other pages; cp.async otherwise), the row tiling of the GQA group
 // times query tokens, and the chunk count from host values only (the lengths and the block table stay on the device):
 // each CTA finds its own key range from the real length when it runs. Split KV ranges are merged inside the decode
 // kernel: by the CTA of each unit that finishes last, found through tagged counts in the workspace that it leaves at
@@ -129,10 +130,10 @@ Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v, int row
   s.groupSize = p.heads / s.kvHeads;
   s.rows = s.groupSize * p.seqQ;
   const int64_t rowTiles = (s.rows + kRowsPerTile - 1) / kRowsPerTile;
-  // The tensor loader's CTAs take at most two row tiles, so that every row tile has two warps splitting its keys and
+  // The ring loaders' CTAs take at most two row tiles, so that every row tile has two warps splitting its keys and
   // two CTAs fit an SM: four warps walking every key of one row tile each were bound by their own math chains (16
   // query tokens of GQA 4, H200: 1210-1430 GB/s at one 4-tile CTA per SM, whatever the chunk count).
-  int maxTiles = isTensorLoader(v.loader) ? 2 : kMaxRowTilesPerCta;
+  int maxTiles = hasProducerWarp(v.loader) ? 2 : kMaxRowTilesPerCta;
   if (rowTileCap > 0) maxTiles = std::min(maxTiles, rowTileCap);
   s.rowTilesPerCta = int(std::min<int64_t>(rowTiles, maxTiles));
   s.keyGroups = v.warps / s.rowTilesPerCta;
@@ -182,9 +183,22 @@ bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelH
   return true;
 }
 
+// Whether the gather loader serves this problem on this kernel: a paged 16-bit cache on sm90 and a kernel head dim of
+// whole boxes (the tensor-map loader's shared layout). The loader is sm80 code, but only sm90 has been measured.
+bool gatherServes(const DeviceInfo &dev, const AttnProblem &p, int kernelHeadDim, std::string *whyNot) {
+  if (!p.paged || !dev.portableHasSm90() || !tensorLoadable(int(dtypeSize(p.dtype)), kernelHeadDim)) {
+    *whyNot = concat("the gather loader takes paged FP16/BF16 caches with a kernel head dim that is a multiple of 64 ",
+                     "on sm_90+ (", p.paged ? "paged" : "dense", ", ", dtypeName(p.dtype), ", d", kernelHeadDim,
+                     ", device sm_", dev.arch(), ", code compute_", dev.portableCodeArch, ")");
+    return false;
+  }
+  return true;
+}
+
 // The plan description's words for the loader (with the view the maps of this problem take).
 std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &k, int64_t kvHeads) {
   const int loader = k.variant.loader;
+  if (loader == kLoaderPagedGather) return "cp.async gathers by a producer warp (full/empty ring)";
   if (!isTensorLoader(loader)) return "cp.async";
   std::string name = "tensor-map copies (full/empty ring)";
   DecodeParams scratch;
@@ -228,6 +242,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   if (isTensorLoader(loader) &&
       !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, kernel.variant.tileKeys, loader, whyNot))
     return false;
+  if (loader == kLoaderPagedGather && !gatherServes(dev, p, kernel.headDim, whyNot)) return false;
   const int tileKeys = kernel.variant.tileKeys;
   if (p.seqK > kInt32Max - 2 * tileKeys) {
     *whyNot = concat("seqK ", p.seqK, " (cache capacity): the CUDA decode indexes keys in 32 bits");
@@ -254,12 +269,12 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   // One CTA per SM only where the tensor loader's four consumer warps split the keys four ways (up to 16 rows per
   // KV head) of a dense cache; with fewer key groups each warp's math needs a second CTA beside it (8 query tokens of
   // GQA 4, H200: 2090-2640 GB/s at one CTA per SM, 2580-3830 at two), and paged rows their second CTA's bytes in flight.
-  const bool onePerSM = isTensorLoader(kernel.variant.loader) && !p.paged && shape.keyGroups >= 4;
+  const bool onePerSM = hasProducerWarp(kernel.variant.loader) && !p.paged && shape.keyGroups >= 4;
   const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (onePerSM ? 1 : ctasPerSM);
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
   // The cluster merge only where every unit's cluster is resident at once: a cluster that waits for a second wave
   // costs the whole call (B1 L8k 970 GB/s against 1450 with the merge kernel on a board that holds 7 clusters of 16).
-  if (kernel.clusterWhereFits && isTensorLoader(loader) && dev.portableHasSm90() &&
+  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.portableHasSm90() &&
       (kernel.clusterWherever ? chunks >= 2 && chunks <= kMaxClusterChunks : clusterMergePays(chunks)) &&
       clusterCapacity(shape.rowTilesPerCta, int(chunks)) >= units)
     kernel.merge = kMergeCluster;
@@ -309,7 +324,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   plan->description =
       concat("cuda.decode.", tensorCores ? "mma_sync" : "simt_fp32", " ", dtypeName(p.dtype), " d", kernel.headDim,
              " (headDim ", p.headDim, "): ", loaderName(dev, p, kernel, shape.kvHeads), ", ", kernel.variant.warps,
-             isTensorLoader(loader) ? " consumer warps + a producer warp, " : " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
+             hasProducerWarp(loader) ? " consumer warps + a producer warp, " : " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
              " key groups per CTA, ", tileKeys, "-key tiles, ", kernel.variant.stages, " stages, ", chunks,
              " KV chunks", merge, ", ", ctasPerSM, " CTAs/SM; fp32 accumulate; deterministic");
   return true;
@@ -360,10 +375,11 @@ MergeOverride mergeOverride() {
 }
 
 // FLASHATTN_DECODE_LOADER, read once: which loader where the planner would choose.
-enum class LoaderOverride { kAuto, kTensor, kCpAsync, kCpAsyncTwoStages };
+enum class LoaderOverride { kAuto, kTensor, kGather, kCpAsync, kCpAsyncTwoStages };
 LoaderOverride loaderOverride() {
   static const LoaderOverride value = [] {
     if (knobIs(Knob::DecodeLoader, "tensor")) return LoaderOverride::kTensor;
+    if (knobIs(Knob::DecodeLoader, "gather")) return LoaderOverride::kGather;
     if (knobIs(Knob::DecodeLoader, "cp.async")) return LoaderOverride::kCpAsync;
     if (knobIs(Knob::DecodeLoader, "cp.async-2")) return LoaderOverride::kCpAsyncTwoStages;
     return LoaderOverride::kAuto;
@@ -382,7 +398,8 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
   PlannedKernel kernel;
   kernel.instance = index;
   kernel.headDim = kInstances[index].headDim;
-  // The tensor loader where it serves (paged caches: where a page holds whole tiles), else cp.async.
+  // The tensor loader where it serves (paged caches: where a page holds whole tiles), the gather for paged caches of
+  // other pages, else cp.async.
   kernel.libraryVariant = p.paged ? kLoaderPagedTensorMap : kLoaderTensorMap;
   kernel.variant = libraryVariant(kernel.libraryVariant);
   {
@@ -390,16 +407,23 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
     std::string ignored;
     const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
     const LoaderOverride pin = loaderOverride();
-    const bool shortPages = p.paged && pagedTensorPieces(p.pageSize, tileKeys) != 1 && pin == LoaderOverride::kAuto;
-    if (pin == LoaderOverride::kCpAsync || pin == LoaderOverride::kCpAsyncTwoStages || shortPages ||
-        !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
+    const bool pinnedPortable = pin == LoaderOverride::kCpAsync || pin == LoaderOverride::kCpAsyncTwoStages;
+    const bool wholeTilePages = p.paged && pagedTensorPieces(p.pageSize, tileKeys) == 1;
+    const bool gather = !pinnedPortable && pin != LoaderOverride::kTensor &&
+                        (pin == LoaderOverride::kGather || (p.paged && !wholeTilePages)) &&
+                        gatherServes(dev, p, kernel.headDim, &ignored);
+    if (gather) {
+      kernel.libraryVariant = kVariantPagedGather;
+      kernel.variant = libraryVariant(kVariantPagedGather);
+    } else if (pinnedPortable || (p.paged && !wholeTilePages && pin != LoaderOverride::kTensor) ||
+               !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
       kernel.libraryVariant = kLoaderCpAsync;
       kernel.variant = libraryVariant(kLoaderCpAsync);
     }
   }
   // Three cp.async stages past the device's shared memory per block (sm86/sm89 at head dim 128 and up): two.
   const int elementBytes = int(dtypeSize(p.dtype));
-  if (!isTensorLoader(kernel.variant.loader) && twoStagesCompiled(elementBytes, kernel.headDim)) {
+  if (!hasProducerWarp(kernel.variant.loader) && twoStagesCompiled(elementBytes, kernel.headDim)) {
     Variant threeStages = kernel.variant;
     threeStages.tileKeys = resolvedTileKeys(threeStages, elementBytes, kernel.headDim);
     if (loaderOverride() == LoaderOverride::kCpAsyncTwoStages ||

@@ -167,23 +167,17 @@ struct CpAsyncLoader {
   }
 };
 
-// Tensor maps (sm90, FP16/BF16 caches): the producer warp's lane 0 sets up the stages' full / empty mbarriers and
-// issues every copy; the consumer warps wait on a stage's full barrier and arrive on its empty one once read. Boxes
-// reaching past the capacity are zero-filled by the copy engine. Dense caches: keys exist up to the chunk's end, so
-// the consumers derive the presence mask themselves. Paged caches (page size a multiple of 8 that divides or is
-// divided by TileKeys; the maps view a page as a batch entry of pageSize keys): a tile is TileKeys / pagePieces-key
-// pieces, one page or one page's slice each; the producer warp's lanes read the pieces' page ids from the block table a
-// tile ahead, a piece without a page is copied from outside the map (zeros), and lane 0 stores the tile's presence
-// mask on the stage before its full barrier's arrival publishes it. Absent keys' V rows are left as they came (the
-// math clears them in its fragments), so that no thread writes a stage the copy engine fills.
-template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, bool Paged>
-struct TensorMapLoader {
+// The ring of the producer-warp loaders (hasProducerWarp): Stages slots of [2 (K, V)][boxes][TileKeys][64] elements in
+// the copy engine's 128-byte swizzle, each with a full mbarrier (the tile has landed) and an empty one (every consumer
+// warp has read it), so the producer warp refills a slot as soon as it is free and no warp waits for the slowest one at
+// a CTA barrier per tile. Paged caches: the producer stores the tile's presence mask on its slot before its last
+// arrival on the full barrier publishes it; dense caches: keys exist up to the chunk's end, the consumers derive it.
+template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
+struct LoaderRing {
   static constexpr int kBoxes = HeadDim / 64;  // 64-column boxes per row
   static constexpr int kKeyStride = 64;
   static constexpr int kStageHalf = kBoxes * TileKeys * 64;
-  static constexpr int kMaxPieces = TileKeys / 8;
-  static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "tensor loader: 16-bit elements, head dim % 64");
-  static_assert(kMaxPieces <= 32, "one producer lane per piece");
+  static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "ring loaders: 16-bit elements, head dim % 64");
 
   Element *kv;
   uint32_t *validMask;  // paged: [Stages][2] presence bits of the tile on each stage
@@ -191,7 +185,7 @@ struct TensorMapLoader {
   uint32_t emptyBase;
 
   // The stages start at a 1024-byte boundary of the shared window (the swizzle repeats every 1024 bytes).
-  __device__ __forceinline__ TensorMapLoader(unsigned char *smem, const SmemLayout &layout) {
+  __device__ __forceinline__ LoaderRing(unsigned char *smem, const SmemLayout &layout) {
     const uint32_t shift = (1024u - (prim::smemAddress(smem + layout.kv) & 1023u)) & 1023u;
     kv = reinterpret_cast<Element *>(smem + layout.kv + shift);
     validMask = reinterpret_cast<uint32_t *>(smem + layout.validMask);
@@ -201,19 +195,85 @@ struct TensorMapLoader {
 
   __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
   __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
+  __device__ __forceinline__ uint32_t kStage(int slot) const { return prim::smemAddress(kTile(slot)); }
+  __device__ __forceinline__ uint32_t full(int slot) const { return fullBase + 8u * uint32_t(slot); }
+  __device__ __forceinline__ uint32_t empty(int slot) const { return emptyBase + 8u * uint32_t(slot); }
 
   static __device__ __forceinline__ bool producer() { return (int(threadIdx.x) >> 5) == Warps; }
+  static __device__ __forceinline__ bool producerLeader() { return int(threadIdx.x) == Warps * 32; }
   static __device__ __forceinline__ int lane() { return int(threadIdx.x) & 31; }
+
+  // By the producer warp's lane 0, first thing in the kernel.
+  __device__ __forceinline__ void initBarriers(uint32_t fullArrivals) const {
+    for (int st = 0; st < Stages; ++st) prim::mbarrierInit(full(st), fullArrivals);
+    for (int st = 0; st < Stages; ++st) prim::mbarrierInit(empty(st), uint32_t(Warps));
+    prim::fenceBarrierInit();
+  }
+
+  // Slot x % Stages is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
+  __device__ __forceinline__ void waitEmpty(int x) const {
+    prim::mbarrierWait(empty(x % Stages), uint32_t(x / Stages - 1) & 1u);
+  }
+
+  __device__ __forceinline__ void storeMask(int slot, uint64_t present) const {
+    validMask[slot * 2] = uint32_t(present);
+    validMask[slot * 2 + 1] = uint32_t(present >> 32);
+  }
+
+  // Q and the barriers' initialization are visible to every warp after one CTA barrier; from there on the producer
+  // warp runs produce() and the consumers meet it only at the stages' full / empty barriers.
+  template <bool MaskOnStage, typename Produce, typename LoadQ, typename Consume>
+  __device__ __forceinline__ void runRing(const DecodeParams &, const DecodeWork &w, Produce &&produce, LoadQ &&loadQ,
+                                          Consume &&consume) const {
+    prim::cpAsyncCommit();
+    prim::cpAsyncWaitAll();
+    __syncthreads();
+    if (producer()) {
+      produce();
+      __syncwarp();
+      return;
+    }
+    loadQ();
+    for (int it = 0; it < w.numTiles; ++it) {
+      const int slot = it % Stages;
+      prim::mbarrierWait(full(slot), uint32_t(it / Stages) & 1u);
+      uint64_t present;
+      if constexpr (MaskOnStage) {
+        present = uint64_t(validMask[slot * 2]) | (uint64_t(validMask[slot * 2 + 1]) << 32);
+      } else {  // the keys before the chunk's end (dense caches: every key there exists)
+        const int inChunk = min(TileKeys, w.keyEnd - (w.keyBegin + it * TileKeys));
+        present = inChunk >= 64 ? ~0ull : (1ull << inChunk) - 1ull;
+      }
+      consume(it, slot, present);
+      __syncwarp();
+      if (lane() == 0) prim::mbarrierArrive(empty(slot));
+    }
+  }
+};
+
+// Tensor maps (sm90, FP16/BF16 caches): the producer warp's lane 0 issues every copy into the ring; boxes reaching
+// past the capacity are zero-filled by the copy engine. Paged caches (page size a multiple of 8 that divides or is
+// divided by TileKeys; the maps view a page as a batch entry of pageSize keys): a tile is TileKeys / pagePieces-key
+// pieces, one page or one page's slice each; the producer warp's lanes read the pieces' page ids from the block table a
+// tile ahead, and a piece without a page is copied from outside the map (zeros). Absent keys' V rows are left as they
+// came (the math clears them in its fragments), so that no thread writes a stage the copy engine fills.
+template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, bool Paged>
+struct TensorMapLoader : LoaderRing<Element, HeadDim, Warps, TileKeys, Stages> {
+  using Ring = LoaderRing<Element, HeadDim, Warps, TileKeys, Stages>;
+  using Ring::kBoxes;
+  using Ring::kStageHalf;
+  static constexpr int kMaxPieces = TileKeys / 8;
+  static_assert(kMaxPieces <= 32, "one producer lane per piece");
+
+  __device__ __forceinline__ TensorMapLoader(unsigned char *smem, const SmemLayout &layout) : Ring(smem, layout) {}
 
   // First thing in the kernel: the barriers' setup and the maps' fetch overlap the block arithmetic instead of
   // delaying the first copy (NOTES.md); the prefetches come after the barriers' fence, which would otherwise wait
   // for them. (Placed after the block arithmetic, this was compiled into warp-uniform instructions that racecheck
   // reads as another thread's writes.)
   __device__ __forceinline__ void prepare(const DecodeParams &p) const {
-    if (int(threadIdx.x) == Warps * 32) {  // the producer warp's lane 0
-      for (int st = 0; st < Stages; ++st) prim::mbarrierInit(fullBase + 8u * uint32_t(st), 1u);
-      for (int st = 0; st < Stages; ++st) prim::mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
-      prim::fenceBarrierInit();
+    if (Ring::producerLeader()) {
+      this->initBarriers(1u);
       prim::prefetchTensorMap(&p.kMap);
       prim::prefetchTensorMap(&p.vMap);
     }
@@ -257,30 +317,28 @@ struct TensorMapLoader {
   // back to back, then V's (the two halves of a 256-byte row go out close together), or one rank-5 copy each.
   __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, int x, int lanePage) const {
     const int slot = x % Stages;
-    const uint32_t barrier = fullBase + 8u * uint32_t(slot);
+    const uint32_t barrier = this->full(slot);
     const int key0 = w.keyBegin + x * TileKeys;
+    const uint32_t kDst = this->kStage(slot);
+    const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
     if constexpr (!Paged) {
       prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
-      const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
-      copyPiece(p, w, kDst, kDst + uint32_t(kStageHalf * int(sizeof(Element))), barrier, key0, w.batch, 0);
+      copyPiece(p, w, kDst, vDst, barrier, key0, w.batch, 0);
     } else {
-      const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
-      const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
       const int pieces = p.pagePieces;
       const int rows = TileKeys / pieces;
       const uint32_t pagesPresent = __ballot_sync(0xffffffffu, lanePage >= 0);
       int pages[kMaxPieces];
 #pragma unroll
       for (int j = 0; j < kMaxPieces; ++j) pages[j] = __shfl_sync(0xffffffffu, lanePage, j);
-      if (lane() != 0) return;
+      if (Ring::lane() != 0) return;
       uint64_t present = 0;
       const uint64_t pieceBits = rows >= 64 ? ~0ull : (1ull << rows) - 1ull;
       for (int j = 0; j < pieces; ++j)
         if ((pagesPresent >> j) & 1u) present |= pieceBits << (j * rows);
       const int inChunk = w.keyEnd - key0;
       if (inChunk < 64) present &= (1ull << inChunk) - 1ull;
-      validMask[slot * 2] = uint32_t(present);
-      validMask[slot * 2 + 1] = uint32_t(present >> 32);
+      this->storeMask(slot, present);
       prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
       // A page at least a tile long holds the whole tile (key0 % pageSize is its first row); shorter pages are whole.
       const int firstRow = pieces == 1 ? p.cache.pageSize.remainder(key0, p.cache.pageSize.divide(key0)) : 0;
@@ -293,68 +351,147 @@ struct TensorMapLoader {
   // Every stage starts empty: the whole ring goes out before anything else (the pages of its tiles read at once).
   __device__ __forceinline__ void start(const DecodeParams &p, const DecodeWork &w) const {
     if constexpr (!Paged) {
-      if (int(threadIdx.x) == Warps * 32)  // the producer warp's lane 0
+      if (Ring::producerLeader())
         for (int x = 0; x < Stages && x < w.numTiles; ++x) issue(p, w, x, -1);
-    } else if (producer()) {
+    } else if (Ring::producer()) {
       int pages[Stages];
 #pragma unroll
-      for (int x = 0; x < Stages; ++x) pages[x] = piecePage(p, w, x, lane());
+      for (int x = 0; x < Stages; ++x) pages[x] = piecePage(p, w, x, Ring::lane());
 #pragma unroll
       for (int x = 0; x < Stages; ++x)
         if (x < w.numTiles) issue(p, w, x, pages[x]);
     }
   }
 
-  // Q and the barriers' initialization are visible to every warp after one CTA barrier; from there on the producer
-  // and the consumers meet only at the stages' full / empty barriers.
   template <typename LoadQ, typename Consume>
   __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
                                       Consume &&consume) const {
-    const int warp = int(threadIdx.x) >> 5;
-    const int lane = int(threadIdx.x) & 31;
-    const int numTiles = w.numTiles;
-    prim::cpAsyncCommit();
-    prim::cpAsyncWaitAll();
-    __syncthreads();
-    if (warp == Warps) {
-      // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
-      auto waitEmpty = [&](int x) {
-        prim::mbarrierWait(emptyBase + 8u * uint32_t(x % Stages), uint32_t(x / Stages - 1) & 1u);
-      };
+    const int lane = Ring::lane();
+    auto produce = [&] {
       if constexpr (Paged) {
         int nextPage = piecePage(p, w, Stages, lane);
-        for (int x = Stages; x < numTiles; ++x) {
+        for (int x = Stages; x < w.numTiles; ++x) {
           const int page = nextPage;
           nextPage = piecePage(p, w, x + 1, lane);  // in flight while the stage drains
-          if (lane == 0) waitEmpty(x);
+          if (lane == 0) this->waitEmpty(x);
           __syncwarp();
           issue(p, w, x, page);
         }
       } else if (lane == 0) {
-        for (int x = Stages; x < numTiles; ++x) {
-          waitEmpty(x);
+        for (int x = Stages; x < w.numTiles; ++x) {
+          this->waitEmpty(x);
           issue(p, w, x, -1);
         }
       }
-      __syncwarp();
-    } else {
-      loadQ();
-      for (int it = 0; it < numTiles; ++it) {
-        const int slot = it % Stages;
-        const uint32_t parity = uint32_t(it / Stages) & 1u;
-        prim::mbarrierWait(fullBase + 8u * uint32_t(slot), parity);
-        uint64_t present;
-        if constexpr (Paged) {
-          present = uint64_t(validMask[slot * 2]) | (uint64_t(validMask[slot * 2 + 1]) << 32);
-        } else {  // the keys before the chunk's end (dense caches: every key there exists)
-          const int inChunk = min(TileKeys, w.keyEnd - (w.keyBegin + it * TileKeys));
-          present = inChunk >= 64 ? ~0ull : (1ull << inChunk) - 1ull;
-        }
-        consume(it, slot, present);
-        __syncwarp();
-        if (lane == 0) prim::mbarrierArrive(emptyBase + 8u * uint32_t(slot));
+    };
+    this->template runRing<Paged>(p, w, produce, loadQ, consume);
+  }
+};
+
+// Gathers (FP16/BF16 paged caches of any page size): the producer warp reads the page of each key of a tile from the
+// block table a tile ahead (lane l: keys l, l + 32), then copies the tile row by row with 16-byte cp.async, writing
+// each chunk where the copy engine's 128-byte swizzle would (chunk c of key k at chunk c ^ (k % 8) of the key's row in
+// box c / 8), so the consumers are the tensor-map loader's. Keys without a page, past the chunk, and columns past the
+// head dim arrive as zeros. Each lane arrives on the full barrier once its copies land (cp.async.mbarrier.arrive.noinc),
+// lane 0 once more after it stored the presence mask: 33 arrivals a phase.
+template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
+struct GatherLoader : LoaderRing<Element, HeadDim, Warps, TileKeys, Stages> {
+  using Ring = LoaderRing<Element, HeadDim, Warps, TileKeys, Stages>;
+  using Ring::kStageHalf;
+  static constexpr int kVec = 16 / int(sizeof(Element));
+  static constexpr int kChunks = HeadDim / kVec;        // 16-byte chunks of a row
+  static constexpr int kKeysPerStep = 32 / kChunks;     // rows one warp instruction copies (1, 2 or 4)
+  static constexpr int kKeysPerLane = TileKeys / 32;    // block-table entries each lane reads per tile
+  static constexpr uint32_t kFullArrivals = 33;
+  static_assert(kChunks <= 32 && 32 % kKeysPerStep == 0, "one row or a power-of-two number of rows per step");
+  static_assert(TileKeys % 32 == 0 && kKeysPerLane <= 2, "whole warps of keys, at most two per lane");
+
+  struct TileRows {
+    paged::PagedRow row[kKeysPerLane];
+  };
+
+  __device__ __forceinline__ GatherLoader(unsigned char *smem, const SmemLayout &layout) : Ring(smem, layout) {}
+
+  __device__ __forceinline__ void prepare(const DecodeParams &) const {
+    if (Ring::producerLeader()) this->initBarriers(kFullArrivals);
+  }
+
+  // Where this lane's keys of tile x live (page -1: past the chunk, or no page).
+  static __device__ __forceinline__ TileRows fetch(const DecodeParams &p, const DecodeWork &w, int x) {
+    TileRows r;
+#pragma unroll
+    for (int j = 0; j < kKeysPerLane; ++j) {
+      const int key = w.keyBegin + x * TileKeys + j * 32 + Ring::lane();
+      r.row[j] = x < w.numTiles && key < w.keyEnd ? paged::pagedRow(p.cache, w.batch, key) : paged::PagedRow{-1, 0};
+    }
+    return r;
+  }
+
+  __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, int x, const TileRows &r) const {
+    const int slot = x % Stages;
+    if (x >= Stages) this->waitEmpty(x);  // every lane: each writes the slot
+    uint64_t present = 0;
+#pragma unroll
+    for (int j = 0; j < kKeysPerLane; ++j)
+      present |= uint64_t(__ballot_sync(0xffffffffu, r.row[j].page >= 0)) << (32 * j);
+    const int lane = Ring::lane();
+    const int stepKey = lane / kChunks;  // the lane's row within a step
+    const int c = lane - stepKey * kChunks;
+    const bool copies = stepKey < kKeysPerStep;
+    const bool columnReal = c * kVec < p.headDim;
+    const int64_t kColumn = int64_t(w.kvHead) * p.kHead + c * kVec;
+    const int64_t vColumn = int64_t(w.kvHead) * p.vHead + c * kVec;
+    const Element *kBase = static_cast<const Element *>(p.k);
+    const Element *vBase = static_cast<const Element *>(p.v);
+    const uint32_t kDst = this->kStage(slot) + uint32_t((c / 8) * TileKeys * 128);
+    const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
+#pragma unroll
+    for (int step = 0; step < TileKeys / kKeysPerStep; ++step) {
+      const int key = step * kKeysPerStep + stepKey;
+      const paged::PagedRow &held = r.row[(step * kKeysPerStep) / 32];
+      const int page = __shfl_sync(0xffffffffu, held.page, key & 31);
+      const int row = __shfl_sync(0xffffffffu, held.row, key & 31);
+      const bool valid = page >= 0 && columnReal;
+      const paged::PagedRow at{page, row};
+      const Element *kSrc = valid ? kBase + paged::rowOffset(at, p.kBatch, p.kRow) + kColumn : kBase;
+      const Element *vSrc = valid ? vBase + paged::rowOffset(at, p.vBatch, p.vRow) + vColumn : vBase;
+      const uint32_t chunk = uint32_t(key * 128) + ((uint32_t(c % 8) ^ uint32_t(key & 7)) << 4);
+      if (copies) {
+        prim::cpAsync16(kDst + chunk, kSrc, valid);
+        prim::cpAsync16(vDst + chunk, vSrc, valid);
       }
     }
+    prim::cpAsyncMbarrierArrive(this->full(slot));
+    if (lane == 0) {
+      this->storeMask(slot, present);
+      prim::mbarrierArrive(this->full(slot));
+    }
+  }
+
+  // The ring's first Stages tiles go out at once, their block-table reads first.
+  __device__ __forceinline__ void start(const DecodeParams &p, const DecodeWork &w) const {
+    if (!Ring::producer()) return;
+    __syncwarp();  // lane 0's barrier initialization before the other lanes' arrivals
+    TileRows rows[Stages];
+#pragma unroll
+    for (int x = 0; x < Stages; ++x) rows[x] = fetch(p, w, x);
+#pragma unroll
+    for (int x = 0; x < Stages; ++x)
+      if (x < w.numTiles) issue(p, w, x, rows[x]);
+  }
+
+  template <typename LoadQ, typename Consume>
+  __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
+                                      Consume &&consume) const {
+    auto produce = [&] {
+      TileRows next = fetch(p, w, Stages);
+      for (int x = Stages; x < w.numTiles; ++x) {
+        const TileRows rows = next;
+        next = fetch(p, w, x + 1);  // in flight while the stage drains
+        issue(p, w, x, rows);
+      }
+    };
+    this->template runRing<true>(p, w, produce, loadQ, consume);
   }
 };
 
@@ -362,6 +499,7 @@ template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, in
 using LoaderOf = std::conditional_t<
     isTensorLoader(LoaderKind),
     TensorMapLoader<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind == kLoaderPagedTensorMap>,
-    CpAsyncLoader<Element, HeadDim, Warps, TileKeys, Stages>>;
+    std::conditional_t<LoaderKind == kLoaderPagedGather, GatherLoader<Element, HeadDim, Warps, TileKeys, Stages>,
+                       CpAsyncLoader<Element, HeadDim, Warps, TileKeys, Stages>>>;
 
 }  // namespace flashattn::cuda::decode
