@@ -130,10 +130,10 @@ Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v, int row
   s.groupSize = p.heads / s.kvHeads;
   s.rows = s.groupSize * p.seqQ;
   const int64_t rowTiles = (s.rows + kRowsPerTile - 1) / kRowsPerTile;
-  // The ring loaders' CTAs take at most two row tiles, so that every row tile has two warps splitting its keys and
+  // The boxed loaders' CTAs take at most two row tiles, so that every row tile has two warps splitting its keys and
   // two CTAs fit an SM: four warps walking every key of one row tile each were bound by their own math chains (16
   // query tokens of GQA 4, H200: 1210-1430 GB/s at one 4-tile CTA per SM, whatever the chunk count).
-  int maxTiles = hasProducerWarp(v.loader) ? 2 : kMaxRowTilesPerCta;
+  int maxTiles = boxedLayout(v.loader) ? 2 : kMaxRowTilesPerCta;
   if (rowTileCap > 0) maxTiles = std::min(maxTiles, rowTileCap);
   s.rowTilesPerCta = int(std::min<int64_t>(rowTiles, maxTiles));
   s.keyGroups = v.warps / s.rowTilesPerCta;
@@ -198,7 +198,7 @@ bool gatherServes(const DeviceInfo &dev, const AttnProblem &p, int kernelHeadDim
 // The plan description's words for the loader (with the view the maps of this problem take).
 std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &k, int64_t kvHeads) {
   const int loader = k.variant.loader;
-  if (loader == kLoaderPagedGather) return "cp.async gathers by a producer warp (full/empty ring)";
+  if (loader == kLoaderPagedGather) return "cp.async gathers by each key group";
   if (!isTensorLoader(loader)) return "cp.async";
   std::string name = "tensor-map copies (full/empty ring)";
   DecodeParams scratch;
@@ -274,7 +274,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
   // The cluster merge only where every unit's cluster is resident at once: a cluster that waits for a second wave
   // costs the whole call (B1 L8k 970 GB/s against 1450 with the merge kernel on a board that holds 7 clusters of 16).
-  if (kernel.clusterWhereFits && hasProducerWarp(loader) && dev.portableHasSm90() &&
+  if (kernel.clusterWhereFits && boxedLayout(loader) && dev.portableHasSm90() &&
       (kernel.clusterWherever ? chunks >= 2 && chunks <= kMaxClusterChunks : clusterMergePays(chunks)) &&
       clusterCapacity(shape.rowTilesPerCta, int(chunks)) >= units)
     kernel.merge = kMergeCluster;

@@ -64,7 +64,7 @@ struct CpAsyncLoader {
   static constexpr int kStageHalf = TileKeys * kRow;
   // The presence masks have Stages + 1 slots so that the one written before a tile's first barrier never belongs to
   // a tile a slow warp may still be reading.
-  static constexpr int kMaskSlots = maskSlots(Stages, kLoaderCpAsync);
+  static constexpr int kMaskSlots = maskSlots(Stages, kLoaderCpAsync, Warps);
   static_assert(Warps >= 2 && Warps <= 8, "the offset table takes the first two warps");
 
   Element *kv;
@@ -388,110 +388,174 @@ struct TensorMapLoader : LoaderRing<Element, HeadDim, Warps, TileKeys, Stages> {
   }
 };
 
-// Gathers (FP16/BF16 paged caches of any page size): the producer warp reads the page of each key of a tile from the
-// block table a tile ahead (lane l: keys l, l + 32), then copies the tile row by row with 16-byte cp.async, writing
-// each chunk where the copy engine's 128-byte swizzle would (chunk c of key k at chunk c ^ (k % 8) of the key's row in
-// box c / 8), so the consumers are the tensor-map loader's. Keys without a page, past the chunk, and columns past the
-// head dim arrive as zeros. Each lane arrives on the full barrier once its copies land (cp.async.mbarrier.arrive.noinc),
-// lane 0 once more after it stored the presence mask: 33 arrivals a phase.
+// Gathers (FP16/BF16 paged caches of any page size): no producer warp and no CTA barrier in the main loop. Each key
+// group (the rowTilesPerCta warps that read the same 16-key sub-tiles, decode_kernel.cuh) copies its own sub-tiles of
+// every tile and waits only for its own copies: a lane reads the pages of the group's keys from the block table a tile
+// ahead, the group's threads copy the rows with 16-byte cp.async (Stages - 1 tiles in flight) into the tensor-map
+// loader's shared layout (chunk c of key k at chunk c ^ (k % 8) of the key's row in box c / 8), and the group meets at
+// one barrier a tile (a warp's __syncwarp when the group is one warp). Keys without a page, past the chunk, and
+// columns past the head dim arrive as zeros. One producer warp gathering whole tiles for the consumers (the ring of
+// the tensor-map loader) streamed at 0.43-0.51 of the dense cache: a warp's cp.async in flight do not fill the SM.
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
-struct GatherLoader : LoaderRing<Element, HeadDim, Warps, TileKeys, Stages> {
-  using Ring = LoaderRing<Element, HeadDim, Warps, TileKeys, Stages>;
-  using Ring::kStageHalf;
+struct GatherLoader {
+  static constexpr int kKeyStride = 64;
+  static constexpr int kStageHalf = (HeadDim / 64) * TileKeys * 64;
   static constexpr int kVec = 16 / int(sizeof(Element));
-  static constexpr int kChunks = HeadDim / kVec;        // 16-byte chunks of a row
-  static constexpr int kKeysPerStep = 32 / kChunks;     // rows one warp instruction copies (1, 2 or 4)
-  static constexpr int kKeysPerLane = TileKeys / 32;    // block-table entries each lane reads per tile
-  static constexpr uint32_t kFullArrivals = 33;
+  static constexpr int kChunks = HeadDim / kVec;     // 16-byte chunks of a row
+  static constexpr int kKeysPerStep = 32 / kChunks;  // rows one warp instruction copies (1, 2 or 4)
+  static constexpr int kSubTiles = TileKeys / 16;
+  static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "gather: the tensor-map loader's layout");
   static_assert(kChunks <= 32 && 32 % kKeysPerStep == 0, "one row or a power-of-two number of rows per step");
-  static_assert(TileKeys % 32 == 0 && kKeysPerLane <= 2, "whole warps of keys, at most two per lane");
+  static_assert(TileKeys <= 64 && Stages >= 2 && Warps <= 4, "two block-table entries per lane, two warp groups");
 
-  struct TileRows {
-    paged::PagedRow row[kKeysPerLane];
-  };
+  Element *kv;
+  uint32_t *validMask;  // [Warps][Stages][2] presence bits of the warp's keys of the tile on each stage
 
-  __device__ __forceinline__ GatherLoader(unsigned char *smem, const SmemLayout &layout) : Ring(smem, layout) {}
-
-  __device__ __forceinline__ void prepare(const DecodeParams &) const {
-    if (Ring::producerLeader()) this->initBarriers(kFullArrivals);
+  __device__ __forceinline__ GatherLoader(unsigned char *smem, const SmemLayout &layout) {
+    const uint32_t shift = (1024u - (prim::smemAddress(smem + layout.kv) & 1023u)) & 1023u;
+    kv = reinterpret_cast<Element *>(smem + layout.kv + shift);
+    validMask = reinterpret_cast<uint32_t *>(smem + layout.validMask);
   }
 
-  // Where this lane's keys of tile x live (page -1: past the chunk, or no page).
-  static __device__ __forceinline__ TileRows fetch(const DecodeParams &p, const DecodeWork &w, int x) {
-    TileRows r;
+  __device__ __forceinline__ void prepare(const DecodeParams &) const {}
+  __device__ __forceinline__ void start(const DecodeParams &, const DecodeWork &) const {}
+  __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
+  __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
+
+  // The key group of this warp: its rowTilesPerCta warps, which of them this one is, and the group's keys of a tile
+  // (16 of every keyGroups-th sub-tile from the group's index).
+  struct Group {
+    int index;    // key group
+    int member;   // this warp's rank in it
+    int members;  // rowTilesPerCta
+    int keys;     // the group's keys per tile
+    int stride;   // keyGroups
+  };
+
+  // Key q (0 <= q < group.keys) of the group within the tile.
+  static __device__ __forceinline__ int tileKeyOf(const Group &g, int q) {
+    return (g.index + g.stride * (q >> 4)) * 16 + (q & 15);
+  }
+
+  struct Rows {
+    paged::PagedRow row[2];  // keys lane and lane + 32 of the group's keys
+  };
+
+  static __device__ __forceinline__ Rows fetch(const DecodeParams &p, const DecodeWork &w, const Group &g, int x) {
+    Rows r;
 #pragma unroll
-    for (int j = 0; j < kKeysPerLane; ++j) {
-      const int key = w.keyBegin + x * TileKeys + j * 32 + Ring::lane();
-      r.row[j] = x < w.numTiles && key < w.keyEnd ? paged::pagedRow(p.cache, w.batch, key) : paged::PagedRow{-1, 0};
+    for (int j = 0; j < 2; ++j) {
+      const int q = j * 32 + (int(threadIdx.x) & 31);
+      const int key = w.keyBegin + x * TileKeys + (q < g.keys ? tileKeyOf(g, q) : 0);
+      r.row[j] = x < w.numTiles && q < g.keys && key < w.keyEnd ? paged::pagedRow(p.cache, w.batch, key)
+                                                                  : paged::PagedRow{-1, 0};
     }
     return r;
   }
 
-  __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, int x, const TileRows &r) const {
+  __device__ __forceinline__ void sync(const Group &g) const {
+    // Groups of several warps are at most two (rowTilesPerCta x keyGroups <= Warps = 4): barriers 1 and 2, named by
+    // constants so that the kernel reserves no more.
+    if (g.members == 1)
+      __syncwarp();
+    else if (g.index == 0)
+      prim::namedBarrierSync(1u, uint32_t(32 * g.members));
+    else
+      prim::namedBarrierSync(2u, uint32_t(32 * g.members));
+  }
+
+  // Tile x's keys of the group into slot x % Stages (one commit group per tile, empty ones past the chunk), and the
+  // tile's presence bits of the group's keys on this warp's mask slot.
+  __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, const Group &g, int x,
+                                       const Rows &r) const {
+    const int lane = int(threadIdx.x) & 31;
     const int slot = x % Stages;
-    if (x >= Stages) this->waitEmpty(x);  // every lane: each writes the slot
-    uint64_t present = 0;
+    if (x < w.numTiles) {
+      // The group's keys 16i..16i+15 are sub-tile index + stride * i of the tile.
+      const uint32_t bits[2] = {__ballot_sync(0xffffffffu, r.row[0].page >= 0),
+                                __ballot_sync(0xffffffffu, r.row[1].page >= 0)};
+      uint64_t present = 0;
 #pragma unroll
-    for (int j = 0; j < kKeysPerLane; ++j)
-      present |= uint64_t(__ballot_sync(0xffffffffu, r.row[j].page >= 0)) << (32 * j);
-    const int lane = Ring::lane();
-    const int stepKey = lane / kChunks;  // the lane's row within a step
-    const int c = lane - stepKey * kChunks;
-    const bool copies = stepKey < kKeysPerStep;
-    const bool columnReal = c * kVec < p.headDim;
-    const int64_t kColumn = int64_t(w.kvHead) * p.kHead + c * kVec;
-    const int64_t vColumn = int64_t(w.kvHead) * p.vHead + c * kVec;
-    const Element *kBase = static_cast<const Element *>(p.k);
-    const Element *vBase = static_cast<const Element *>(p.v);
-    const uint32_t kDst = this->kStage(slot) + uint32_t((c / 8) * TileKeys * 128);
-    const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
-#pragma unroll
-    for (int step = 0; step < TileKeys / kKeysPerStep; ++step) {
-      const int key = step * kKeysPerStep + stepKey;
-      const paged::PagedRow &held = r.row[(step * kKeysPerStep) / 32];
-      const int page = __shfl_sync(0xffffffffu, held.page, key & 31);
-      const int row = __shfl_sync(0xffffffffu, held.row, key & 31);
-      const bool valid = page >= 0 && columnReal;
-      const paged::PagedRow at{page, row};
-      const Element *kSrc = valid ? kBase + paged::rowOffset(at, p.kBatch, p.kRow) + kColumn : kBase;
-      const Element *vSrc = valid ? vBase + paged::rowOffset(at, p.vBatch, p.vRow) + vColumn : vBase;
-      const uint32_t chunk = uint32_t(key * 128) + ((uint32_t(c % 8) ^ uint32_t(key & 7)) << 4);
-      if (copies) {
-        prim::cpAsync16(kDst + chunk, kSrc, valid);
-        prim::cpAsync16(vDst + chunk, vSrc, valid);
+      for (int i = 0; i < kSubTiles; ++i)
+        if (i * 16 < g.keys)
+          present |= uint64_t((bits[i >> 1] >> ((i & 1) * 16)) & 0xffffu) << ((g.index + g.stride * i) * 16);
+      if (lane == 0) {
+        uint32_t *mask = validMask + ((int(threadIdx.x) >> 5) * Stages + slot) * 2;
+        mask[0] = uint32_t(present);
+        mask[1] = uint32_t(present >> 32);
+      }
+      const int stepKey = lane / kChunks;  // the lane's row within a step
+      const int c = lane - stepKey * kChunks;
+      const bool copies = stepKey < kKeysPerStep;
+      const bool columnReal = c * kVec < p.headDim;
+      const int64_t kColumn = int64_t(w.kvHead) * p.kHead + c * kVec;
+      const int64_t vColumn = int64_t(w.kvHead) * p.vHead + c * kVec;
+      const Element *kBase = static_cast<const Element *>(p.k);
+      const Element *vBase = static_cast<const Element *>(p.v);
+      const uint32_t kDst = prim::smemAddress(kTile(slot)) + uint32_t((c / 8) * TileKeys * 128);
+      const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
+      // Step s of this warp copies the group's keys (s * members + member) * kKeysPerStep + stepKey: a step's keys
+      // lie in one 32-key half of the group's keys, so the lane holding each is key % 32 of the same register.
+      const int steps = g.keys / kKeysPerStep;
+      for (int s = g.member; s < steps; s += g.members) {
+        const int q = s * kKeysPerStep + stepKey;
+        const bool upper = s * kKeysPerStep >= 32;
+        const int page = __shfl_sync(0xffffffffu, upper ? r.row[1].page : r.row[0].page, q & 31);
+        const int row = __shfl_sync(0xffffffffu, upper ? r.row[1].row : r.row[0].row, q & 31);
+        const bool valid = page >= 0 && columnReal;
+        const paged::PagedRow at{page, row};
+        const Element *kSrc = valid ? kBase + paged::rowOffset(at, p.kBatch, p.kRow) + kColumn : kBase;
+        const Element *vSrc = valid ? vBase + paged::rowOffset(at, p.vBatch, p.vRow) + vColumn : vBase;
+        const int key = tileKeyOf(g, q & (g.keys - 1));
+        const uint32_t chunk = uint32_t(key * 128) + ((uint32_t(c % 8) ^ uint32_t(key & 7)) << 4);
+        if (copies) {
+          prim::cpAsync16(kDst + chunk, kSrc, valid);
+          prim::cpAsync16(vDst + chunk, vSrc, valid);
+        }
       }
     }
-    prim::cpAsyncMbarrierArrive(this->full(slot));
-    if (lane == 0) {
-      this->storeMask(slot, present);
-      prim::mbarrierArrive(this->full(slot));
-    }
+    prim::cpAsyncCommit();
   }
 
-  // The ring's first Stages tiles go out at once, their block-table reads first.
-  __device__ __forceinline__ void start(const DecodeParams &p, const DecodeWork &w) const {
-    if (!Ring::producer()) return;
-    __syncwarp();  // lane 0's barrier initialization before the other lanes' arrivals
-    TileRows rows[Stages];
-#pragma unroll
-    for (int x = 0; x < Stages; ++x) rows[x] = fetch(p, w, x);
-#pragma unroll
-    for (int x = 0; x < Stages; ++x)
-      if (x < w.numTiles) issue(p, w, x, rows[x]);
-  }
-
+  // Q (the kernel's loadQ copies, not yet committed) is its own group, waited for by the whole CTA once; then each key
+  // group runs its ring: wait for tile it (this warp's copies), meet the group (everyone's copies of tile it landed,
+  // everyone is done reading tile it - 1), refill that slot with tile it + Stages - 1, consume tile it.
   template <typename LoadQ, typename Consume>
   __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
                                       Consume &&consume) const {
-    auto produce = [&] {
-      TileRows next = fetch(p, w, Stages);
-      for (int x = Stages; x < w.numTiles; ++x) {
-        const TileRows rows = next;
-        next = fetch(p, w, x + 1);  // in flight while the stage drains
-        issue(p, w, x, rows);
-      }
-    };
-    this->template runRing<true>(p, w, produce, loadQ, consume);
+    const int warp = int(threadIdx.x) >> 5;
+    Group g;
+    g.members = p.rowTilesPerCta;
+    g.index = warp / g.members;
+    g.member = warp - g.index * g.members;
+    g.stride = p.keyGroups;
+    g.keys = g.index < min(p.keyGroups, kSubTiles) ? 16 * ((kSubTiles - g.index + g.stride - 1) / g.stride) : 0;
+    const bool works = g.keys > 0 && warp < p.rowTilesPerCta * p.keyGroups;
+    prim::cpAsyncCommit();
+    Rows rows[Stages] = {};
+    if (works) {
+#pragma unroll
+      for (int x = 0; x < Stages; ++x) rows[x] = fetch(p, w, g, x);
+#pragma unroll
+      for (int x = 0; x < Stages - 1; ++x) issue(p, w, g, x, rows[x]);
+      prim::cpAsyncWait<Stages - 1>();
+    } else {
+      prim::cpAsyncWaitAll();
+    }
+    __syncthreads();
+    loadQ();
+    if (!works) return;
+    Rows next = rows[Stages - 1];
+    for (int it = 0; it < w.numTiles; ++it) {
+      prim::cpAsyncWait<Stages - 2>();
+      sync(g);
+      const Rows current = next;
+      next = fetch(p, w, g, it + Stages);  // in flight while this tile is consumed
+      issue(p, w, g, it + Stages - 1, current);
+      const int slot = it % Stages;
+      const uint32_t *mask = validMask + (warp * Stages + slot) * 2;
+      consume(it, slot, uint64_t(mask[0]) | (uint64_t(mask[1]) << 32));
+    }
   }
 };
 

@@ -41,15 +41,18 @@ constexpr int kRowsPerTile = 16;
 //     Columns past the head dim and keys past the capacity arrive as zeros.
 //   PagedTensorMap: the same for paged caches, a kernel of its own so that the dense one carries none of the block
 //     table's work (its paged branches cost the dense cache 3-5% of its rate on an H200, 16% at B1 L8k).
-//   PagedGather: the same ring, shared layout and consumers for paged caches of any page size, the producer warp
-//     gathering each key's row with 16-byte cp.async copies written in the copy engine's swizzle, each lane arriving
-//     on the stage's full barrier when its copies land (cp.async.mbarrier.arrive). Pages shorter than a tile are one
-//     tensor copy per page and box (16 per tile at page 16), which streamed at 0.68-0.75 of the dense cache.
+//   PagedGather (sm90, FP16/BF16 paged caches of any page size): the tensor-map loader's shared layout and math, no
+//     producer warp; each key group (the warps that read the same 16-key sub-tiles) copies its own keys' rows with
+//     16-byte cp.async in the copy engine's swizzle and waits only for them, one group barrier a tile. Pages shorter
+//     than a tile are one tensor copy per page and box (16 per tile at page 16), which streamed at 0.68-0.75 of the
+//     dense cache.
 enum Loader : int { kLoaderCpAsync = 0, kLoaderTensorMap = 1, kLoaderPagedTensorMap = 2, kLoaderPagedGather = 3 };
 constexpr bool isTensorLoader(int loader) { return loader == kLoaderTensorMap || loader == kLoaderPagedTensorMap; }
-// The loaders with a producer warp feeding a full/empty mbarrier ring of 64-column swizzled boxes.
-constexpr bool hasProducerWarp(int loader) { return isTensorLoader(loader) || loader == kLoaderPagedGather; }
-// Threads of a CTA: the consumer warps (Variant::warps), plus the producer warp of the ring loaders.
+// The loaders with a producer warp feeding a full/empty mbarrier ring (the tensor-map ones).
+constexpr bool hasProducerWarp(int loader) { return isTensorLoader(loader); }
+// The loaders whose stages hold 64-column boxes in the copy engine's 128-byte swizzle.
+constexpr bool boxedLayout(int loader) { return isTensorLoader(loader) || loader == kLoaderPagedGather; }
+// Threads of a CTA: the consumer warps (Variant::warps), plus the tensor-map loader's producer warp.
 constexpr int ctaThreads(int warps, int loader) { return (warps + (hasProducerWarp(loader) ? 1 : 0)) * 32; }
 
 // How the partial states of a split KV range are combined.
@@ -126,7 +129,7 @@ constexpr int libraryVariantIndex(const Variant &v) {
 // 16-byte cp.async wavefront) touches start in 8 distinct 16-byte bank groups.
 constexpr int smemRowElements(int elementBytes, int headDim) { return headDim + 16 / elementBytes; }
 
-// Whether a kernel of this head dim and element size can use the ring loaders' layout (tensor maps or the gather).
+// Whether a kernel of this head dim and element size can use the boxed layout (tensor maps or the gather).
 constexpr bool tensorLoadable(int elementBytes, int headDim) { return elementBytes == 2 && headDim % 64 == 0; }
 
 // The tensor loader's copies per key tile of a paged cache (pages of pageSize keys; tiles start at multiples of
@@ -141,15 +144,15 @@ constexpr int pagedTensorPieces(int64_t pageSize, int tileKeys) {
 
 // Byte layout of the dynamic shared memory. The epilogue's per-warp partial states reuse the K/V stages.
 //   cp.async: a stage is [2 (K, V)][tileKeys][rowElements] (padded rows).
-//   ring loaders (hasProducerWarp): a stage is [2 (K, V)][headDim / 64 boxes][tileKeys][64 elements], 128-byte
+//   boxed (tensor maps, gather): a stage is [2 (K, V)][headDim / 64 boxes][tileKeys][64 elements], 128-byte
 //     swizzled; the region starts at the next 1024-byte boundary of the shared window at run time (the swizzle
 //     pattern is 1024 bytes), hence the slack.
 struct SmemLayout {
   std::size_t q = 0;          // [rowsPerCta][rowElements]
-  std::size_t kv = 0;         // K/V stages (ring: before the run-time 1024-byte alignment)
+  std::size_t kv = 0;         // K/V stages (boxed: before the run-time 1024-byte alignment)
   std::size_t offsets = 0;    // cp.async: [2][tileKeys] pairs of int64 (K, V element offsets), by tile parity
   std::size_t validMask = 0;  // [maskSlots][2] uint32: which keys of a tile exist (in range, valid page)
-  std::size_t barriers = 0;   // ring: [stages] mbarriers (full), then [stages] (empty)
+  std::size_t barriers = 0;   // tensor maps: [stages] mbarriers (full), then [stages] (empty)
   std::size_t pScratch = 0;   // FP32 engine: [warps][16][16 + 4] floats of P
   std::size_t total = 0;
   std::size_t kvBytes = 0;
@@ -157,7 +160,11 @@ struct SmemLayout {
 
 constexpr std::size_t alignUp(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
 
-constexpr int maskSlots(int stages, int loader) { return hasProducerWarp(loader) ? stages : stages + 1; }
+// Presence masks: one per stage (tensor maps), one per stage and warp (the gather: each warp's keys), or one more than
+// the stages (cp.async, see CpAsyncLoader).
+constexpr int maskSlots(int stages, int loader, int warps) {
+  return hasProducerWarp(loader) ? stages : loader == kLoaderPagedGather ? stages * warps : stages + 1;
+}
 
 constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int tileKeys, int stages, int loader,
                                 int rowTilesPerCta) {
@@ -165,7 +172,7 @@ constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int ti
   const std::size_t row = std::size_t(smemRowElements(elementBytes, headDim)) * std::size_t(elementBytes);
   const std::size_t keys = std::size_t(tileKeys);
   const std::size_t qBytes = std::size_t(rowTilesPerCta) * kRowsPerTile * row;
-  const bool tensor = hasProducerWarp(loader);  // the ring's boxed layout
+  const bool tensor = boxedLayout(loader);
   const std::size_t stageBytes = tensor ? std::size_t(stages) * 2 * keys * std::size_t(headDim) * elementBytes + 1024
                                         : std::size_t(stages) * 2 * keys * row;
   // Epilogue: per warp 16 rows of (headDim + 4) floats plus (m, l) per row; then the cluster merge's (m, l) per row of
@@ -177,9 +184,9 @@ constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int ti
   s.kv = alignUp(qBytes, 128);
   s.kvBytes = stageBytes > epilogueBytes ? stageBytes : epilogueBytes;
   s.offsets = alignUp(s.kv + s.kvBytes, 16);
-  s.validMask = s.offsets + (tensor ? 0 : 2 * keys * 16);
-  s.barriers = alignUp(s.validMask + std::size_t(maskSlots(stages, loader)) * 2 * 4, 16);
-  const std::size_t barrierCount = tensor ? 2 * std::size_t(stages) : 0;
+  s.validMask = s.offsets + (loader == kLoaderCpAsync ? 2 * keys * 16 : 0);
+  s.barriers = alignUp(s.validMask + std::size_t(maskSlots(stages, loader, warps)) * 2 * 4, 16);
+  const std::size_t barrierCount = hasProducerWarp(loader) ? 2 * std::size_t(stages) : 0;
   s.pScratch = alignUp(s.barriers + barrierCount * 8, 16);
   const std::size_t pBytes = elementBytes == 4 ? std::size_t(warps) * kRowsPerTile * (16 + 4) * 4 : 0;
   s.total = alignUp(s.pScratch + pBytes, 128);
