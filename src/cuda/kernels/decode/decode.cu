@@ -3,7 +3,7 @@
 //
 // planDecode picks the instance (the narrowest compiled head dim >= the problem's, zero-filled columns in between),
 // the loader (on sm90 for FP16/BF16: tensor-map copies for dense caches and pages of whole tiles, a producer warp's
-// cp.async gathers for other pages; cp.async otherwise), the row tiling of the GQA group
+// key groups' own tensor-map copies for pages of 8 to 48; cp.async otherwise), the row tiling of the GQA group
 // times query tokens, and the chunk count from host values only (the lengths and the block table stay on the device):
 // each CTA finds its own key range from the real length when it runs. Split KV ranges are merged inside the decode
 // kernel: by the CTA of each unit that finishes last, found through tagged counts in the workspace that it leaves at
@@ -147,12 +147,14 @@ Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v, int row
 // 64-column boxes (the same shared layout), so K and V always come in maps of one rank.
 bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t kvHeads, int tileKeys, int loader,
                      int kernelHeadDim, DecodeParams *d) {
-  const bool exact = p.headDim == kernelHeadDim && (!p.paged || pagedTensorPieces(p.pageSize, tileKeys) == 1);
+  const int mapKeys = mapTileKeys(loader, tileKeys);
+  const bool exact = p.headDim == kernelHeadDim && (!p.paged || pagedTensorPieces(p.pageSize, mapKeys) == 1);
   auto both = [&](int view) {
-    return encodeCacheMap(cacheMapKey(p, k, p.k, kvHeads, tileKeys, view), &d->kMap, &d->kSlots) &&
-           encodeCacheMap(cacheMapKey(p, v, p.v, kvHeads, tileKeys, view), &d->vMap, &d->vSlots);
+    return encodeCacheMap(cacheMapKey(p, k, p.k, kvHeads, mapKeys, view), &d->kMap, &d->kSlots) &&
+           encodeCacheMap(cacheMapKey(p, v, p.v, kvHeads, mapKeys, view), &d->vMap, &d->vSlots);
   };
-  if (isTensorLoader(loader) && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
+  // The wide view lands a whole key tile per copy: the ring's (the group loader copies sub-tiles).
+  if (hasProducerWarp(loader) && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
   return both(kMapBoxes);
 }
 
@@ -167,9 +169,10 @@ bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelH
                      "multiple of 64 (", dtypeName(p.dtype), ", ", kernelHeadDim, ")");
     return false;
   }
-  if (p.paged && pagedTensorPieces(p.pageSize, tileKeys) == 0) {
+  if (p.paged && pagedTensorPieces(p.pageSize, mapTileKeys(loader, tileKeys)) == 0) {
     *whyNot = concat("the tensor-map loader copies whole pages or whole tiles: pageSize ", p.pageSize,
-                     " is not a multiple of 8 that divides or is divided by the ", tileKeys, "-key tile");
+                     " is not a multiple of 8 that divides or is divided by the ", mapTileKeys(loader, tileKeys),
+                     "-key tile");
     return false;
   }
   const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
@@ -183,23 +186,14 @@ bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelH
   return true;
 }
 
-// Whether the gather loader serves this problem on this kernel: a paged 16-bit cache on sm90 and a kernel head dim of
-// whole boxes (the tensor-map loader's shared layout). The loader is sm80 code, but only sm90 has been measured.
-bool gatherServes(const DeviceInfo &dev, const AttnProblem &p, int kernelHeadDim, std::string *whyNot) {
-  if (!p.paged || !dev.portableHasSm90() || !tensorLoadable(int(dtypeSize(p.dtype)), kernelHeadDim)) {
-    *whyNot = concat("the gather loader takes paged FP16/BF16 caches with a kernel head dim that is a multiple of 64 ",
-                     "on sm_90+ (", p.paged ? "paged" : "dense", ", ", dtypeName(p.dtype), ", d", kernelHeadDim,
-                     ", device sm_", dev.arch(), ", code compute_", dev.portableCodeArch, ")");
-    return false;
-  }
-  return true;
-}
-
 // The plan description's words for the loader (with the view the maps of this problem take).
 std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &k, int64_t kvHeads) {
   const int loader = k.variant.loader;
-  if (loader == kLoaderPagedGather) return "cp.async gathers by each key group";
   if (!isTensorLoader(loader)) return "cp.async";
+  const int mapKeys = mapTileKeys(loader, k.variant.tileKeys);
+  if (loader == kLoaderPagedGroups)
+    return concat("tensor-map copies by each key group, ", pagedTensorPieces(p.pageSize, mapKeys),
+                  " page piece(s) per 16-key sub-tile");
   std::string name = "tensor-map copies (full/empty ring)";
   DecodeParams scratch;
   const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
@@ -242,7 +236,6 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   if (isTensorLoader(loader) &&
       !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, kernel.variant.tileKeys, loader, whyNot))
     return false;
-  if (loader == kLoaderPagedGather && !gatherServes(dev, p, kernel.headDim, whyNot)) return false;
   const int tileKeys = kernel.variant.tileKeys;
   if (p.seqK > kInt32Max - 2 * tileKeys) {
     *whyNot = concat("seqK ", p.seqK, " (cache capacity): the CUDA decode indexes keys in 32 bits");
@@ -375,11 +368,11 @@ MergeOverride mergeOverride() {
 }
 
 // FLASHATTN_DECODE_LOADER, read once: which loader where the planner would choose.
-enum class LoaderOverride { kAuto, kTensor, kGather, kCpAsync, kCpAsyncTwoStages };
+enum class LoaderOverride { kAuto, kTensor, kGroups, kCpAsync, kCpAsyncTwoStages };
 LoaderOverride loaderOverride() {
   static const LoaderOverride value = [] {
     if (knobIs(Knob::DecodeLoader, "tensor")) return LoaderOverride::kTensor;
-    if (knobIs(Knob::DecodeLoader, "gather")) return LoaderOverride::kGather;
+    if (knobIs(Knob::DecodeLoader, "groups")) return LoaderOverride::kGroups;
     if (knobIs(Knob::DecodeLoader, "cp.async")) return LoaderOverride::kCpAsync;
     if (knobIs(Knob::DecodeLoader, "cp.async-2")) return LoaderOverride::kCpAsyncTwoStages;
     return LoaderOverride::kAuto;
@@ -398,32 +391,34 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
   PlannedKernel kernel;
   kernel.instance = index;
   kernel.headDim = kInstances[index].headDim;
-  // The tensor loader where it serves (paged caches: where a page holds whole tiles), the gather for paged caches of
-  // other pages, else cp.async.
+  // The tensor loader's ring where it serves (paged caches: where a page holds whole tiles), the key groups' own
+  // copies for pages that tile a 16-key sub-tile, else cp.async.
   kernel.libraryVariant = p.paged ? kLoaderPagedTensorMap : kLoaderTensorMap;
   kernel.variant = libraryVariant(kernel.libraryVariant);
   {
-    const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
     std::string ignored;
     const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
     const LoaderOverride pin = loaderOverride();
-    const bool pinnedPortable = pin == LoaderOverride::kCpAsync || pin == LoaderOverride::kCpAsyncTwoStages;
+    auto serves = [&](int index) {
+      const Variant v = libraryVariant(index);
+      return tensorLoaderServes(dev, p, kernel.headDim, shapeOf(p, kernel.headDim, v).kvHeads, tileKeys, v.loader,
+                                &ignored);
+    };
     const bool wholeTilePages = p.paged && pagedTensorPieces(p.pageSize, tileKeys) == 1;
-    const bool gather = !pinnedPortable && pin != LoaderOverride::kTensor &&
-                        (pin == LoaderOverride::kGather || (p.paged && !wholeTilePages)) &&
-                        gatherServes(dev, p, kernel.headDim, &ignored);
-    if (gather) {
-      kernel.libraryVariant = kVariantPagedGather;
-      kernel.variant = libraryVariant(kVariantPagedGather);
-    } else if (pinnedPortable || (p.paged && !wholeTilePages && pin != LoaderOverride::kTensor) ||
-               !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
-      kernel.libraryVariant = kLoaderCpAsync;
-      kernel.variant = libraryVariant(kLoaderCpAsync);
-    }
+    int choice = kLoaderCpAsync;
+    if (pin == LoaderOverride::kCpAsync || pin == LoaderOverride::kCpAsyncTwoStages)
+      choice = kLoaderCpAsync;
+    else if (p.paged && (pin == LoaderOverride::kGroups || (pin == LoaderOverride::kAuto && !wholeTilePages)) &&
+             serves(kVariantPagedGroups))
+      choice = kVariantPagedGroups;
+    else if ((!p.paged || wholeTilePages || pin == LoaderOverride::kTensor) && serves(kernel.libraryVariant))
+      choice = kernel.libraryVariant;
+    kernel.libraryVariant = choice;
+    kernel.variant = libraryVariant(choice);
   }
   // Three cp.async stages past the device's shared memory per block (sm86/sm89 at head dim 128 and up): two.
   const int elementBytes = int(dtypeSize(p.dtype));
-  if (!hasProducerWarp(kernel.variant.loader) && twoStagesCompiled(elementBytes, kernel.headDim)) {
+  if (kernel.variant.loader == kLoaderCpAsync && twoStagesCompiled(elementBytes, kernel.headDim)) {
     Variant threeStages = kernel.variant;
     threeStages.tileKeys = resolvedTileKeys(threeStages, elementBytes, kernel.headDim);
     if (loaderOverride() == LoaderOverride::kCpAsyncTwoStages ||
@@ -582,7 +577,7 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.keyGroups = shape.keyGroups;
   d.rowBlocks = int32_t(shape.rowBlocks);
   if (p.paged && isTensorLoader(kernel.variant.loader))
-    d.pagePieces = pagedTensorPieces(p.pageSize, kernel.variant.tileKeys);
+    d.pagePieces = pagedTensorPieces(p.pageSize, mapTileKeys(kernel.variant.loader, kernel.variant.tileKeys));
   if (isTensorLoader(kernel.variant.loader)) {
     if (!encodeCacheMaps(p, buf.k, buf.v, shape.kvHeads, kernel.variant.tileKeys, kernel.variant.loader,
                          kernel.headDim, &d))

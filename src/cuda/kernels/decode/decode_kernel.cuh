@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   Element *qSmem = reinterpret_cast<Element *>(smem + layout.q);
   const KVLoader loader(smem, layout);
   loader.prepare(p);
-  const DecodeWork w = findWork<TileKeys, LoaderKind == kLoaderPagedTensorMap>(p);
+  const DecodeWork w = findWork<TileKeys, LoaderKind == kLoaderPagedTensorMap || LoaderKind == kLoaderPagedGroups>(p);
   loader.start(p, w);
   loadQ<Element, HeadDim, kThreads>(p, w, qSmem);
 

@@ -388,74 +388,61 @@ struct TensorMapLoader : LoaderRing<Element, HeadDim, Warps, TileKeys, Stages> {
   }
 };
 
-// Gathers (FP16/BF16 paged caches of any page size): no producer warp and no CTA barrier in the main loop. Each key
-// group (the rowTilesPerCta warps that read the same 16-key sub-tiles, decode_kernel.cuh) copies its own sub-tiles of
-// every tile and waits only for its own copies: a lane reads the pages of the group's keys from the block table a tile
-// ahead, the group's threads copy the rows with 16-byte cp.async (Stages - 1 tiles in flight) into the tensor-map
-// loader's shared layout (chunk c of key k at chunk c ^ (k % 8) of the key's row in box c / 8), and the group meets at
-// one barrier a tile (a warp's __syncwarp when the group is one warp). Keys without a page, past the chunk, and
-// columns past the head dim arrive as zeros. One producer warp gathering whole tiles for the consumers (the ring of
-// the tensor-map loader) streamed at 0.43-0.51 of the dense cache: a warp's cp.async in flight do not fill the SM.
+// Key-group tensor copies (sm90, FP16/BF16 paged caches whose pages tile a 16-key sub-tile: 8, 16, 32, 48, ...): no
+// producer warp and no CTA barrier in the main loop. A key group (the rowTilesPerCta warps that read the same 16-key
+// sub-tiles, decode_kernel.cuh) copies its own sub-tiles of every tile with tensor-map copies of 16 / pagePieces keys
+// per 64-column box, each member its share, on the group's own full barriers (one arrival per member with its bytes),
+// and refills a slot once the group has met after reading it. The group's lanes read the pages of its pieces from the
+// block table a tile ahead. The ring's one producer thread issued the 16 copies of a page-16 tile at 0.68-0.75 of the
+// dense cache's rate: the cost is on the issuing thread, and here each warp issues its own few.
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
-struct GatherLoader {
+struct GroupTensorLoader {
+  static constexpr int kBoxes = HeadDim / 64;
   static constexpr int kKeyStride = 64;
-  static constexpr int kStageHalf = (HeadDim / 64) * TileKeys * 64;
-  static constexpr int kVec = 16 / int(sizeof(Element));
-  static constexpr int kChunks = HeadDim / kVec;     // 16-byte chunks of a row
-  static constexpr int kKeysPerStep = 32 / kChunks;  // rows one warp instruction copies (1, 2 or 4)
+  static constexpr int kStageHalf = kBoxes * TileKeys * 64;
   static constexpr int kSubTiles = TileKeys / 16;
-  static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "gather: the tensor-map loader's layout");
-  static_assert(kChunks <= 32 && 32 % kKeysPerStep == 0, "one row or a power-of-two number of rows per step");
-  static_assert(TileKeys <= 64 && Stages >= 2 && Warps <= 4, "two block-table entries per lane, two warp groups");
+  static constexpr int kMaxPieces = kSubTiles * 2;  // pages of 8 keys: two per sub-tile
+  static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "group copies: 16-bit elements, head dim % 64");
+  static_assert(Warps <= 4 && kMaxPieces <= 32, "two multi-warp groups at most; one lane per piece");
 
   Element *kv;
-  uint32_t *validMask;  // [Warps][Stages][2] presence bits of the warp's keys of the tile on each stage
+  uint32_t *validMask;  // [Warps][Stages][2]: presence bits of the warp's group's keys of the tile on each stage
+  uint32_t barriers;    // [group][Stages] full barriers
 
-  __device__ __forceinline__ GatherLoader(unsigned char *smem, const SmemLayout &layout) {
+  __device__ __forceinline__ GroupTensorLoader(unsigned char *smem, const SmemLayout &layout) {
     const uint32_t shift = (1024u - (prim::smemAddress(smem + layout.kv) & 1023u)) & 1023u;
     kv = reinterpret_cast<Element *>(smem + layout.kv + shift);
     validMask = reinterpret_cast<uint32_t *>(smem + layout.validMask);
+    barriers = prim::smemAddress(smem + layout.barriers);
   }
 
-  __device__ __forceinline__ void prepare(const DecodeParams &) const {}
+  __device__ __forceinline__ void prepare(const DecodeParams &p) const {
+    if (threadIdx.x == 0) {
+      prim::prefetchTensorMap(&p.kMap);
+      prim::prefetchTensorMap(&p.vMap);
+    }
+  }
   __device__ __forceinline__ void start(const DecodeParams &, const DecodeWork &) const {}
   __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
   __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
 
-  // The key group of this warp: its rowTilesPerCta warps, which of them this one is, and the group's keys of a tile
-  // (16 of every keyGroups-th sub-tile from the group's index).
+  // This warp's key group: its rowTilesPerCta warps, which of them this one is, and the group's sub-tiles of a tile
+  // (every keyGroups-th from the group's index).
   struct Group {
-    int index;    // key group
-    int member;   // this warp's rank in it
-    int members;  // rowTilesPerCta
-    int keys;     // the group's keys per tile
-    int stride;   // keyGroups
+    int index;
+    int member;
+    int members;
+    int subTiles;
+    int stride;
   };
 
-  // Key q (0 <= q < group.keys) of the group within the tile.
-  static __device__ __forceinline__ int tileKeyOf(const Group &g, int q) {
-    return (g.index + g.stride * (q >> 4)) * 16 + (q & 15);
+  __device__ __forceinline__ uint32_t full(const Group &g, int slot) const {
+    return barriers + 8u * uint32_t(g.index * Stages + slot);
   }
 
-  struct Rows {
-    paged::PagedRow row[2];  // keys lane and lane + 32 of the group's keys
-  };
-
-  static __device__ __forceinline__ Rows fetch(const DecodeParams &p, const DecodeWork &w, const Group &g, int x) {
-    Rows r;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int q = j * 32 + (int(threadIdx.x) & 31);
-      const int key = w.keyBegin + x * TileKeys + (q < g.keys ? tileKeyOf(g, q) : 0);
-      r.row[j] = x < w.numTiles && q < g.keys && key < w.keyEnd ? paged::pagedRow(p.cache, w.batch, key)
-                                                                  : paged::PagedRow{-1, 0};
-    }
-    return r;
-  }
-
-  __device__ __forceinline__ void sync(const Group &g) const {
-    // Groups of several warps are at most two (rowTilesPerCta x keyGroups <= Warps = 4): barriers 1 and 2, named by
-    // constants so that the kernel reserves no more.
+  // Groups of several warps are at most two (rowTilesPerCta x keyGroups <= Warps = 4): barriers 1 and 2, named by
+  // constants so that the kernel reserves no more.
+  static __device__ __forceinline__ void sync(const Group &g) {
     if (g.members == 1)
       __syncwarp();
     else if (g.index == 0)
@@ -464,106 +451,126 @@ struct GatherLoader {
       prim::namedBarrierSync(2u, uint32_t(32 * g.members));
   }
 
-  // Tile x's keys of the group into slot x % Stages (one commit group per tile, empty ones past the chunk), and the
-  // tile's presence bits of the group's keys on this warp's mask slot.
-  __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, const Group &g, int x,
-                                       const Rows &r) const {
-    const int lane = int(threadIdx.x) & 31;
-    const int slot = x % Stages;
-    if (x < w.numTiles) {
-      // The group's keys 16i..16i+15 are sub-tile index + stride * i of the tile.
-      const uint32_t bits[2] = {__ballot_sync(0xffffffffu, r.row[0].page >= 0),
-                                __ballot_sync(0xffffffffu, r.row[1].page >= 0)};
-      uint64_t present = 0;
-#pragma unroll
-      for (int i = 0; i < kSubTiles; ++i)
-        if (i * 16 < g.keys)
-          present |= uint64_t((bits[i >> 1] >> ((i & 1) * 16)) & 0xffffu) << ((g.index + g.stride * i) * 16);
-      if (lane == 0) {
-        uint32_t *mask = validMask + ((int(threadIdx.x) >> 5) * Stages + slot) * 2;
-        mask[0] = uint32_t(present);
-        mask[1] = uint32_t(present >> 32);
-      }
-      const int stepKey = lane / kChunks;  // the lane's row within a step
-      const int c = lane - stepKey * kChunks;
-      const bool copies = stepKey < kKeysPerStep;
-      const bool columnReal = c * kVec < p.headDim;
-      const int64_t kColumn = int64_t(w.kvHead) * p.kHead + c * kVec;
-      const int64_t vColumn = int64_t(w.kvHead) * p.vHead + c * kVec;
-      const Element *kBase = static_cast<const Element *>(p.k);
-      const Element *vBase = static_cast<const Element *>(p.v);
-      const uint32_t kDst = prim::smemAddress(kTile(slot)) + uint32_t((c / 8) * TileKeys * 128);
-      const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
-      // Step s of this warp copies the group's keys (s * members + member) * kKeysPerStep + stepKey: a step's keys
-      // lie in one 32-key half of the group's keys, so the lane holding each is key % 32 of the same register.
-      const int steps = g.keys / kKeysPerStep;
-      for (int s = g.member; s < steps; s += g.members) {
-        const int q = s * kKeysPerStep + stepKey;
-        const bool upper = s * kKeysPerStep >= 32;
-        const int page = __shfl_sync(0xffffffffu, upper ? r.row[1].page : r.row[0].page, q & 31);
-        const int row = __shfl_sync(0xffffffffu, upper ? r.row[1].row : r.row[0].row, q & 31);
-        const bool valid = page >= 0 && columnReal;
-        const paged::PagedRow at{page, row};
-        const Element *kSrc = valid ? kBase + paged::rowOffset(at, p.kBatch, p.kRow) + kColumn : kBase;
-        const Element *vSrc = valid ? vBase + paged::rowOffset(at, p.vBatch, p.vRow) + vColumn : vBase;
-        const int key = tileKeyOf(g, q & (g.keys - 1));
-        const uint32_t chunk = uint32_t(key * 128) + ((uint32_t(c % 8) ^ uint32_t(key & 7)) << 4);
-        if (copies) {
-          prim::cpAsync16(kDst + chunk, kSrc, valid);
-          prim::cpAsync16(vDst + chunk, vSrc, valid);
-        }
-      }
-    }
-    prim::cpAsyncCommit();
+  // The tile key where piece j of the group's pieces of a tile starts (sub-tile j / pagePieces of the group).
+  static __device__ __forceinline__ int pieceKey(const DecodeParams &p, const Group &g, int j) {
+    const int sub = g.index + g.stride * (j / p.pagePieces);
+    return sub * 16 + (j % p.pagePieces) * (16 / p.pagePieces);
   }
 
-  // Q (the kernel's loadQ copies, not yet committed) is its own group, waited for by the whole CTA once; then each key
-  // group runs its ring: wait for tile it (this warp's copies), meet the group (everyone's copies of tile it landed,
-  // everyone is done reading tile it - 1), refill that slot with tile it + Stages - 1, consume tile it.
+  // The page of this lane's piece of tile x (-1: no such piece, past the chunk, or no page).
+  static __device__ __forceinline__ int fetch(const DecodeParams &p, const DecodeWork &w, const Group &g, int x) {
+    const int j = int(threadIdx.x) & 31;
+    if (x >= w.numTiles || j >= g.subTiles * p.pagePieces) return -1;
+    const int key = w.keyBegin + x * TileKeys + pieceKey(p, g, j);
+    if (key >= w.keyEnd) return -1;
+    return paged::pageAt(p.cache, w.batch, p.cache.pageSize.divide(key));
+  }
+
+  // Tile x's pieces of this member's sub-tiles into slot x % Stages on the group's full barrier, and the presence bits
+  // of the group's keys on this warp's mask slot. Lane j copies piece j (when it is this member's); lane 0 first arms
+  // the barrier with the member's bytes. A piece without a page is copied from outside the map (zeros).
+  __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, const Group &g, int x,
+                                       int lanePage) const {
+    if (x >= w.numTiles) return;
+    const int lane = int(threadIdx.x) & 31;
+    const int slot = x % Stages;
+    const int pieces = p.pagePieces;
+    const uint32_t barrier = full(g, slot);
+    const uint32_t have = __ballot_sync(0xffffffffu, lanePage >= 0);
+    const int key0 = w.keyBegin + x * TileKeys;
+    if (lane == 0) {
+      const uint64_t pieceBits = (1ull << (16 / pieces)) - 1ull;
+      uint64_t present = 0;
+      int mine = 0;  // this member's sub-tiles of the group's (i = member, member + members, ...)
+      for (int j = 0; j < g.subTiles * pieces; ++j) {
+        if ((have >> j) & 1u) present |= pieceBits << pieceKey(p, g, j);
+        if (j % pieces == 0 && (j / pieces) % g.members == g.member) ++mine;
+      }
+      const int inChunk = w.keyEnd - key0;
+      if (inChunk < 64) present &= (1ull << inChunk) - 1ull;
+      uint32_t *mask = validMask + ((int(threadIdx.x) >> 5) * Stages + slot) * 2;
+      mask[0] = uint32_t(present);
+      mask[1] = uint32_t(present >> 32);
+      prim::mbarrierArriveExpectTx(barrier, uint32_t(mine * 2 * kBoxes * 16 * 128));
+    }
+    __syncwarp();
+    if (lane >= g.subTiles * pieces || (lane / pieces) % g.members != g.member) return;
+    const int row0 = pieceKey(p, g, lane);
+    // A page longer than 16 keys holds the piece from row key % pageSize; shorter pages are whole.
+    const int key = key0 + row0;
+    const int firstRow = pieces == 1 ? p.cache.pageSize.remainder(key, p.cache.pageSize.divide(key)) : 0;
+    const uint32_t kDst = prim::smemAddress(kTile(slot)) + uint32_t(row0 * 128);
+    const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
+#pragma unroll
+    for (int box = 0; box < kBoxes; ++box) {
+      const uint32_t offset = uint32_t(box * TileKeys * 128);
+      copyBox(w, kDst + offset, &p.kMap, p.kSlots, box, firstRow, lanePage, barrier);
+      copyBox(w, vDst + offset, &p.vMap, p.vSlots, box, firstRow, lanePage, barrier);
+    }
+  }
+
+  // One 64-column box of `16 / pagePieces` keys from row `row` of page `page` (-1: outside the map, zeros).
+  static __device__ __forceinline__ void copyBox(const DecodeWork &w, uint32_t dst,
+                                                 const CUtensorMap *map, const TensorMapSlots &slots, int box, int row,
+                                                 int page, uint32_t barrier) {
+    auto coordinate = [&](int dim) {
+      return slots.key == dim ? row : slots.head == dim ? w.kvHead : slots.batch == dim ? page : 0;
+    };
+    prim::tensorCopy4d(dst, map, box * 64, coordinate(1), coordinate(2), coordinate(3), barrier);
+  }
+
+  // Each group's first member initializes its barriers; the group meets, and its first Stages tiles go out before Q
+  // is waited for. Then per tile: wait for it on the group's barrier, consume it, meet the group (everyone has read
+  // the slot), refill the slot with tile it + Stages.
   template <typename LoadQ, typename Consume>
   __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
                                       Consume &&consume) const {
     const int warp = int(threadIdx.x) >> 5;
+    const int lane = int(threadIdx.x) & 31;
     Group g;
     g.members = p.rowTilesPerCta;
     g.index = warp / g.members;
     g.member = warp - g.index * g.members;
     g.stride = p.keyGroups;
-    g.keys = g.index < min(p.keyGroups, kSubTiles) ? 16 * ((kSubTiles - g.index + g.stride - 1) / g.stride) : 0;
-    const bool works = g.keys > 0 && warp < p.rowTilesPerCta * p.keyGroups;
-    prim::cpAsyncCommit();
-    Rows rows[Stages] = {};
+    g.subTiles = g.index < min(p.keyGroups, kSubTiles) ? (kSubTiles - g.index + g.stride - 1) / g.stride : 0;
+    const bool works = g.subTiles > 0 && warp < p.rowTilesPerCta * p.keyGroups;
+    int nextPage = -1;
     if (works) {
+      if (g.member == 0 && lane == 0) {
+        for (int st = 0; st < Stages; ++st) prim::mbarrierInit(full(g, st), uint32_t(g.members));
+        prim::fenceBarrierInit();
+      }
+      int pages[Stages];
 #pragma unroll
-      for (int x = 0; x < Stages; ++x) rows[x] = fetch(p, w, g, x);
+      for (int x = 0; x < Stages; ++x) pages[x] = fetch(p, w, g, x);
+      nextPage = fetch(p, w, g, Stages);
+      sync(g);
 #pragma unroll
-      for (int x = 0; x < Stages - 1; ++x) issue(p, w, g, x, rows[x]);
-      prim::cpAsyncWait<Stages - 1>();
-    } else {
-      prim::cpAsyncWaitAll();
+      for (int x = 0; x < Stages; ++x) issue(p, w, g, x, pages[x]);
     }
+    prim::cpAsyncCommit();
+    prim::cpAsyncWaitAll();
     __syncthreads();
     loadQ();
     if (!works) return;
-    Rows next = rows[Stages - 1];
     for (int it = 0; it < w.numTiles; ++it) {
-      prim::cpAsyncWait<Stages - 2>();
-      sync(g);
-      const Rows current = next;
-      next = fetch(p, w, g, it + Stages);  // in flight while this tile is consumed
-      issue(p, w, g, it + Stages - 1, current);
       const int slot = it % Stages;
+      prim::mbarrierWait(full(g, slot), uint32_t(it / Stages) & 1u);
       const uint32_t *mask = validMask + (warp * Stages + slot) * 2;
       consume(it, slot, uint64_t(mask[0]) | (uint64_t(mask[1]) << 32));
+      sync(g);
+      const int page = nextPage;
+      nextPage = fetch(p, w, g, it + Stages + 1);  // in flight while the next tile is consumed
+      issue(p, w, g, it + Stages, page);
     }
   }
 };
 
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, int LoaderKind>
 using LoaderOf = std::conditional_t<
-    isTensorLoader(LoaderKind),
+    hasProducerWarp(LoaderKind),
     TensorMapLoader<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind == kLoaderPagedTensorMap>,
-    std::conditional_t<LoaderKind == kLoaderPagedGather, GatherLoader<Element, HeadDim, Warps, TileKeys, Stages>,
+    std::conditional_t<LoaderKind == kLoaderPagedGroups, GroupTensorLoader<Element, HeadDim, Warps, TileKeys, Stages>,
                        CpAsyncLoader<Element, HeadDim, Warps, TileKeys, Stages>>>;
 
 }  // namespace flashattn::cuda::decode
