@@ -2,8 +2,7 @@
 // Split-KV decode: the chooser (planDecode) and the launcher (launchDecode) of src/cuda/ops.hpp.
 //
 // planDecode picks the instance (the narrowest compiled head dim >= the problem's, zero-filled columns in between),
-// the loader (on sm90 for FP16/BF16: tensor-map copies for dense caches and pages of whole tiles, a producer warp's
-// key groups' own tensor-map copies for pages of 8 to 48; cp.async otherwise), the row tiling of the GQA group
+// the loader (tensor-map copies for dense FP16/BF16 caches on sm90, cp.async otherwise), the row tiling of the GQA group
 // times query tokens, and the chunk count from host values only (the lengths and the block table stay on the device):
 // each CTA finds its own key range from the real length when it runs. Split KV ranges are merged inside the decode
 // kernel: by the CTA of each unit that finishes last, found through tagged counts in the workspace that it leaves at
@@ -130,10 +129,10 @@ Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v, int row
   s.groupSize = p.heads / s.kvHeads;
   s.rows = s.groupSize * p.seqQ;
   const int64_t rowTiles = (s.rows + kRowsPerTile - 1) / kRowsPerTile;
-  // The boxed loaders' CTAs take at most two row tiles, so that every row tile has two warps splitting its keys and
+  // The tensor loader's CTAs take at most two row tiles, so that every row tile has two warps splitting its keys and
   // two CTAs fit an SM: four warps walking every key of one row tile each were bound by their own math chains (16
   // query tokens of GQA 4, H200: 1210-1430 GB/s at one 4-tile CTA per SM, whatever the chunk count).
-  int maxTiles = boxedLayout(v.loader) ? 2 : kMaxRowTilesPerCta;
+  int maxTiles = isTensorLoader(v.loader) ? 2 : kMaxRowTilesPerCta;
   if (rowTileCap > 0) maxTiles = std::min(maxTiles, rowTileCap);
   s.rowTilesPerCta = int(std::min<int64_t>(rowTiles, maxTiles));
   s.keyGroups = v.warps / s.rowTilesPerCta;
@@ -147,14 +146,12 @@ Shape shapeOf(const AttnProblem &p, int kernelHeadDim, const Variant &v, int row
 // 64-column boxes (the same shared layout), so K and V always come in maps of one rank.
 bool encodeCacheMaps(const AttnProblem &p, const void *k, const void *v, int64_t kvHeads, int tileKeys, int loader,
                      int kernelHeadDim, DecodeParams *d) {
-  const int mapKeys = mapTileKeys(loader, tileKeys);
-  const bool exact = p.headDim == kernelHeadDim && (!p.paged || pagedTensorPieces(p.pageSize, mapKeys) == 1);
+  const bool exact = p.headDim == kernelHeadDim && (!p.paged || pagedTensorPieces(p.pageSize, tileKeys) == 1);
   auto both = [&](int view) {
-    return encodeCacheMap(cacheMapKey(p, k, p.k, kvHeads, mapKeys, view), &d->kMap, &d->kSlots) &&
-           encodeCacheMap(cacheMapKey(p, v, p.v, kvHeads, mapKeys, view), &d->vMap, &d->vSlots);
+    return encodeCacheMap(cacheMapKey(p, k, p.k, kvHeads, tileKeys, view), &d->kMap, &d->kSlots) &&
+           encodeCacheMap(cacheMapKey(p, v, p.v, kvHeads, tileKeys, view), &d->vMap, &d->vSlots);
   };
-  // The wide view lands a whole key tile per copy: the ring's (the group loader copies sub-tiles).
-  if (hasProducerWarp(loader) && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
+  if (isTensorLoader(loader) && exact && kernelHeadDim > 64 && both(kMapWide)) return true;
   return both(kMapBoxes);
 }
 
@@ -169,10 +166,9 @@ bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelH
                      "multiple of 64 (", dtypeName(p.dtype), ", ", kernelHeadDim, ")");
     return false;
   }
-  if (p.paged && pagedTensorPieces(p.pageSize, mapTileKeys(loader, tileKeys)) == 0) {
+  if (p.paged && pagedTensorPieces(p.pageSize, tileKeys) == 0) {
     *whyNot = concat("the tensor-map loader copies whole pages or whole tiles: pageSize ", p.pageSize,
-                     " is not a multiple of 8 that divides or is divided by the ", mapTileKeys(loader, tileKeys),
-                     "-key tile");
+                     " is not a multiple of 8 that divides or is divided by the ", tileKeys, "-key tile");
     return false;
   }
   const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
@@ -190,10 +186,6 @@ bool tensorLoaderServes(const DeviceInfo &dev, const AttnProblem &p, int kernelH
 std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &k, int64_t kvHeads) {
   const int loader = k.variant.loader;
   if (!isTensorLoader(loader)) return "cp.async";
-  const int mapKeys = mapTileKeys(loader, k.variant.tileKeys);
-  if (loader == kLoaderPagedGroups)
-    return concat("tensor-map copies by each key group, ", pagedTensorPieces(p.pageSize, mapKeys),
-                  " page piece(s) per 16-key sub-tile");
   std::string name = "tensor-map copies (full/empty ring)";
   DecodeParams scratch;
   const void *standIn = reinterpret_cast<const void *>(uintptr_t(1) << 20);
@@ -262,12 +254,12 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   // One CTA per SM only where the tensor loader's four consumer warps split the keys four ways (up to 16 rows per
   // KV head) of a dense cache; with fewer key groups each warp's math needs a second CTA beside it (8 query tokens of
   // GQA 4, H200: 2090-2640 GB/s at one CTA per SM, 2580-3830 at two), and paged rows their second CTA's bytes in flight.
-  const bool onePerSM = hasProducerWarp(kernel.variant.loader) && !p.paged && shape.keyGroups >= 4;
+  const bool onePerSM = isTensorLoader(kernel.variant.loader) && !p.paged && shape.keyGroups >= 4;
   const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (onePerSM ? 1 : ctasPerSM);
   int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
   // The cluster merge only where every unit's cluster is resident at once: a cluster that waits for a second wave
   // costs the whole call (B1 L8k 970 GB/s against 1450 with the merge kernel on a board that holds 7 clusters of 16).
-  if (kernel.clusterWhereFits && boxedLayout(loader) && dev.portableHasSm90() &&
+  if (kernel.clusterWhereFits && isTensorLoader(loader) && dev.portableHasSm90() &&
       (kernel.clusterWherever ? chunks >= 2 && chunks <= kMaxClusterChunks : clusterMergePays(chunks)) &&
       clusterCapacity(shape.rowTilesPerCta, int(chunks)) >= units)
     kernel.merge = kMergeCluster;
@@ -317,7 +309,7 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
   plan->description =
       concat("cuda.decode.", tensorCores ? "mma_sync" : "simt_fp32", " ", dtypeName(p.dtype), " d", kernel.headDim,
              " (headDim ", p.headDim, "): ", loaderName(dev, p, kernel, shape.kvHeads), ", ", kernel.variant.warps,
-             hasProducerWarp(loader) ? " consumer warps + a producer warp, " : " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
+             isTensorLoader(loader) ? " consumer warps + a producer warp, " : " warps, ", shape.rowTilesPerCta, " x 16-row tiles x ", shape.keyGroups,
              " key groups per CTA, ", tileKeys, "-key tiles, ", kernel.variant.stages, " stages, ", chunks,
              " KV chunks", merge, ", ", ctasPerSM, " CTAs/SM; fp32 accumulate; deterministic");
   return true;
@@ -368,11 +360,10 @@ MergeOverride mergeOverride() {
 }
 
 // FLASHATTN_DECODE_LOADER, read once: which loader where the planner would choose.
-enum class LoaderOverride { kAuto, kTensor, kGroups, kCpAsync, kCpAsyncTwoStages };
+enum class LoaderOverride { kAuto, kTensor, kCpAsync, kCpAsyncTwoStages };
 LoaderOverride loaderOverride() {
   static const LoaderOverride value = [] {
     if (knobIs(Knob::DecodeLoader, "tensor")) return LoaderOverride::kTensor;
-    if (knobIs(Knob::DecodeLoader, "groups")) return LoaderOverride::kGroups;
     if (knobIs(Knob::DecodeLoader, "cp.async")) return LoaderOverride::kCpAsync;
     if (knobIs(Knob::DecodeLoader, "cp.async-2")) return LoaderOverride::kCpAsyncTwoStages;
     return LoaderOverride::kAuto;
@@ -391,34 +382,24 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
   PlannedKernel kernel;
   kernel.instance = index;
   kernel.headDim = kInstances[index].headDim;
-  // The tensor loader's ring where it serves (paged caches: where a page holds whole tiles), the key groups' own
-  // copies for pages that tile a 16-key sub-tile, else cp.async.
+  // The tensor loader where it serves (paged caches: where a page holds whole tiles), else cp.async.
   kernel.libraryVariant = p.paged ? kLoaderPagedTensorMap : kLoaderTensorMap;
   kernel.variant = libraryVariant(kernel.libraryVariant);
   {
+    const Shape shape = shapeOf(p, kernel.headDim, kernel.variant);
     std::string ignored;
     const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
     const LoaderOverride pin = loaderOverride();
-    auto serves = [&](int index) {
-      const Variant v = libraryVariant(index);
-      return tensorLoaderServes(dev, p, kernel.headDim, shapeOf(p, kernel.headDim, v).kvHeads, tileKeys, v.loader,
-                                &ignored);
-    };
-    const bool wholeTilePages = p.paged && pagedTensorPieces(p.pageSize, tileKeys) == 1;
-    int choice = kLoaderCpAsync;
-    if (pin == LoaderOverride::kCpAsync || pin == LoaderOverride::kCpAsyncTwoStages)
-      choice = kLoaderCpAsync;
-    else if (p.paged && (pin == LoaderOverride::kGroups || (pin == LoaderOverride::kAuto && !wholeTilePages)) &&
-             serves(kVariantPagedGroups))
-      choice = kVariantPagedGroups;
-    else if ((!p.paged || wholeTilePages || pin == LoaderOverride::kTensor) && serves(kernel.libraryVariant))
-      choice = kernel.libraryVariant;
-    kernel.libraryVariant = choice;
-    kernel.variant = libraryVariant(choice);
+    const bool shortPages = p.paged && pagedTensorPieces(p.pageSize, tileKeys) != 1 && pin == LoaderOverride::kAuto;
+    if (pin == LoaderOverride::kCpAsync || pin == LoaderOverride::kCpAsyncTwoStages || shortPages ||
+        !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
+      kernel.libraryVariant = kLoaderCpAsync;
+      kernel.variant = libraryVariant(kLoaderCpAsync);
+    }
   }
   // Three cp.async stages past the device's shared memory per block (sm86/sm89 at head dim 128 and up): two.
   const int elementBytes = int(dtypeSize(p.dtype));
-  if (kernel.variant.loader == kLoaderCpAsync && twoStagesCompiled(elementBytes, kernel.headDim)) {
+  if (!isTensorLoader(kernel.variant.loader) && twoStagesCompiled(elementBytes, kernel.headDim)) {
     Variant threeStages = kernel.variant;
     threeStages.tileKeys = resolvedTileKeys(threeStages, elementBytes, kernel.headDim);
     if (loaderOverride() == LoaderOverride::kCpAsyncTwoStages ||
@@ -577,7 +558,7 @@ cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const Attn
   d.keyGroups = shape.keyGroups;
   d.rowBlocks = int32_t(shape.rowBlocks);
   if (p.paged && isTensorLoader(kernel.variant.loader))
-    d.pagePieces = pagedTensorPieces(p.pageSize, mapTileKeys(kernel.variant.loader, kernel.variant.tileKeys));
+    d.pagePieces = pagedTensorPieces(p.pageSize, kernel.variant.tileKeys);
   if (isTensorLoader(kernel.variant.loader)) {
     if (!encodeCacheMaps(p, buf.k, buf.v, shape.kvHeads, kernel.variant.tileKeys, kernel.variant.loader,
                          kernel.headDim, &d))

@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   constexpr int kRow = smemRowElements(int(sizeof(Element)), HeadDim);
   static_assert(HeadDim % 16 == 0 && TileKeys % 16 == 0 && TileKeys <= 64 && Stages >= 2, "tile shape");
   using KVLoader = LoaderOf<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind>;
-  using Math = RowSoftmax<Element, HeadDim, TileKeys, boxedLayout(LoaderKind) ? TileKeys : 0>;
+  using Math = RowSoftmax<Element, HeadDim, TileKeys, isTensorLoader(LoaderKind) ? TileKeys : 0>;
 
   // A separate merge kernel (a programmatic dependent) may be scheduled now; it still waits for this grid to finish.
   prim::launchDependents();
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(ctaThreads(Warps, LoaderKind), Warps >= 8 ? 2 
   Element *qSmem = reinterpret_cast<Element *>(smem + layout.q);
   const KVLoader loader(smem, layout);
   loader.prepare(p);
-  const DecodeWork w = findWork<TileKeys, LoaderKind == kLoaderPagedTensorMap || LoaderKind == kLoaderPagedGroups>(p);
+  const DecodeWork w = findWork<TileKeys, LoaderKind == kLoaderPagedTensorMap>(p);
   loader.start(p, w);
   loadQ<Element, HeadDim, kThreads>(p, w, qSmem);
 
@@ -212,13 +212,13 @@ struct DecodeKernel {
   }
 };
 
-// The library's variant `Index` of an instance. Where the boxed loaders cannot serve the instance (FP32, head dims
+// The library's variant `Index` of an instance. Where the tensor loader cannot serve the instance (FP32, head dims
 // that are not whole 64-column boxes) the planner never asks for it, and it stands for the portable variant; so does
 // the two-stage variant where the instance does not compile it (twoStagesCompiled).
 template <typename Element, int HeadDim, int Index>
 constexpr Variant instanceVariant() {
   constexpr int elementBytes = int(sizeof(Element));
-  if constexpr (boxedLayout(libraryVariant(Index).loader) && !tensorLoadable(elementBytes, HeadDim))
+  if constexpr (isTensorLoader(libraryVariant(Index).loader) && !tensorLoadable(elementBytes, HeadDim))
     return libraryVariant(kLoaderCpAsync);
   else if constexpr (Index == kVariantTwoStages && !twoStagesCompiled(elementBytes, HeadDim))
     return libraryVariant(kLoaderCpAsync);
@@ -236,13 +236,12 @@ using LibraryKernel =
 // over the variants.
 template <typename Element, int HeadDim, typename Result, typename F>
 Result onLibraryKernel(int index, Result otherwise, F &&f) {
-  static_assert(kLibraryVariantCount == 5, "one branch per library variant");
+  static_assert(kLibraryVariantCount == 4, "one branch per library variant");
   switch (index) {
     case 0: return f(LibraryKernel<Element, HeadDim, 0>{});
     case 1: return f(LibraryKernel<Element, HeadDim, 1>{});
     case 2: return f(LibraryKernel<Element, HeadDim, 2>{});
     case 3: return f(LibraryKernel<Element, HeadDim, 3>{});
-    case 4: return f(LibraryKernel<Element, HeadDim, 4>{});
     default: return otherwise;
   }
 }

@@ -64,7 +64,7 @@ struct CpAsyncLoader {
   static constexpr int kStageHalf = TileKeys * kRow;
   // The presence masks have Stages + 1 slots so that the one written before a tile's first barrier never belongs to
   // a tile a slow warp may still be reading.
-  static constexpr int kMaskSlots = maskSlots(Stages, kLoaderCpAsync, Warps);
+  static constexpr int kMaskSlots = maskSlots(Stages, kLoaderCpAsync);
   static_assert(Warps >= 2 && Warps <= 8, "the offset table takes the first two warps");
 
   Element *kv;
@@ -167,17 +167,23 @@ struct CpAsyncLoader {
   }
 };
 
-// The ring of the producer-warp loaders (hasProducerWarp): Stages slots of [2 (K, V)][boxes][TileKeys][64] elements in
-// the copy engine's 128-byte swizzle, each with a full mbarrier (the tile has landed) and an empty one (every consumer
-// warp has read it), so the producer warp refills a slot as soon as it is free and no warp waits for the slowest one at
-// a CTA barrier per tile. Paged caches: the producer stores the tile's presence mask on its slot before its last
-// arrival on the full barrier publishes it; dense caches: keys exist up to the chunk's end, the consumers derive it.
-template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
-struct LoaderRing {
+// Tensor maps (sm90, FP16/BF16 caches): the producer warp's lane 0 sets up the stages' full / empty mbarriers and
+// issues every copy; the consumer warps wait on a stage's full barrier and arrive on its empty one once read. Boxes
+// reaching past the capacity are zero-filled by the copy engine. Dense caches: keys exist up to the chunk's end, so
+// the consumers derive the presence mask themselves. Paged caches (page size a multiple of 8 that divides or is
+// divided by TileKeys; the maps view a page as a batch entry of pageSize keys): a tile is TileKeys / pagePieces-key
+// pieces, one page or one page's slice each; the producer warp's lanes read the pieces' page ids from the block table a
+// tile ahead, a piece without a page is copied from outside the map (zeros), and lane 0 stores the tile's presence
+// mask on the stage before its full barrier's arrival publishes it. Absent keys' V rows are left as they came (the
+// math clears them in its fragments), so that no thread writes a stage the copy engine fills.
+template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, bool Paged>
+struct TensorMapLoader {
   static constexpr int kBoxes = HeadDim / 64;  // 64-column boxes per row
   static constexpr int kKeyStride = 64;
   static constexpr int kStageHalf = kBoxes * TileKeys * 64;
-  static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "ring loaders: 16-bit elements, head dim % 64");
+  static constexpr int kMaxPieces = TileKeys / 8;
+  static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "tensor loader: 16-bit elements, head dim % 64");
+  static_assert(kMaxPieces <= 32, "one producer lane per piece");
 
   Element *kv;
   uint32_t *validMask;  // paged: [Stages][2] presence bits of the tile on each stage
@@ -185,7 +191,7 @@ struct LoaderRing {
   uint32_t emptyBase;
 
   // The stages start at a 1024-byte boundary of the shared window (the swizzle repeats every 1024 bytes).
-  __device__ __forceinline__ LoaderRing(unsigned char *smem, const SmemLayout &layout) {
+  __device__ __forceinline__ TensorMapLoader(unsigned char *smem, const SmemLayout &layout) {
     const uint32_t shift = (1024u - (prim::smemAddress(smem + layout.kv) & 1023u)) & 1023u;
     kv = reinterpret_cast<Element *>(smem + layout.kv + shift);
     validMask = reinterpret_cast<uint32_t *>(smem + layout.validMask);
@@ -195,85 +201,19 @@ struct LoaderRing {
 
   __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
   __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
-  __device__ __forceinline__ uint32_t kStage(int slot) const { return prim::smemAddress(kTile(slot)); }
-  __device__ __forceinline__ uint32_t full(int slot) const { return fullBase + 8u * uint32_t(slot); }
-  __device__ __forceinline__ uint32_t empty(int slot) const { return emptyBase + 8u * uint32_t(slot); }
 
   static __device__ __forceinline__ bool producer() { return (int(threadIdx.x) >> 5) == Warps; }
-  static __device__ __forceinline__ bool producerLeader() { return int(threadIdx.x) == Warps * 32; }
   static __device__ __forceinline__ int lane() { return int(threadIdx.x) & 31; }
-
-  // By the producer warp's lane 0, first thing in the kernel.
-  __device__ __forceinline__ void initBarriers(uint32_t fullArrivals) const {
-    for (int st = 0; st < Stages; ++st) prim::mbarrierInit(full(st), fullArrivals);
-    for (int st = 0; st < Stages; ++st) prim::mbarrierInit(empty(st), uint32_t(Warps));
-    prim::fenceBarrierInit();
-  }
-
-  // Slot x % Stages is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
-  __device__ __forceinline__ void waitEmpty(int x) const {
-    prim::mbarrierWait(empty(x % Stages), uint32_t(x / Stages - 1) & 1u);
-  }
-
-  __device__ __forceinline__ void storeMask(int slot, uint64_t present) const {
-    validMask[slot * 2] = uint32_t(present);
-    validMask[slot * 2 + 1] = uint32_t(present >> 32);
-  }
-
-  // Q and the barriers' initialization are visible to every warp after one CTA barrier; from there on the producer
-  // warp runs produce() and the consumers meet it only at the stages' full / empty barriers.
-  template <bool MaskOnStage, typename Produce, typename LoadQ, typename Consume>
-  __device__ __forceinline__ void runRing(const DecodeParams &, const DecodeWork &w, Produce &&produce, LoadQ &&loadQ,
-                                          Consume &&consume) const {
-    prim::cpAsyncCommit();
-    prim::cpAsyncWaitAll();
-    __syncthreads();
-    if (producer()) {
-      produce();
-      __syncwarp();
-      return;
-    }
-    loadQ();
-    for (int it = 0; it < w.numTiles; ++it) {
-      const int slot = it % Stages;
-      prim::mbarrierWait(full(slot), uint32_t(it / Stages) & 1u);
-      uint64_t present;
-      if constexpr (MaskOnStage) {
-        present = uint64_t(validMask[slot * 2]) | (uint64_t(validMask[slot * 2 + 1]) << 32);
-      } else {  // the keys before the chunk's end (dense caches: every key there exists)
-        const int inChunk = min(TileKeys, w.keyEnd - (w.keyBegin + it * TileKeys));
-        present = inChunk >= 64 ? ~0ull : (1ull << inChunk) - 1ull;
-      }
-      consume(it, slot, present);
-      __syncwarp();
-      if (lane() == 0) prim::mbarrierArrive(empty(slot));
-    }
-  }
-};
-
-// Tensor maps (sm90, FP16/BF16 caches): the producer warp's lane 0 issues every copy into the ring; boxes reaching
-// past the capacity are zero-filled by the copy engine. Paged caches (page size a multiple of 8 that divides or is
-// divided by TileKeys; the maps view a page as a batch entry of pageSize keys): a tile is TileKeys / pagePieces-key
-// pieces, one page or one page's slice each; the producer warp's lanes read the pieces' page ids from the block table a
-// tile ahead, and a piece without a page is copied from outside the map (zeros). Absent keys' V rows are left as they
-// came (the math clears them in its fragments), so that no thread writes a stage the copy engine fills.
-template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, bool Paged>
-struct TensorMapLoader : LoaderRing<Element, HeadDim, Warps, TileKeys, Stages> {
-  using Ring = LoaderRing<Element, HeadDim, Warps, TileKeys, Stages>;
-  using Ring::kBoxes;
-  using Ring::kStageHalf;
-  static constexpr int kMaxPieces = TileKeys / 8;
-  static_assert(kMaxPieces <= 32, "one producer lane per piece");
-
-  __device__ __forceinline__ TensorMapLoader(unsigned char *smem, const SmemLayout &layout) : Ring(smem, layout) {}
 
   // First thing in the kernel: the barriers' setup and the maps' fetch overlap the block arithmetic instead of
   // delaying the first copy (NOTES.md); the prefetches come after the barriers' fence, which would otherwise wait
   // for them. (Placed after the block arithmetic, this was compiled into warp-uniform instructions that racecheck
   // reads as another thread's writes.)
   __device__ __forceinline__ void prepare(const DecodeParams &p) const {
-    if (Ring::producerLeader()) {
-      this->initBarriers(1u);
+    if (int(threadIdx.x) == Warps * 32) {  // the producer warp's lane 0
+      for (int st = 0; st < Stages; ++st) prim::mbarrierInit(fullBase + 8u * uint32_t(st), 1u);
+      for (int st = 0; st < Stages; ++st) prim::mbarrierInit(emptyBase + 8u * uint32_t(st), uint32_t(Warps));
+      prim::fenceBarrierInit();
       prim::prefetchTensorMap(&p.kMap);
       prim::prefetchTensorMap(&p.vMap);
     }
@@ -317,28 +257,30 @@ struct TensorMapLoader : LoaderRing<Element, HeadDim, Warps, TileKeys, Stages> {
   // back to back, then V's (the two halves of a 256-byte row go out close together), or one rank-5 copy each.
   __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, int x, int lanePage) const {
     const int slot = x % Stages;
-    const uint32_t barrier = this->full(slot);
+    const uint32_t barrier = fullBase + 8u * uint32_t(slot);
     const int key0 = w.keyBegin + x * TileKeys;
-    const uint32_t kDst = this->kStage(slot);
-    const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
     if constexpr (!Paged) {
       prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
-      copyPiece(p, w, kDst, vDst, barrier, key0, w.batch, 0);
+      const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
+      copyPiece(p, w, kDst, kDst + uint32_t(kStageHalf * int(sizeof(Element))), barrier, key0, w.batch, 0);
     } else {
+      const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
+      const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
       const int pieces = p.pagePieces;
       const int rows = TileKeys / pieces;
       const uint32_t pagesPresent = __ballot_sync(0xffffffffu, lanePage >= 0);
       int pages[kMaxPieces];
 #pragma unroll
       for (int j = 0; j < kMaxPieces; ++j) pages[j] = __shfl_sync(0xffffffffu, lanePage, j);
-      if (Ring::lane() != 0) return;
+      if (lane() != 0) return;
       uint64_t present = 0;
       const uint64_t pieceBits = rows >= 64 ? ~0ull : (1ull << rows) - 1ull;
       for (int j = 0; j < pieces; ++j)
         if ((pagesPresent >> j) & 1u) present |= pieceBits << (j * rows);
       const int inChunk = w.keyEnd - key0;
       if (inChunk < 64) present &= (1ull << inChunk) - 1ull;
-      this->storeMask(slot, present);
+      validMask[slot * 2] = uint32_t(present);
+      validMask[slot * 2 + 1] = uint32_t(present >> 32);
       prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
       // A page at least a tile long holds the whole tile (key0 % pageSize is its first row); shorter pages are whole.
       const int firstRow = pieces == 1 ? p.cache.pageSize.remainder(key0, p.cache.pageSize.divide(key0)) : 0;
@@ -351,226 +293,75 @@ struct TensorMapLoader : LoaderRing<Element, HeadDim, Warps, TileKeys, Stages> {
   // Every stage starts empty: the whole ring goes out before anything else (the pages of its tiles read at once).
   __device__ __forceinline__ void start(const DecodeParams &p, const DecodeWork &w) const {
     if constexpr (!Paged) {
-      if (Ring::producerLeader())
+      if (int(threadIdx.x) == Warps * 32)  // the producer warp's lane 0
         for (int x = 0; x < Stages && x < w.numTiles; ++x) issue(p, w, x, -1);
-    } else if (Ring::producer()) {
+    } else if (producer()) {
       int pages[Stages];
 #pragma unroll
-      for (int x = 0; x < Stages; ++x) pages[x] = piecePage(p, w, x, Ring::lane());
+      for (int x = 0; x < Stages; ++x) pages[x] = piecePage(p, w, x, lane());
 #pragma unroll
       for (int x = 0; x < Stages; ++x)
         if (x < w.numTiles) issue(p, w, x, pages[x]);
     }
   }
 
-  template <typename LoadQ, typename Consume>
-  __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
-                                      Consume &&consume) const {
-    const int lane = Ring::lane();
-    auto produce = [&] {
-      if constexpr (Paged) {
-        int nextPage = piecePage(p, w, Stages, lane);
-        for (int x = Stages; x < w.numTiles; ++x) {
-          const int page = nextPage;
-          nextPage = piecePage(p, w, x + 1, lane);  // in flight while the stage drains
-          if (lane == 0) this->waitEmpty(x);
-          __syncwarp();
-          issue(p, w, x, page);
-        }
-      } else if (lane == 0) {
-        for (int x = Stages; x < w.numTiles; ++x) {
-          this->waitEmpty(x);
-          issue(p, w, x, -1);
-        }
-      }
-    };
-    this->template runRing<Paged>(p, w, produce, loadQ, consume);
-  }
-};
-
-// Key-group tensor copies (sm90, FP16/BF16 paged caches whose pages tile a 16-key sub-tile: 8, 16, 32, 48, ...): no
-// producer warp and no CTA barrier in the main loop. A key group (the rowTilesPerCta warps that read the same 16-key
-// sub-tiles, decode_kernel.cuh) copies its own sub-tiles of every tile with tensor-map copies of 16 / pagePieces keys
-// per 64-column box, each member its share, on the group's own full barriers (one arrival per member with its bytes),
-// and refills a slot once the group has met after reading it. The group's lanes read the pages of its pieces from the
-// block table a tile ahead. The ring's one producer thread issued the 16 copies of a page-16 tile at 0.68-0.75 of the
-// dense cache's rate: the cost is on the issuing thread, and here each warp issues its own few.
-template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
-struct GroupTensorLoader {
-  static constexpr int kBoxes = HeadDim / 64;
-  static constexpr int kKeyStride = 64;
-  static constexpr int kStageHalf = kBoxes * TileKeys * 64;
-  static constexpr int kSubTiles = TileKeys / 16;
-  static constexpr int kMaxPieces = kSubTiles * 2;  // pages of 8 keys: two per sub-tile
-  static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "group copies: 16-bit elements, head dim % 64");
-  static_assert(Warps <= 4 && kMaxPieces <= 32, "two multi-warp groups at most; one lane per piece");
-
-  Element *kv;
-  uint32_t *validMask;  // [Warps][Stages][2]: presence bits of the warp's group's keys of the tile on each stage
-  uint32_t barriers;    // [group][Stages] full barriers
-
-  __device__ __forceinline__ GroupTensorLoader(unsigned char *smem, const SmemLayout &layout) {
-    const uint32_t shift = (1024u - (prim::smemAddress(smem + layout.kv) & 1023u)) & 1023u;
-    kv = reinterpret_cast<Element *>(smem + layout.kv + shift);
-    validMask = reinterpret_cast<uint32_t *>(smem + layout.validMask);
-    barriers = prim::smemAddress(smem + layout.barriers);
-  }
-
-  __device__ __forceinline__ void prepare(const DecodeParams &p) const {
-    if (threadIdx.x == 0) {
-      prim::prefetchTensorMap(&p.kMap);
-      prim::prefetchTensorMap(&p.vMap);
-    }
-  }
-  __device__ __forceinline__ void start(const DecodeParams &, const DecodeWork &) const {}
-  __device__ __forceinline__ const Element *kTile(int slot) const { return kv + slot * 2 * kStageHalf; }
-  __device__ __forceinline__ const Element *vTile(int slot) const { return kTile(slot) + kStageHalf; }
-
-  // This warp's key group: its rowTilesPerCta warps, which of them this one is, and the group's sub-tiles of a tile
-  // (every keyGroups-th from the group's index).
-  struct Group {
-    int index;
-    int member;
-    int members;
-    int subTiles;
-    int stride;
-  };
-
-  __device__ __forceinline__ uint32_t full(const Group &g, int slot) const {
-    return barriers + 8u * uint32_t(g.index * Stages + slot);
-  }
-
-  // Groups of several warps are at most two (rowTilesPerCta x keyGroups <= Warps = 4): barriers 1 and 2, named by
-  // constants so that the kernel reserves no more.
-  static __device__ __forceinline__ void sync(const Group &g) {
-    if (g.members == 1)
-      __syncwarp();
-    else if (g.index == 0)
-      prim::namedBarrierSync(1u, uint32_t(32 * g.members));
-    else
-      prim::namedBarrierSync(2u, uint32_t(32 * g.members));
-  }
-
-  // The tile key where piece j of the group's pieces of a tile starts (sub-tile j / pagePieces of the group).
-  static __device__ __forceinline__ int pieceKey(const DecodeParams &p, const Group &g, int j) {
-    const int sub = g.index + g.stride * (j / p.pagePieces);
-    return sub * 16 + (j % p.pagePieces) * (16 / p.pagePieces);
-  }
-
-  // The page of this lane's piece of tile x (-1: no such piece, past the chunk, or no page).
-  static __device__ __forceinline__ int fetch(const DecodeParams &p, const DecodeWork &w, const Group &g, int x) {
-    const int j = int(threadIdx.x) & 31;
-    if (x >= w.numTiles || j >= g.subTiles * p.pagePieces) return -1;
-    const int key = w.keyBegin + x * TileKeys + pieceKey(p, g, j);
-    if (key >= w.keyEnd) return -1;
-    return paged::pageAt(p.cache, w.batch, p.cache.pageSize.divide(key));
-  }
-
-  // Tile x's pieces of this member's sub-tiles into slot x % Stages on the group's full barrier, and the presence bits
-  // of the group's keys on this warp's mask slot. Lane j copies piece j (when it is this member's); lane 0 first arms
-  // the barrier with the member's bytes. A piece without a page is copied from outside the map (zeros).
-  __device__ __forceinline__ void issue(const DecodeParams &p, const DecodeWork &w, const Group &g, int x,
-                                       int lanePage) const {
-    if (x >= w.numTiles) return;
-    const int lane = int(threadIdx.x) & 31;
-    const int slot = x % Stages;
-    const int pieces = p.pagePieces;
-    const uint32_t barrier = full(g, slot);
-    const uint32_t have = __ballot_sync(0xffffffffu, lanePage >= 0);
-    const int key0 = w.keyBegin + x * TileKeys;
-    if (lane == 0) {
-      const uint64_t pieceBits = (1ull << (16 / pieces)) - 1ull;
-      uint64_t present = 0;
-      int mine = 0;  // this member's sub-tiles of the group's (i = member, member + members, ...)
-      for (int j = 0; j < g.subTiles * pieces; ++j) {
-        if ((have >> j) & 1u) present |= pieceBits << pieceKey(p, g, j);
-        if (j % pieces == 0 && (j / pieces) % g.members == g.member) ++mine;
-      }
-      const int inChunk = w.keyEnd - key0;
-      if (inChunk < 64) present &= (1ull << inChunk) - 1ull;
-      uint32_t *mask = validMask + ((int(threadIdx.x) >> 5) * Stages + slot) * 2;
-      mask[0] = uint32_t(present);
-      mask[1] = uint32_t(present >> 32);
-      prim::mbarrierArriveExpectTx(barrier, uint32_t(mine * 2 * kBoxes * 16 * 128));
-    }
-    __syncwarp();
-    if (lane >= g.subTiles * pieces || (lane / pieces) % g.members != g.member) return;
-    const int row0 = pieceKey(p, g, lane);
-    // A page longer than 16 keys holds the piece from row key % pageSize; shorter pages are whole.
-    const int key = key0 + row0;
-    const int firstRow = pieces == 1 ? p.cache.pageSize.remainder(key, p.cache.pageSize.divide(key)) : 0;
-    const uint32_t kDst = prim::smemAddress(kTile(slot)) + uint32_t(row0 * 128);
-    const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
-#pragma unroll
-    for (int box = 0; box < kBoxes; ++box) {
-      const uint32_t offset = uint32_t(box * TileKeys * 128);
-      copyBox(w, kDst + offset, &p.kMap, p.kSlots, box, firstRow, lanePage, barrier);
-      copyBox(w, vDst + offset, &p.vMap, p.vSlots, box, firstRow, lanePage, barrier);
-    }
-  }
-
-  // One 64-column box of `16 / pagePieces` keys from row `row` of page `page` (-1: outside the map, zeros).
-  static __device__ __forceinline__ void copyBox(const DecodeWork &w, uint32_t dst,
-                                                 const CUtensorMap *map, const TensorMapSlots &slots, int box, int row,
-                                                 int page, uint32_t barrier) {
-    auto coordinate = [&](int dim) {
-      return slots.key == dim ? row : slots.head == dim ? w.kvHead : slots.batch == dim ? page : 0;
-    };
-    prim::tensorCopy4d(dst, map, box * 64, coordinate(1), coordinate(2), coordinate(3), barrier);
-  }
-
-  // Each group's first member initializes its barriers; the group meets, and its first Stages tiles go out before Q
-  // is waited for. Then per tile: wait for it on the group's barrier, consume it, meet the group (everyone has read
-  // the slot), refill the slot with tile it + Stages.
+  // Q and the barriers' initialization are visible to every warp after one CTA barrier; from there on the producer
+  // and the consumers meet only at the stages' full / empty barriers.
   template <typename LoadQ, typename Consume>
   __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
                                       Consume &&consume) const {
     const int warp = int(threadIdx.x) >> 5;
     const int lane = int(threadIdx.x) & 31;
-    Group g;
-    g.members = p.rowTilesPerCta;
-    g.index = warp / g.members;
-    g.member = warp - g.index * g.members;
-    g.stride = p.keyGroups;
-    g.subTiles = g.index < min(p.keyGroups, kSubTiles) ? (kSubTiles - g.index + g.stride - 1) / g.stride : 0;
-    const bool works = g.subTiles > 0 && warp < p.rowTilesPerCta * p.keyGroups;
-    int nextPage = -1;
-    if (works) {
-      if (g.member == 0 && lane == 0) {
-        for (int st = 0; st < Stages; ++st) prim::mbarrierInit(full(g, st), uint32_t(g.members));
-        prim::fenceBarrierInit();
-      }
-      int pages[Stages];
-#pragma unroll
-      for (int x = 0; x < Stages; ++x) pages[x] = fetch(p, w, g, x);
-      nextPage = fetch(p, w, g, Stages);
-      sync(g);
-#pragma unroll
-      for (int x = 0; x < Stages; ++x) issue(p, w, g, x, pages[x]);
-    }
+    const int numTiles = w.numTiles;
     prim::cpAsyncCommit();
     prim::cpAsyncWaitAll();
     __syncthreads();
-    loadQ();
-    if (!works) return;
-    for (int it = 0; it < w.numTiles; ++it) {
-      const int slot = it % Stages;
-      prim::mbarrierWait(full(g, slot), uint32_t(it / Stages) & 1u);
-      const uint32_t *mask = validMask + (warp * Stages + slot) * 2;
-      consume(it, slot, uint64_t(mask[0]) | (uint64_t(mask[1]) << 32));
-      sync(g);
-      const int page = nextPage;
-      nextPage = fetch(p, w, g, it + Stages + 1);  // in flight while the next tile is consumed
-      issue(p, w, g, it + Stages, page);
+    if (warp == Warps) {
+      // Stage `slot` is free once every consumer warp has read tile x - Stages (its empty phase x / Stages - 1).
+      auto waitEmpty = [&](int x) {
+        prim::mbarrierWait(emptyBase + 8u * uint32_t(x % Stages), uint32_t(x / Stages - 1) & 1u);
+      };
+      if constexpr (Paged) {
+        int nextPage = piecePage(p, w, Stages, lane);
+        for (int x = Stages; x < numTiles; ++x) {
+          const int page = nextPage;
+          nextPage = piecePage(p, w, x + 1, lane);  // in flight while the stage drains
+          if (lane == 0) waitEmpty(x);
+          __syncwarp();
+          issue(p, w, x, page);
+        }
+      } else if (lane == 0) {
+        for (int x = Stages; x < numTiles; ++x) {
+          waitEmpty(x);
+          issue(p, w, x, -1);
+        }
+      }
+      __syncwarp();
+    } else {
+      loadQ();
+      for (int it = 0; it < numTiles; ++it) {
+        const int slot = it % Stages;
+        const uint32_t parity = uint32_t(it / Stages) & 1u;
+        prim::mbarrierWait(fullBase + 8u * uint32_t(slot), parity);
+        uint64_t present;
+        if constexpr (Paged) {
+          present = uint64_t(validMask[slot * 2]) | (uint64_t(validMask[slot * 2 + 1]) << 32);
+        } else {  // the keys before the chunk's end (dense caches: every key there exists)
+          const int inChunk = min(TileKeys, w.keyEnd - (w.keyBegin + it * TileKeys));
+          present = inChunk >= 64 ? ~0ull : (1ull << inChunk) - 1ull;
+        }
+        consume(it, slot, present);
+        __syncwarp();
+        if (lane == 0) prim::mbarrierArrive(emptyBase + 8u * uint32_t(slot));
+      }
     }
   }
 };
 
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages, int LoaderKind>
 using LoaderOf = std::conditional_t<
-    hasProducerWarp(LoaderKind),
+    isTensorLoader(LoaderKind),
     TensorMapLoader<Element, HeadDim, Warps, TileKeys, Stages, LoaderKind == kLoaderPagedTensorMap>,
-    std::conditional_t<LoaderKind == kLoaderPagedGroups, GroupTensorLoader<Element, HeadDim, Warps, TileKeys, Stages>,
-                       CpAsyncLoader<Element, HeadDim, Warps, TileKeys, Stages>>>;
+    CpAsyncLoader<Element, HeadDim, Warps, TileKeys, Stages>>;
 
 }  // namespace flashattn::cuda::decode

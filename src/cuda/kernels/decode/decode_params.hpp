@@ -41,24 +41,10 @@ constexpr int kRowsPerTile = 16;
 //     Columns past the head dim and keys past the capacity arrive as zeros.
 //   PagedTensorMap: the same for paged caches, a kernel of its own so that the dense one carries none of the block
 //     table's work (its paged branches cost the dense cache 3-5% of its rate on an H200, 16% at B1 L8k).
-//   PagedGroups (sm90, FP16/BF16 paged caches whose pages tile a 16-key sub-tile: 8, 16, 32, 48, ...): the same
-//     maps (one 64-column box of a page, or of a page's 16-key slice, per copy), shared layout and math, no producer
-//     warp: each key group (the warps that read the same 16-key sub-tiles) issues the copies of its own sub-tiles on
-//     full barriers of its own and refills a slot once its warps have read it. The ring's producer thread issues the
-//     16 copies of a page-16 tile, which streamed at 0.68-0.75 of the dense cache.
-enum Loader : int { kLoaderCpAsync = 0, kLoaderTensorMap = 1, kLoaderPagedTensorMap = 2, kLoaderPagedGroups = 3 };
-// The loaders that copy through tensor maps.
-constexpr bool isTensorLoader(int loader) {
-  return loader == kLoaderTensorMap || loader == kLoaderPagedTensorMap || loader == kLoaderPagedGroups;
-}
-// The loaders with a producer warp feeding a full/empty mbarrier ring.
-constexpr bool hasProducerWarp(int loader) { return loader == kLoaderTensorMap || loader == kLoaderPagedTensorMap; }
-// The loaders whose stages hold 64-column boxes in the copy engine's 128-byte swizzle.
-constexpr bool boxedLayout(int loader) { return isTensorLoader(loader); }
-// Keys of the tile one set of copies covers: the key tile, or for the group loader a 16-key sub-tile.
-constexpr int mapTileKeys(int loader, int tileKeys) { return loader == kLoaderPagedGroups ? 16 : tileKeys; }
+enum Loader : int { kLoaderCpAsync = 0, kLoaderTensorMap = 1, kLoaderPagedTensorMap = 2 };
+constexpr bool isTensorLoader(int loader) { return loader == kLoaderTensorMap || loader == kLoaderPagedTensorMap; }
 // Threads of a CTA: the consumer warps (Variant::warps), plus the tensor-map loader's producer warp.
-constexpr int ctaThreads(int warps, int loader) { return (warps + (hasProducerWarp(loader) ? 1 : 0)) * 32; }
+constexpr int ctaThreads(int warps, int loader) { return (warps + (isTensorLoader(loader) ? 1 : 0)) * 32; }
 
 // How the partial states of a split KV range are combined.
 //   Fused: the decode kernel merges: each CTA publishes its partial state and counts itself in on its unit's tagged
@@ -107,20 +93,17 @@ constexpr int resolvedTileKeys(const Variant &v, int elementBytes, int headDim) 
 }
 
 // The variants the library instances compile, by index: the portable one first (any sm80+ GPU), then the Hopper ones
-// (dense and paged caches), whose index is their loader; then the portable one with a two-stage ring, for the GPUs
+// (dense and paged caches), whose index is their loader; last the portable one with a two-stage ring, for the GPUs
 // whose 99 KB of shared memory per block do not hold three stages of the wider instances (sm86, sm89: FP16/BF16 head
-// dim 128 needs 106 KB with three); last the paged group loader.
+// dim 128 needs 106 KB with three).
 constexpr int kVariantTwoStages = 3;
-constexpr int kVariantPagedGroups = 4;
-constexpr int kLibraryVariantCount = 5;
+constexpr int kLibraryVariantCount = 4;
 constexpr Variant libraryVariant(int index) {
-  return index == kVariantTwoStages     ? Variant{4, 0, 2, kLoaderCpAsync}
-         : index == kVariantPagedGroups ? Variant{4, 0, 3, kLoaderPagedGroups}
-                                        : Variant{4, 0, 3, index};
+  return index == kVariantTwoStages ? Variant{4, 0, 2, kLoaderCpAsync} : Variant{4, 0, 3, index};
 }
 static_assert(libraryVariant(kLoaderCpAsync).loader == kLoaderCpAsync &&
                   libraryVariant(kLoaderPagedTensorMap).loader == kLoaderPagedTensorMap,
-              "a tensor-map variant's index is its loader");
+              "a Hopper variant's index is its loader");
 // The library variant of these warps, stages and loader, or -1 (a plan's DecodeConfig names its variant so).
 constexpr int libraryVariantIndex(const Variant &v) {
   for (int i = 0; i < kLibraryVariantCount; ++i) {
@@ -134,7 +117,7 @@ constexpr int libraryVariantIndex(const Variant &v) {
 // 16-byte cp.async wavefront) touches start in 8 distinct 16-byte bank groups.
 constexpr int smemRowElements(int elementBytes, int headDim) { return headDim + 16 / elementBytes; }
 
-// Whether a kernel of this head dim and element size can use the tensor loaders (their boxed layout).
+// Whether a kernel of this head dim and element size can use the tensor loader.
 constexpr bool tensorLoadable(int elementBytes, int headDim) { return elementBytes == 2 && headDim % 64 == 0; }
 
 // The tensor loader's copies per key tile of a paged cache (pages of pageSize keys; tiles start at multiples of
@@ -149,15 +132,14 @@ constexpr int pagedTensorPieces(int64_t pageSize, int tileKeys) {
 
 // Byte layout of the dynamic shared memory. The epilogue's per-warp partial states reuse the K/V stages.
 //   cp.async: a stage is [2 (K, V)][tileKeys][rowElements] (padded rows).
-//   boxed (tensor maps): a stage is [2 (K, V)][headDim / 64 boxes][tileKeys][64 elements], 128-byte
-//     swizzled; the region starts at the next 1024-byte boundary of the shared window at run time (the swizzle
+//   tensor: a stage is [2 (K, V)][headDim / 64 boxes][tileKeys][64 elements], 128-byte swizzled; the region starts at the next 1024-byte boundary of the shared window at run time (the swizzle
 //     pattern is 1024 bytes), hence the slack.
 struct SmemLayout {
   std::size_t q = 0;          // [rowsPerCta][rowElements]
-  std::size_t kv = 0;         // K/V stages (boxed: before the run-time 1024-byte alignment)
+  std::size_t kv = 0;         // K/V stages (tensor: before the run-time 1024-byte alignment)
   std::size_t offsets = 0;    // cp.async: [2][tileKeys] pairs of int64 (K, V element offsets), by tile parity
   std::size_t validMask = 0;  // [maskSlots][2] uint32: which keys of a tile exist (in range, valid page)
-  std::size_t barriers = 0;   // ring: [stages] full mbarriers, then [stages] empty; groups: [groups][stages] full
+  std::size_t barriers = 0;   // tensor: [stages] mbarriers (full), then [stages] (empty)
   std::size_t pScratch = 0;   // FP32 engine: [warps][16][16 + 4] floats of P
   std::size_t total = 0;
   std::size_t kvBytes = 0;
@@ -165,11 +147,7 @@ struct SmemLayout {
 
 constexpr std::size_t alignUp(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
 
-// Presence masks: one per stage (ring), one per stage and warp (group loader: each warp's group's keys), or one more
-// than the stages (cp.async, see CpAsyncLoader).
-constexpr int maskSlots(int stages, int loader, int warps) {
-  return hasProducerWarp(loader) ? stages : loader == kLoaderPagedGroups ? stages * warps : stages + 1;
-}
+constexpr int maskSlots(int stages, int loader) { return isTensorLoader(loader) ? stages : stages + 1; }
 
 constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int tileKeys, int stages, int loader,
                                 int rowTilesPerCta) {
@@ -177,7 +155,7 @@ constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int ti
   const std::size_t row = std::size_t(smemRowElements(elementBytes, headDim)) * std::size_t(elementBytes);
   const std::size_t keys = std::size_t(tileKeys);
   const std::size_t qBytes = std::size_t(rowTilesPerCta) * kRowsPerTile * row;
-  const bool tensor = boxedLayout(loader);
+  const bool tensor = isTensorLoader(loader);
   const std::size_t stageBytes = tensor ? std::size_t(stages) * 2 * keys * std::size_t(headDim) * elementBytes + 1024
                                         : std::size_t(stages) * 2 * keys * row;
   // Epilogue: per warp 16 rows of (headDim + 4) floats plus (m, l) per row; then the cluster merge's (m, l) per row of
@@ -189,11 +167,9 @@ constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int ti
   s.kv = alignUp(qBytes, 128);
   s.kvBytes = stageBytes > epilogueBytes ? stageBytes : epilogueBytes;
   s.offsets = alignUp(s.kv + s.kvBytes, 16);
-  s.validMask = s.offsets + (loader == kLoaderCpAsync ? 2 * keys * 16 : 0);
-  s.barriers = alignUp(s.validMask + std::size_t(maskSlots(stages, loader, warps)) * 2 * 4, 16);
-  const std::size_t barrierCount = hasProducerWarp(loader)          ? 2 * std::size_t(stages)
-                                   : loader == kLoaderPagedGroups ? std::size_t(warps) * std::size_t(stages)
-                                                                  : 0;
+  s.validMask = s.offsets + (tensor ? 0 : 2 * keys * 16);
+  s.barriers = alignUp(s.validMask + std::size_t(maskSlots(stages, loader)) * 2 * 4, 16);
+  const std::size_t barrierCount = tensor ? 2 * std::size_t(stages) : 0;
   s.pScratch = alignUp(s.barriers + barrierCount * 8, 16);
   const std::size_t pBytes = elementBytes == 4 ? std::size_t(warps) * kRowsPerTile * (16 + 4) * 4 : 0;
   s.total = alignUp(s.pScratch + pBytes, 128);
@@ -261,7 +237,7 @@ struct DecodeParams {
   int64_t alibiBatchStride = 0;
   const float *sinks = nullptr;  // [heads]: joins each row's state once, where O and LSE are finished
   bool paged = false;
-  int32_t pagePieces = 1;   // tensor loaders, paged: copies (pages or slices of one) per key tile (group: sub-tile)
+  int32_t pagePieces = 1;   // tensor loader, paged: copies (pages or slices of one) per key tile
   paged::PagedCache cache;  // paged caches: the address rule's table, page size and pool
 
   // Epilogue and merge.
