@@ -371,6 +371,24 @@ LoaderOverride loaderOverride() {
   return value;
 }
 
+// Pages that are pieces of a key tile come by one tensor copy per page and 64-column box (16 a tile at page 16)
+// against cp.async's row gathers. H200 (f685e7f, GQA 32/8 D128, page 16): the copies stream at 1.06-1.09x the
+// gathers where a CTA walks 64 or 128 tiles, 0.98-1.00x at 32 and 0.80x at 4 (B1 L8k), whose first tiles wait on
+// their page reads and sixteen copies each. Pages of 8 (32 copies a tile) were not measured and stay on cp.async.
+constexpr int64_t kPagePiecesMinTiles = 64;
+constexpr int kPagePiecesMax = 4;
+
+// Key tiles per chunk of the paged tensor loader's plan for this problem (the chunk count planKernel would choose).
+int64_t tilesPerChunk(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &kernel, const Shape &shape) {
+  const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
+  const int64_t tiles = std::max<int64_t>(1, (p.seqK + tileKeys - 1) / tileKeys);
+  const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
+  const int perSM = std::max(1, kInstances[kernel.instance].occupancy(dev, kernel.libraryVariant, shape.rowTilesPerCta));
+  const int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, tiles)
+                                         : chooseChunks(units, tiles, int64_t(std::max(dev.numSMs, 1)) * perSM);
+  return tiles / std::max<int64_t>(chunks, 1);
+}
+
 bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (!checkProblem(p, whyNot)) return false;
   const int index = findInstance(p.dtype, p.headDim);
@@ -382,7 +400,8 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
   PlannedKernel kernel;
   kernel.instance = index;
   kernel.headDim = kInstances[index].headDim;
-  // The tensor loader where it serves (paged caches: where a page holds whole tiles), else cp.async.
+  // The tensor loader where it serves (paged caches: where a page holds whole tiles, or where pages are pieces of a
+  // tile and the chunks are long), else cp.async.
   kernel.libraryVariant = p.paged ? kLoaderPagedTensorMap : kLoaderTensorMap;
   kernel.variant = libraryVariant(kernel.libraryVariant);
   {
@@ -390,7 +409,10 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
     std::string ignored;
     const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
     const LoaderOverride pin = loaderOverride();
-    const bool shortPages = p.paged && pagedTensorPieces(p.pageSize, tileKeys) != 1 && pin == LoaderOverride::kAuto;
+    const int pieces = p.paged ? pagedTensorPieces(p.pageSize, tileKeys) : 1;
+    const bool shortPages = pieces != 1 && pin == LoaderOverride::kAuto &&
+                            (pieces == 0 || pieces > kPagePiecesMax ||
+                             tilesPerChunk(dev, p, kernel, shape) < kPagePiecesMinTiles);
     if (pin == LoaderOverride::kCpAsync || pin == LoaderOverride::kCpAsyncTwoStages || shortPages ||
         !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
       kernel.libraryVariant = kLoaderCpAsync;
