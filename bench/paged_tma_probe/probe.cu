@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: BSD-3-Clause
+// The copy rate of a paged K/V pool through tensor-map copies, without the decode around it: a pool of
+// [pages][PS keys][8 KV heads][128] bf16 (K and V), each sequence's pages in a shuffled table, one CTA per (sequence,
+// KV head) whose producer thread copies 64-key tiles into a 3-stage full/empty mbarrier ring (2 CTAs/SM), and four
+// consumer warps that only wait for each stage, hold it `spin` ns and release it. Map modes:
+//   0 rank 4 {128 columns, PS keys, 8 heads, pages}, box {64, rows}: two copies per page piece and tensor
+//   1 rank 5 key-major {64, 2 halves, PS keys, 8 heads, pages}, box {64, 2, rows}: one copy per piece and tensor
+//   2 rank 5 box-major {64, PS keys, 2 halves, 8 heads, pages}, box {64, rows, 2}: one copy per piece and tensor
+//   3 the decode's box view {128, heads, keys, pages} (dimensions by increasing stride)
+//   4 the decode's wide view {64, heads, keys, halves, pages}
+// usage: probe PS MODE [SEQS [SPIN_NS [POOL_MB]]]   (defaults 64 sequences, 0 ns, 256 MB per tensor)
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include <algorithm>
+#include <random>
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_) { printf("%s: %s\n", #x, cudaGetErrorString(e_)); exit(1);} } while (0)
+
+struct Params {
+  CUtensorMap k, v;
+  const int *table;
+  int pagesPerSeq, ps, mode, tilesPerSeq, spinNs;
+};
+
+__device__ __forceinline__ uint32_t sa(const void *p) { return uint32_t(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void init(uint32_t b, uint32_t n) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(n)); }
+__device__ __forceinline__ void expectTx(uint32_t b, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void arrive(uint32_t b) { asm volatile("{.reg .b64 s; mbarrier.arrive.shared::cta.b64 s, [%0];}" ::"r"(b) : "memory"); }
+__device__ __forceinline__ void wait(uint32_t b, uint32_t parity) {
+  asm volatile("{.reg .pred p; W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1; @!p bra W;}" ::"r"(b), "r"(parity) : "memory");
+}
+__device__ __forceinline__ void copy4(uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2, int c3, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+               ::"r"(dst), "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
+}
+__device__ __forceinline__ void copy5(uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2, int c3, int c4, uint32_t bar) {
+  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
+               ::"r"(dst), "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar) : "memory");
+}
+
+constexpr int kStages = 3, kTile = 64, kTileBytes = kTile * 256;
+
+__global__ void __launch_bounds__(160) probe(const __grid_constant__ Params p) {
+  extern __shared__ unsigned char raw[];
+  unsigned char *smem = raw + ((1024 - (sa(raw) & 1023)) & 1023);
+  __shared__ __align__(8) unsigned long long bars[2 * kStages];
+  const uint32_t full = sa(bars), empty = full + 8 * kStages;
+  const int seq = blockIdx.x / 8, head = blockIdx.x % 8;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 128) {
+    for (int s = 0; s < kStages; ++s) init(full + 8 * s, 1), init(empty + 8 * s, 4);
+    asm volatile("fence.mbarrier_init.release.cluster;");
+  }
+  __syncthreads();
+  const int pieces = p.ps >= kTile ? 1 : kTile / p.ps, rows = kTile / pieces;
+  if (warp == 4) {
+    if (lane != 0) return;
+    for (int x = 0; x < p.tilesPerSeq; ++x) {
+      const int slot = x % kStages;
+      if (x >= kStages) wait(empty + 8 * slot, ((x / kStages) - 1) & 1);
+      const uint32_t bar = full + 8 * slot;
+      expectTx(bar, 2 * kTileBytes);
+      const uint32_t kd = sa(smem + slot * 2 * kTileBytes), vd = kd + kTileBytes;
+      for (int j = 0; j < pieces; ++j) {
+        const int key = x * kTile + j * rows;
+        const int page = p.table[seq * p.pagesPerSeq + key / p.ps];
+        const int row = key % p.ps;
+        if (p.mode == 0) {
+          for (int b = 0; b < 2; ++b) {
+            copy4(kd + b * kTile * 128 + j * rows * 128, &p.k, b * 64, row, head, page, bar);
+            copy4(vd + b * kTile * 128 + j * rows * 128, &p.v, b * 64, row, head, page, bar);
+          }
+        } else if (p.mode == 3) {  // the library's box view: {128, heads, keys, pages}
+          for (int b = 0; b < 2; ++b) {
+            copy4(kd + b * kTile * 128 + j * rows * 128, &p.k, b * 64, head, row, page, bar);
+            copy4(vd + b * kTile * 128 + j * rows * 128, &p.v, b * 64, head, row, page, bar);
+          }
+        } else if (p.mode == 4) {  // the library's wide view: {64, heads, keys, boxes, pages}
+          copy5(kd + j * rows * 128, &p.k, 0, head, row, 0, page, bar);
+          copy5(vd + j * rows * 128, &p.v, 0, head, row, 0, page, bar);
+        } else if (p.mode == 1) {
+          copy5(kd + j * rows * 256, &p.k, 0, 0, row, head, page, bar);
+          copy5(vd + j * rows * 256, &p.v, 0, 0, row, head, page, bar);
+        } else {
+          copy5(kd + j * rows * 256, &p.k, 0, row, 0, head, page, bar);
+          copy5(vd + j * rows * 256, &p.v, 0, row, 0, head, page, bar);
+        }
+      }
+    }
+    return;
+  }
+  for (int x = 0; x < p.tilesPerSeq; ++x) {
+    const int slot = x % kStages;
+    wait(full + 8 * slot, (x / kStages) & 1);
+    if (p.spinNs > 0) {
+      uint64_t t0, t1;
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+      do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1)); } while (t1 - t0 < uint64_t(p.spinNs));
+    }
+    __syncwarp();
+    if (lane == 0) arrive(empty + 8 * slot);
+  }
+}
+
+typedef CUresult (*Encode)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                           const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                           CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+int main(int argc, char **argv) {
+  const int ps = atoi(argv[1]), mode = atoi(argv[2]), seqs = argc > 3 ? atoi(argv[3]) : 64;
+  const int spin = argc > 4 ? atoi(argv[4]) : 0;
+  const size_t poolBytes = size_t(argc > 5 ? atoi(argv[5]) : 256) << 20;
+  const int pages = int(poolBytes / (size_t(ps) * 8 * 256));
+  const int pagesPerSeq = pages / seqs;
+  const int tilesPerSeq = pagesPerSeq * ps / kTile;
+  void *k, *v;
+  CK(cudaMalloc(&k, poolBytes));
+  CK(cudaMalloc(&v, poolBytes));
+  CK(cudaMemset(k, 0, poolBytes));
+  CK(cudaMemset(v, 0, poolBytes));
+  std::vector<int> table(pages);
+  for (int i = 0; i < pages; ++i) table[i] = i;
+  std::shuffle(table.begin(), table.end(), std::mt19937(1));
+  int *dTable;
+  CK(cudaMalloc(&dTable, pages * sizeof(int)));
+  CK(cudaMemcpy(dTable, table.data(), pages * sizeof(int), cudaMemcpyHostToDevice));
+  Encode encode;
+  cudaDriverEntryPointQueryResult q;
+  CK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", (void **)&encode, cudaEnableDefault, &q));
+  Params p;
+  p.table = dTable, p.pagesPerSeq = pagesPerSeq, p.ps = ps, p.mode = mode, p.tilesPerSeq = tilesPerSeq, p.spinNs = spin;
+  const int rows = ps >= kTile ? kTile : ps;
+  for (int t = 0; t < 2; ++t) {
+    CUtensorMap *m = t ? &p.v : &p.k;
+    void *base = t ? v : k;
+    CUresult r;
+    if (mode == 0) {
+      cuuint64_t dims[4] = {128, cuuint64_t(ps), 8, cuuint64_t(pages)};
+      cuuint64_t strides[3] = {2048, 256, cuuint64_t(ps) * 2048};
+      cuuint32_t box[4] = {64, cuuint32_t(rows), 1, 1}, es[4] = {1, 1, 1, 1};
+      r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    } else if (mode == 3) {
+      cuuint64_t dims[4] = {128, 8, cuuint64_t(ps), cuuint64_t(pages)};
+      cuuint64_t strides[3] = {256, 2048, cuuint64_t(ps) * 2048};
+      cuuint32_t box[4] = {64, 1, cuuint32_t(rows), 1}, es[4] = {1, 1, 1, 1};
+      r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    } else if (mode == 4) {
+      cuuint64_t dims[5] = {64, 8, cuuint64_t(ps), 2, cuuint64_t(pages)};
+      cuuint64_t strides[4] = {256, 2048, 128, cuuint64_t(ps) * 2048};
+      cuuint32_t box[5] = {64, 1, cuuint32_t(rows), 2, 1}, es[5] = {1, 1, 1, 1, 1};
+      r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    } else if (mode == 1) {
+      cuuint64_t dims[5] = {64, 2, cuuint64_t(ps), 8, cuuint64_t(pages)};
+      cuuint64_t strides[4] = {128, 2048, 256, cuuint64_t(ps) * 2048};
+      cuuint32_t box[5] = {64, 2, cuuint32_t(rows), 1, 1}, es[5] = {1, 1, 1, 1, 1};
+      r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    } else {
+      cuuint64_t dims[5] = {64, cuuint64_t(ps), 2, 8, cuuint64_t(pages)};
+      cuuint64_t strides[4] = {2048, 128, 256, cuuint64_t(ps) * 2048};
+      cuuint32_t box[5] = {64, cuuint32_t(rows), 2, 1, 1}, es[5] = {1, 1, 1, 1, 1};
+      r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    }
+    if (r != CUDA_SUCCESS) { printf("ps %d mode %d: encode failed (%d)\n", ps, mode, int(r)); return 0; }
+  }
+  const int smemBytes = kStages * 2 * kTileBytes + 1024;
+  CK(cudaFuncSetAttribute(probe, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes));
+  int perSM = 0;
+  CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSM, probe, 160, smemBytes));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  for (int w = 0; w < 3; ++w) probe<<<seqs * 8, 160, smemBytes>>>(p);
+  CK(cudaGetLastError());
+  CK(cudaEventRecord(a));
+  const int iters = 20;
+  for (int i = 0; i < iters; ++i) probe<<<seqs * 8, 160, smemBytes>>>(p);
+  CK(cudaEventRecord(b));
+  CK(cudaEventSynchronize(b));
+  float ms = 0;
+  CK(cudaEventElapsedTime(&ms, a, b));
+  const double bytes = 2.0 * double(seqs) * tilesPerSeq * kTile * 8 * 256;
+  printf("pool %5zu MB page %3d mode %d seqs %4d spin %4d ns ctas %5d (%d/SM): %7.1f GB/s, %.3f ms per pass\n", poolBytes >> 20, ps, mode, seqs, spin, seqs * 8, perSM,
+         bytes / (ms / iters) / 1e6, ms / iters);
+  return 0;
+}
