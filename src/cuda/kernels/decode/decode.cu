@@ -372,7 +372,7 @@ LoaderOverride loaderOverride() {
 }
 
 // Pages that are pieces of a key tile come by one tensor copy per page and 64-column box (16 a tile at page 16)
-// against cp.async's row gathers. H200 (f685e7f, GQA 32/8 D128, page 16): the copies stream at 1.06-1.09x the
+// against cp.async's row gathers. H200 (f685e7f, GQA 32/8 D128, page 16): the copies stream at 1.05-1.09x the
 // gathers where a CTA walks 64 or 128 tiles, 0.98-1.00x at 32 and 0.80x at 4 (B1 L8k), whose first tiles wait on
 // their page reads and sixteen copies each. Pages of 8 (32 copies a tile) were not measured and stay on cp.async.
 constexpr int64_t kPagePiecesMinTiles = 64;
