@@ -8,6 +8,7 @@
 //   2 rank 5 box-major {64, PS keys, 2 halves, 8 heads, pages}, box {64, rows, 2}: one copy per piece and tensor
 //   3 the decode's box view {128, heads, keys, pages} (dimensions by increasing stride)
 //   4 the decode's wide view {64, heads, keys, halves, pages}
+// Rank-5 pieces land one after another (sub-tile-major); nothing reads or checks the data, only the rate counts.
 // usage: probe PS MODE [SEQS [SPIN_NS [POOL_MB]]]   (defaults 64 sequences, 0 ns, 256 MB per tensor)
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -81,8 +82,8 @@ __global__ void __launch_bounds__(160) probe(const __grid_constant__ Params p) {
             copy4(vd + b * kTile * 128 + j * rows * 128, &p.v, b * 64, head, row, page, bar);
           }
         } else if (p.mode == 4) {  // the library's wide view: {64, heads, keys, boxes, pages}
-          copy5(kd + j * rows * 128, &p.k, 0, head, row, 0, page, bar);
-          copy5(vd + j * rows * 128, &p.v, 0, head, row, 0, page, bar);
+          copy5(kd + j * rows * 256, &p.k, 0, head, row, 0, page, bar);
+          copy5(vd + j * rows * 256, &p.v, 0, head, row, 0, page, bar);
         } else if (p.mode == 1) {
           copy5(kd + j * rows * 256, &p.k, 0, 0, row, head, page, bar);
           copy5(vd + j * rows * 256, &p.v, 0, 0, row, head, page, bar);
@@ -112,7 +113,15 @@ typedef CUresult (*Encode)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void 
                            CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
 
 int main(int argc, char **argv) {
+  if (argc < 3) {
+    printf("usage: probe PS MODE [SEQS [SPIN_NS [POOL_MB]]]\n");
+    return 2;
+  }
   const int ps = atoi(argv[1]), mode = atoi(argv[2]), seqs = argc > 3 ? atoi(argv[3]) : 64;
+  if (mode < 0 || mode > 4 || ps < 1 || seqs < 1) {
+    printf("PS >= 1, MODE 0..4, SEQS >= 1\n");
+    return 2;
+  }
   const int spin = argc > 4 ? atoi(argv[4]) : 0;
   const size_t poolBytes = size_t(argc > 5 ? atoi(argv[5]) : 256) << 20;
   const int pages = int(poolBytes / (size_t(ps) * 8 * 256));
@@ -138,38 +147,25 @@ int main(int argc, char **argv) {
   for (int t = 0; t < 2; ++t) {
     CUtensorMap *m = t ? &p.v : &p.k;
     void *base = t ? v : k;
-    CUresult r;
-    if (mode == 0) {
-      cuuint64_t dims[4] = {128, cuuint64_t(ps), 8, cuuint64_t(pages)};
-      cuuint64_t strides[3] = {2048, 256, cuuint64_t(ps) * 2048};
-      cuuint32_t box[4] = {64, cuuint32_t(rows), 1, 1}, es[4] = {1, 1, 1, 1};
-      r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    } else if (mode == 3) {
-      cuuint64_t dims[4] = {128, 8, cuuint64_t(ps), cuuint64_t(pages)};
-      cuuint64_t strides[3] = {256, 2048, cuuint64_t(ps) * 2048};
-      cuuint32_t box[4] = {64, 1, cuuint32_t(rows), 1}, es[4] = {1, 1, 1, 1};
-      r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    } else if (mode == 4) {
-      cuuint64_t dims[5] = {64, 8, cuuint64_t(ps), 2, cuuint64_t(pages)};
-      cuuint64_t strides[4] = {256, 2048, 128, cuuint64_t(ps) * 2048};
-      cuuint32_t box[5] = {64, 1, cuuint32_t(rows), 2, 1}, es[5] = {1, 1, 1, 1, 1};
-      r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    } else if (mode == 1) {
-      cuuint64_t dims[5] = {64, 2, cuuint64_t(ps), 8, cuuint64_t(pages)};
-      cuuint64_t strides[4] = {128, 2048, 256, cuuint64_t(ps) * 2048};
-      cuuint32_t box[5] = {64, 2, cuuint32_t(rows), 1, 1}, es[5] = {1, 1, 1, 1, 1};
-      r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    } else {
-      cuuint64_t dims[5] = {64, cuuint64_t(ps), 2, 8, cuuint64_t(pages)};
-      cuuint64_t strides[4] = {2048, 128, 256, cuuint64_t(ps) * 2048};
-      cuuint32_t box[5] = {64, cuuint32_t(rows), 2, 1, 1}, es[5] = {1, 1, 1, 1, 1};
-      r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 5, base, dims, strides, box, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                 CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    }
+    // Each mode's dimensions (innermost first), byte strides of dimensions 1.., and box.
+    const cuuint64_t P = cuuint64_t(ps), N = cuuint64_t(pages), R = cuuint32_t(rows);
+    struct View {
+      cuuint32_t rank;
+      cuuint64_t dims[5], strides[4];
+      cuuint32_t box[5];
+    };
+    const View views[5] = {
+        {4, {128, P, 8, N, 1}, {2048, 256, P * 2048, 0}, {64, cuuint32_t(R), 1, 1, 1}},
+        {5, {64, 2, P, 8, N}, {128, 2048, 256, P * 2048}, {64, 2, cuuint32_t(R), 1, 1}},
+        {5, {64, P, 2, 8, N}, {2048, 128, 256, P * 2048}, {64, cuuint32_t(R), 2, 1, 1}},
+        {4, {128, 8, P, N, 1}, {256, 2048, P * 2048, 0}, {64, 1, cuuint32_t(R), 1, 1}},
+        {5, {64, 8, P, 2, N}, {256, 2048, 128, P * 2048}, {64, 1, cuuint32_t(R), 2, 1}},
+    };
+    const View &view = views[mode];
+    const cuuint32_t es[5] = {1, 1, 1, 1, 1};
+    const CUresult r = encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, view.rank, base, view.dims, view.strides, view.box,
+                              es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS) { printf("ps %d mode %d: encode failed (%d)\n", ps, mode, int(r)); return 0; }
   }
   const int smemBytes = kStages * 2 * kTileBytes + 1024;
