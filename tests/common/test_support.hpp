@@ -24,15 +24,17 @@ inline const char *typeName(flashAttnDataType_t t) {
   return t == FLASHATTN_DATA_FP16 ? "fp16" : t == FLASHATTN_DATA_BF16 ? "bf16" : t == FLASHATTN_DATA_FP32 ? "fp32" : "?";
 }
 
-// The normwise bound for a gradient: docs/testing.md's bound for the storage type, or, where the arithmetic rounded to
-// the storage type (the oracle's low-precision variant) itself misses it, that variant's own normwise error -- a kernel
-// must be at least as accurate as storage-precision arithmetic, it cannot be asked to be more. It happens with stress
-// inputs (x3, x5: the peaked softmax cancels in dP - D) and with gradients made of a few rows (a short sequence under a
-// bottom-right mask), where one bf16 rounding weighs on the whole norm.
-inline double gradientNormTolerance(flashAttnDataType_t t, const std::vector<double> &lowPrecision,
-                                    const std::vector<double> &exact) {
+// The normwise bound for a result: docs/testing.md's bound for the storage type, or, where the arithmetic rounded to
+// the storage type (the oracle's low-precision variant) itself misses it, `slack` times that variant's own normwise
+// error -- a kernel must be about as accurate as storage-precision arithmetic, it cannot be asked to be more. It
+// happens with stress inputs (x3, x5: the peaked softmax cancels in dP - D), with gradients made of a few rows (a short
+// sequence under a bottom-right mask), where one bf16 rounding weighs on the whole norm, and with outputs whose norm is
+// a few units in the last place (every probability underflowing its rounding: both round to zero, the error is the
+// norm).
+inline double storageNormTolerance(flashAttnDataType_t t, const std::vector<double> &lowPrecision,
+                                   const std::vector<double> &exact, double slack = 1.0) {
   const double bound = fa_ref::normTolerance(roundingOf(t));
-  return std::max(bound, fa_ref::checkGates(lowPrecision, exact, lowPrecision, 3.0, bound).normwise);
+  return std::max(bound, slack * fa_ref::checkGates(lowPrecision, exact, lowPrecision, 3.0, bound).normwise);
 }
 
 // The LSE bound for a storage type: within 1e-4 of the float64 value (docs/testing.md) or, for FP16/BF16, within 8e-6

@@ -209,6 +209,21 @@ bool multiplyFits(std::size_t a, std::size_t b, std::size_t *out) {
   return true;
 }
 
+// The KV chunks of a plan (before the cluster merge's cap) on a kernel of `variant` (tileKeys resolved) with
+// ctasPerSM resident CTAs per SM: the caller's count, or as many as fill one wave beside the units.
+int64_t kvChunks(const DeviceInfo &dev, const AttnProblem &p, const Variant &variant, const Shape &shape,
+                 int ctasPerSM) {
+  const int64_t maxChunks = std::max<int64_t>(1, (p.seqK + variant.tileKeys - 1) / variant.tileKeys);
+  if (p.numChunks > 0) return std::min<int64_t>(p.numChunks, maxChunks);
+  const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
+  // One CTA per SM only where the tensor loader's four consumer warps split the keys four ways (up to 16 rows per
+  // KV head) of a dense cache; with fewer key groups each warp's math needs a second CTA beside it (8 query tokens of
+  // GQA 4, H200: 2090-2640 GB/s at one CTA per SM, 2580-3830 at two), and paged rows their second CTA's bytes in flight.
+  const bool onePerSM = isTensorLoader(variant.loader) && !p.paged && shape.keyGroups >= 4;
+  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (onePerSM ? 1 : ctasPerSM);
+  return chooseChunks(units, maxChunks, slots);
+}
+
 // Everything of planning that does not depend on where the kernel comes from. occupancy(rowTilesPerCta) gives the
 // kernel's resident CTAs per SM.
 template <typename Occupancy, typename ClusterCapacity>
@@ -248,15 +263,9 @@ bool planKernel(const DeviceInfo &dev, const AttnProblem &p, PlannedKernel kerne
     return false;
   }
 
-  const int64_t maxChunks = std::max<int64_t>(1, (p.seqK + tileKeys - 1) / tileKeys);
   const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
   const int ctasPerSM = std::max(1, occupancy(shape.rowTilesPerCta));
-  // One CTA per SM only where the tensor loader's four consumer warps split the keys four ways (up to 16 rows per
-  // KV head) of a dense cache; with fewer key groups each warp's math needs a second CTA beside it (8 query tokens of
-  // GQA 4, H200: 2090-2640 GB/s at one CTA per SM, 2580-3830 at two), and paged rows their second CTA's bytes in flight.
-  const bool onePerSM = isTensorLoader(kernel.variant.loader) && !p.paged && shape.keyGroups >= 4;
-  const int64_t slots = int64_t(std::max(dev.numSMs, 1)) * (onePerSM ? 1 : ctasPerSM);
-  int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, maxChunks) : chooseChunks(units, maxChunks, slots);
+  int64_t chunks = kvChunks(dev, p, kernel.variant, shape, ctasPerSM);
   // The cluster merge only where every unit's cluster is resident at once: a cluster that waits for a second wave
   // costs the whole call (B1 L8k 970 GB/s against 1450 with the merge kernel on a board that holds 7 clusters of 16).
   if (kernel.clusterWhereFits && isTensorLoader(loader) && dev.portableHasSm90() &&
@@ -378,15 +387,13 @@ LoaderOverride loaderOverride() {
 constexpr int64_t kPagePiecesMinTiles = 64;
 constexpr int kPagePiecesMax = 4;
 
-// Key tiles per chunk of the paged tensor loader's plan for this problem (the chunk count planKernel would choose).
+// Key tiles per chunk of the plan planKernel would make for this problem on `kernel`.
 int64_t tilesPerChunk(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &kernel, const Shape &shape) {
-  const int tileKeys = resolvedTileKeys(kernel.variant, int(dtypeSize(p.dtype)), kernel.headDim);
-  const int64_t tiles = std::max<int64_t>(1, (p.seqK + tileKeys - 1) / tileKeys);
-  const int64_t units = p.batch * shape.kvHeads * shape.rowBlocks;
+  Variant v = kernel.variant;
+  v.tileKeys = resolvedTileKeys(v, int(dtypeSize(p.dtype)), kernel.headDim);
   const int perSM = std::max(1, kInstances[kernel.instance].occupancy(dev, kernel.libraryVariant, shape.rowTilesPerCta));
-  const int64_t chunks = p.numChunks > 0 ? std::min<int64_t>(p.numChunks, tiles)
-                                         : chooseChunks(units, tiles, int64_t(std::max(dev.numSMs, 1)) * perSM);
-  return tiles / std::max<int64_t>(chunks, 1);
+  const int64_t tiles = std::max<int64_t>(1, (p.seqK + v.tileKeys - 1) / v.tileKeys);
+  return tiles / kvChunks(dev, p, v, shape, perSM);
 }
 
 bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
