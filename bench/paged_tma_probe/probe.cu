@@ -12,6 +12,10 @@
 // usage: probe PS MODE [SEQS [SPIN_NS [POOL_MB]]]   (defaults 64 sequences, 0 ns, 256 MB per tensor)
 #include <cuda.h>
 #include <cuda_runtime.h>
+
+#include "cuda/primitives/ldmatrix.cuh"  // smemAddress
+#include "cuda/primitives/mbarrier.cuh"
+#include "cuda/primitives/tma.cuh"
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -26,36 +30,20 @@ struct Params {
   int pagesPerSeq, ps, mode, tilesPerSeq, spinNs;
 };
 
-__device__ __forceinline__ uint32_t sa(const void *p) { return uint32_t(__cvta_generic_to_shared(p)); }
-__device__ __forceinline__ void init(uint32_t b, uint32_t n) { asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(b), "r"(n)); }
-__device__ __forceinline__ void expectTx(uint32_t b, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void arrive(uint32_t b) { asm volatile("{.reg .b64 s; mbarrier.arrive.shared::cta.b64 s, [%0];}" ::"r"(b) : "memory"); }
-__device__ __forceinline__ void wait(uint32_t b, uint32_t parity) {
-  asm volatile("{.reg .pred p; W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1; @!p bra W;}" ::"r"(b), "r"(parity) : "memory");
-}
-__device__ __forceinline__ void copy4(uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2, int c3, uint32_t bar) {
-  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
-               ::"r"(dst), "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar) : "memory");
-}
-__device__ __forceinline__ void copy5(uint32_t dst, const CUtensorMap *m, int c0, int c1, int c2, int c3, int c4, uint32_t bar) {
-  asm volatile("cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5, %6}], [%7];"
-               ::"r"(dst), "l"(m), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar) : "memory");
-}
+namespace prim = flashattn::cuda::prim;
 
 constexpr int kStages = 3, kTile = 64, kTileBytes = kTile * 256;
 
 __global__ void __launch_bounds__(160) probe(const __grid_constant__ Params p) {
   extern __shared__ unsigned char raw[];
-  unsigned char *smem = raw + ((1024 - (sa(raw) & 1023)) & 1023);
+  unsigned char *smem = raw + ((1024 - (prim::smemAddress(raw) & 1023)) & 1023);
   __shared__ __align__(8) unsigned long long bars[2 * kStages];
-  const uint32_t full = sa(bars), empty = full + 8 * kStages;
+  const uint32_t full = prim::smemAddress(bars), empty = full + 8 * kStages;
   const int seq = blockIdx.x / 8, head = blockIdx.x % 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   if (threadIdx.x == 128) {
-    for (int s = 0; s < kStages; ++s) init(full + 8 * s, 1), init(empty + 8 * s, 4);
-    asm volatile("fence.mbarrier_init.release.cluster;");
+    for (int s = 0; s < kStages; ++s) prim::mbarrierInit(full + 8 * s, 1), prim::mbarrierInit(empty + 8 * s, 4);
+    prim::fenceBarrierInit();
   }
   __syncthreads();
   const int pieces = p.ps >= kTile ? 1 : kTile / p.ps, rows = kTile / pieces;
@@ -63,33 +51,33 @@ __global__ void __launch_bounds__(160) probe(const __grid_constant__ Params p) {
     if (lane != 0) return;
     for (int x = 0; x < p.tilesPerSeq; ++x) {
       const int slot = x % kStages;
-      if (x >= kStages) wait(empty + 8 * slot, ((x / kStages) - 1) & 1);
+      if (x >= kStages) prim::mbarrierWait(empty + 8 * slot, ((x / kStages) - 1) & 1);
       const uint32_t bar = full + 8 * slot;
-      expectTx(bar, 2 * kTileBytes);
-      const uint32_t kd = sa(smem + slot * 2 * kTileBytes), vd = kd + kTileBytes;
+      prim::mbarrierArriveExpectTx(bar, 2 * kTileBytes);
+      const uint32_t kd = prim::smemAddress(smem + slot * 2 * kTileBytes), vd = kd + kTileBytes;
       for (int j = 0; j < pieces; ++j) {
         const int key = x * kTile + j * rows;
         const int page = p.table[seq * p.pagesPerSeq + key / p.ps];
         const int row = key % p.ps;
         if (p.mode == 0) {
           for (int b = 0; b < 2; ++b) {
-            copy4(kd + b * kTile * 128 + j * rows * 128, &p.k, b * 64, row, head, page, bar);
-            copy4(vd + b * kTile * 128 + j * rows * 128, &p.v, b * 64, row, head, page, bar);
+            prim::tensorCopy4d(kd + b * kTile * 128 + j * rows * 128, &p.k, b * 64, row, head, page, bar);
+            prim::tensorCopy4d(vd + b * kTile * 128 + j * rows * 128, &p.v, b * 64, row, head, page, bar);
           }
         } else if (p.mode == 3) {  // the library's box view: {128, heads, keys, pages}
           for (int b = 0; b < 2; ++b) {
-            copy4(kd + b * kTile * 128 + j * rows * 128, &p.k, b * 64, head, row, page, bar);
-            copy4(vd + b * kTile * 128 + j * rows * 128, &p.v, b * 64, head, row, page, bar);
+            prim::tensorCopy4d(kd + b * kTile * 128 + j * rows * 128, &p.k, b * 64, head, row, page, bar);
+            prim::tensorCopy4d(vd + b * kTile * 128 + j * rows * 128, &p.v, b * 64, head, row, page, bar);
           }
         } else if (p.mode == 4) {  // the library's wide view: {64, heads, keys, boxes, pages}
-          copy5(kd + j * rows * 256, &p.k, 0, head, row, 0, page, bar);
-          copy5(vd + j * rows * 256, &p.v, 0, head, row, 0, page, bar);
+          prim::tensorCopy5d(kd + j * rows * 256, &p.k, 0, head, row, 0, page, bar);
+          prim::tensorCopy5d(vd + j * rows * 256, &p.v, 0, head, row, 0, page, bar);
         } else if (p.mode == 1) {
-          copy5(kd + j * rows * 256, &p.k, 0, 0, row, head, page, bar);
-          copy5(vd + j * rows * 256, &p.v, 0, 0, row, head, page, bar);
+          prim::tensorCopy5d(kd + j * rows * 256, &p.k, 0, 0, row, head, page, bar);
+          prim::tensorCopy5d(vd + j * rows * 256, &p.v, 0, 0, row, head, page, bar);
         } else {
-          copy5(kd + j * rows * 256, &p.k, 0, row, 0, head, page, bar);
-          copy5(vd + j * rows * 256, &p.v, 0, row, 0, head, page, bar);
+          prim::tensorCopy5d(kd + j * rows * 256, &p.k, 0, row, 0, head, page, bar);
+          prim::tensorCopy5d(vd + j * rows * 256, &p.v, 0, row, 0, head, page, bar);
         }
       }
     }
@@ -97,14 +85,14 @@ __global__ void __launch_bounds__(160) probe(const __grid_constant__ Params p) {
   }
   for (int x = 0; x < p.tilesPerSeq; ++x) {
     const int slot = x % kStages;
-    wait(full + 8 * slot, (x / kStages) & 1);
+    prim::mbarrierWait(full + 8 * slot, (x / kStages) & 1);
     if (p.spinNs > 0) {
       uint64_t t0, t1;
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
       do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t1)); } while (t1 - t0 < uint64_t(p.spinNs));
     }
     __syncwarp();
-    if (lane == 0) arrive(empty + 8 * slot);
+    if (lane == 0) prim::mbarrierArrive(empty + 8 * slot);
   }
 }
 

@@ -6,7 +6,7 @@
 set -eu
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="$(mktemp -d)/probe"
-nvcc -std=c++17 -arch=sm_90a -O2 -Wno-deprecated-declarations "$here/probe.cu" -o "$bin"
+nvcc -std=c++17 -arch=sm_90a -O2 -Wno-deprecated-declarations -I"$here/../../src" "$here/probe.cu" -o "$bin"
 for ps in 64 16 32 8; do for mode in 0 1 2 3 4; do "$bin" "$ps" "$mode" 64; done; done
 for spin in 300 600 1000 1500; do for ps in 64 16; do "$bin" "$ps" 0 64 "$spin"; done; done
 for mb in 1024 4096; do for ps in 64 16; do "$bin" "$ps" 0 64 300 "$mb"; done; done
