@@ -47,6 +47,7 @@ struct ForwardConfig {
   int32_t blockM = 0, blockN = 0, warps = 0;
   bool persistent = false;  // wgmma: CTAs loop over tiles
   bool tma = false;         // wgmma: Q, K and V by tensor-map copies
+  bool shortTile = false;   // wgmma: the instance's tile for short sequences (forward_sm90_params.hpp shortTileFor)
   KernelId forwardFamily = KernelId::None;  // a DecodeAsForward plan: the forward family that runs it
 };
 

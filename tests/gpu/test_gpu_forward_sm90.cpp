@@ -552,6 +552,41 @@ TEST(GpuForwardSm90, ChooserPicksWgmmaOnSm90) {
   EXPECT_NE(std::string(text).find("wgmma kernel not used: Q row stride"), std::string::npos) << text;
 }
 
+// The plan's tile is the kernel's: a d64 causal problem up to 1k and a d256 one up to 512 take the instance's short
+// tile, longer ones and unmasked d64 the main tile (the grid runs both through the chooser).
+TEST(GpuForwardSm90, ShortSequencesTakeTheShortTile) {
+  if (!deviceIsSm90()) GTEST_SKIP() << "not an sm90 device";
+  fa_test::Handle handle(FLASHATTN_BACKEND_CUDA);
+  struct Want {
+    int64_t d, s;
+    flashAttnMaskMode_t mask;
+    const char *tile;
+  };
+  const Want wants[] = {{64, 1024, FLASHATTN_MASK_CAUSAL_TOP_LEFT, "tile 128x128 "},
+                        {64, 1025, FLASHATTN_MASK_CAUSAL_TOP_LEFT, "tile 192x128 "},
+                        {64, 512, FLASHATTN_MASK_NONE, "tile 192x128 "},
+                        {256, 512, FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, "tile 128x64 "},
+                        {256, 512, FLASHATTN_MASK_NONE, "tile 128x64 "},
+                        {256, 513, FLASHATTN_MASK_NONE, "tile 128x80 "}};
+  for (const Want &w : wants) {
+    fa_test::TensorDesc q, k, v, o;
+    const std::vector<int64_t> shape{2, 4, w.s, w.d}, strides{4 * w.s * w.d, w.s * w.d, w.d, 1};
+    ASSERT_EQ(q.set(FLASHATTN_DATA_BF16, shape, strides), FLASHATTN_STATUS_SUCCESS);
+    ASSERT_EQ(k.set(FLASHATTN_DATA_BF16, shape, strides), FLASHATTN_STATUS_SUCCESS);
+    ASSERT_EQ(v.set(FLASHATTN_DATA_BF16, shape, strides), FLASHATTN_STATUS_SUCCESS);
+    ASSERT_EQ(o.set(FLASHATTN_DATA_BF16, shape, strides), FLASHATTN_STATUS_SUCCESS);
+    fa_test::AttnDesc attn;
+    ASSERT_EQ(flashAttnSetAttentionMask(attn, w.mask), FLASHATTN_STATUS_SUCCESS);
+    char text[512] = {};
+    const flashAttnStatus_t s =
+        flashAttnCheckSupport(handle, FLASHATTN_OP_FORWARD, attn, nullptr, q, k, v, o, text, sizeof text, nullptr);
+    if (s == FLASHATTN_STATUS_NOT_SUPPORTED && fa_test::lastError().find("this build does not have") != std::string::npos)
+      continue;  // a development build without this head dim
+    ASSERT_EQ(s, FLASHATTN_STATUS_SUCCESS) << fa_test::lastError();
+    EXPECT_NE(std::string(text).find(w.tile), std::string::npos) << "d" << w.d << " S" << w.s << ": " << text;
+  }
+}
+
 TEST(GpuForwardSm90, EdgeShapes) { runCases(edgeCases()); }
 
 TEST(GpuForwardSm90, Grid) {

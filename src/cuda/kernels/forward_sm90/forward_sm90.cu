@@ -25,17 +25,34 @@ namespace {
 
 const InstanceList &kSm90Instances = generated::kForwardSm90Instances;
 
-// An instance's shared memory (its paged kernel's adds the row tables), from the generated list of instances.
-std::size_t sharedBytesFor(const InstanceKey &key, bool paged) {
-#define FLASHATTN_INSTANCE(DT, CT, HD, HDV)       \
-  if (key.headDim == HD && key.widthV() == HDV) \
-    return paged ? instanceSharedBytes<HD, true, HDV>() : instanceSharedBytes<HD, false, HDV>();
+// An instance's shared memory (its paged kernel's adds the row tables; the short tile's is dense), from the generated
+// list of instances.
+std::size_t sharedBytesFor(const InstanceKey &key, bool paged, bool shortTile) {
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV)                                                    \
+  if (key.headDim == HD && key.widthV() == HDV)                                              \
+    return shortTile ? shortTileSharedBytes<HD, HDV>()                                       \
+                     : paged ? instanceSharedBytes<HD, true, HDV>() : instanceSharedBytes<HD, false, HDV>();
 #include "cuda/generated/forward_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE
   return 0;  // unreachable: instances come from the same list
 }
 
-TileConfig tileOf(const InstanceKey &key) { return tileFor(key.headDim, key.widthV()); }
+TileConfig tileOf(const InstanceKey &key, bool shortTile = false) {
+  return shortTile ? shortTileFor(key.headDim, key.widthV()) : tileFor(key.headDim, key.widthV());
+}
+
+// The instance's short-sequence tile (shortTileFor) against its main one, H200, bf16, persistent, tensor maps
+// (bench/forward_sm90_variants, NOTES.md): d64 causal 128x128 in three stages 1.13x at S 512 and 1.10x at 1k against
+// 192x128, 0.94x at 2k; without a mask 0.96x at 512 and 0.94x at 1k (192 rows keep the tensor cores busier), so masked
+// problems only. d256 128x64 1.07x at S 512 with or without a mask, even at 1k. Both seqQ and seqK short: a short
+// query chunk over a long prefix has long tiles. Only the plain dense tensor-map kernel is compiled with it.
+bool usesShortTile(const AttnProblem &p, const InstanceKey &key, bool tma) {
+  if (!tma || p.paged || p.softcap > 0.f || p.alibiSlopes != nullptr) return false;
+  if (shortTileFor(key.headDim, key.widthV()).blockN == 0) return false;
+  const int64_t longest = std::max(p.seqQ, p.seqK);
+  if (key.headDim == 64) return p.mask != Mask::None && longest <= 1024;
+  return longest <= 512;
+}
 
 // Whether a paged cache's blocks split into tensor-map copies of whole page runs (pagedBoxRows: page sizes that are
 // multiples of 8 and share 8 or more with BlockN) whose tail block the warp can copy (V/O head dim 64, 128 or 256), and
@@ -53,7 +70,9 @@ bool pagedTmaShape(const AttnProblem &p, const InstanceKey &key) {
 // The cp.async producer (paged caches, strides no tensor map takes) loses 5-10% persistent from S 8k without a mask.
 // Causal at d192 (bench/forward_sm90_variants, H200): persistent 1.13x at S 512, 1.07x at 1k, 0.995x at 2k; at d256
 // 1.01x at 512 and 0.91x at 1k, so d256 stays one CTA per tile.
-bool runsPersistent(const AttnProblem &p, int32_t instance, bool tma) {
+// The short tiles run persistent (d256 128x64 at S 512: 1.03x causal, 1.02x without a mask).
+bool runsPersistent(const AttnProblem &p, int32_t instance, bool tma, bool shortTile) {
+  if (shortTile) return true;
   const bool equalTiles = p.mask == Mask::None && p.windowLeft < 0 && p.windowRight < 0;
   if (equalTiles) return tma ? instance <= 128 || p.seqK <= 4096 : p.seqK <= 4096;
   return instance <= 128 ? p.seqK <= 4096 : instance <= 192 && p.seqK <= 1024;
@@ -92,7 +111,7 @@ InstanceKey sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string 
                          {"O", p.o, batchUsed, p.heads > 1}},
                         "sm90 forward kernels", whyNot))
     return InstanceKey{p.dtype, 0};
-  const std::size_t shared = sharedBytesFor(key, p.paged);
+  const std::size_t shared = sharedBytesFor(key, p.paged, false);
   if (shared > dev.smemPerBlockOptin)
     return refuse("the sm90 " + instance + " forward tile needs " + std::to_string(shared) +
                   " bytes of shared memory per block; the device allows " + std::to_string(dev.smemPerBlockOptin));
@@ -112,7 +131,7 @@ InstanceKey sm90Serves(const DeviceInfo &dev, const AttnProblem &p, std::string 
 // Q, K and V by tensor-map copies where their maps encode: the same maps as the launch's at a stand-in address (the
 // call's pointers are 16-byte aligned, which sm90Serves checked), with row and page coordinates in 32 bits. A paged
 // cache whose blocks do not split into whole page runs (pagedTmaShape) comes through row tables instead.
-bool tmaServes(const AttnProblem &p, const InstanceKey &key) {
+bool tmaServes(const AttnProblem &p, const InstanceKey &key, const TileConfig &t) {
   if (p.paged && !pagedTmaShape(p, key)) return false;
   constexpr int64_t kMaxRows = std::numeric_limits<int32_t>::max() - 1024;
   if (p.ragged ? std::max(p.totalQ, p.totalK) > kMaxRows : std::max(p.seqQ, p.seqK) > kMaxRows) return false;
@@ -121,7 +140,6 @@ bool tmaServes(const AttnProblem &p, const InstanceKey &key) {
   void *const address = reinterpret_cast<void *>(uintptr_t(1) << 20);
   standIn.q = standIn.k = standIn.v = address;
   standIn.o = address;
-  const TileConfig t = tileOf(key);
   KernelParams scratch;
   if (p.paged) scratch.pageBoxRows = pagedBoxRows(p.pageSize, t.blockN);
   return encodeForwardMaps(sm90Params(p, standIn), p.dtype, 64 * t.consumerGroups, t.blockN, &scratch);
@@ -131,8 +149,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
   const InstanceKey key = sm90Serves(dev, p, whyNot);
   if (key.headDim == 0) return Verdict::Refused;
-  const TileConfig t = tileOf(key);
-  const bool tma = tmaServes(p, key);
+  const bool tma = tmaServes(p, key, tileOf(key));
   if (p.paged && !tma && (128 % (key.headDim / 8) != 0 || 128 % (key.widthV() / 8) != 0)) {
     if (whyNot != nullptr)
       *whyNot = concat("a paged K/V on the ", instanceName(key),
@@ -149,7 +166,11 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
                                                       : "with strides no tensor map takes");
     return Verdict::Refused;
   }
-  const bool persistent = runsPersistent(p, key.headDim, tma);
+  // The short tile where it pays, its maps encode and its shared memory fits (both as the main tile's, smaller).
+  const bool shortTile = usesShortTile(p, key, tma) && tmaServes(p, key, tileOf(key, true)) &&
+                         sharedBytesFor(key, false, true) <= dev.smemPerBlockOptin;
+  const TileConfig t = tileOf(key, shortTile);
+  const bool persistent = runsPersistent(p, key.headDim, tma, shortTile);
   std::ostringstream description;
   description << kernelIdName(KernelId::ForwardWgmma) << " sm90a " << dtypeName(p.dtype) << " " << instanceName(key);
   if (p.headDimV != p.headDim) {
@@ -175,6 +196,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.warps = 4 * (t.consumerGroups + 1);
   config.persistent = persistent;
   config.tma = tma;
+  config.shortTile = shortTile;
   plan->config = config;
   plan->description = description.str();
   plan->deterministic = true;
@@ -200,6 +222,7 @@ cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &
   LaunchOptions options;
   options.persistent = config.persistent;
   options.tma = config.tma;
+  options.shortTile = config.shortTile;
   options.numSMs = dev.numSMs;
   options.l2Bytes = dev.l2Bytes;
   const InstanceKey key = config.instance;

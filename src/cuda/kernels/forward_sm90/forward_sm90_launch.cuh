@@ -95,6 +95,17 @@ cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions
 template <typename Element, int D, int DV>
 cudaError_t launchSm90Instance(const ForwardParams &params, const LaunchOptions &options, int device,
                                cudaStream_t stream) {
+  constexpr TileConfig s = shortTileFor(D, DV);
+  if (options.shortTile) {
+    if constexpr (s.blockN > 0) {
+      if (!options.tma || params.paged || params.softcap > 0.f || params.alibiSlopes != nullptr)
+        return cudaErrorInvalidValue;  // the plan takes the short tile for the plain tensor-map kernel only
+      return launchKernel<Element, D, s.blockN, s.consumerGroups, s.stages, s.pingPong, s.asyncArrive,
+                          s.qInRegisters, false, true, false, DV>(params, options, device, stream);
+    } else {
+      return cudaErrorInvalidValue;
+    }
+  }
   constexpr TileConfig t = tileFor(D, DV);
   return launchConfiguration<Element, D, t.blockN, t.consumerGroups, t.stages, t.pingPong, t.asyncArrive,
                              t.qInRegisters, DV>(params, options, device, stream);

@@ -53,6 +53,7 @@ struct TileConfig {
 struct LaunchOptions {
   bool persistent = true;
   bool tma = false;  // Q, K and V by tensor-map copies (the plan checked that the maps encode)
+  bool shortTile = false;  // the instance's shortTileFor tile (dense tensor-map kernel without logit transforms)
   int64_t pairsPerSection = 0;
   int numSMs = 0;
   std::size_t l2Bytes = 0;
@@ -68,6 +69,16 @@ constexpr TileConfig tileFor(int headDim, int headDimV = 0) {
          : headDim <= 128 ? TileConfig{128, 2, 2, true, true, false}     // TILE_D128: 128 x 128
          : headDim <= 192 ? TileConfig{112, 2, 2, true, true, false}     // TILE_D192: 128 x 112
                           : TileConfig{80, 2, 2, false, false, false};   // TILE_D256: 128 x 80
+}
+
+// A second tile for short sequences, where a smaller one wastes fewer rows on the partial last block or, causal,
+// on the diagonal and the machine sees more tiles; blockN 0 where an instance has none. Only the dense tensor-map
+// kernel without logit transforms is compiled with it. When the plan takes it: forward_sm90.cu usesShortTile.
+constexpr TileConfig shortTileFor(int headDim, int headDimV = 0) {
+  if (headDimV != 0 && headDimV != headDim) return TileConfig{0, 0, 0, false, false, false};
+  return headDim == 64    ? TileConfig{128, 2, 3, true, true, false}   // TILE_D64_SHORT: 128 x 128, three stages
+         : headDim == 256 ? TileConfig{64, 2, 2, false, false, false}  // TILE_D256_SHORT: 128 x 64
+                          : TileConfig{0, 0, 0, false, false, false};
 }
 
 // Shared memory: the Q tile, Stages K slots, Stages V slots (each a [D / 64][rows][64] stack of 128-byte-swizzled
@@ -99,6 +110,13 @@ template <int D, bool Paged = false, int DV = D>
 constexpr std::size_t instanceSharedBytes() {
   constexpr TileConfig t = tileFor(D, DV);
   return SharedLayout<D, t.blockN, t.consumerGroups, t.stages, Paged, DV>::kDynamicBytes;
+}
+
+template <int D, int DV = D>
+constexpr std::size_t shortTileSharedBytes() {
+  constexpr TileConfig t = shortTileFor(D, DV);
+  if constexpr (t.blockN == 0) return 0;
+  else return SharedLayout<D, t.blockN, t.consumerGroups, t.stages, false, DV>::kDynamicBytes;
 }
 
 // A paged cache's keys by tensor-map copies: each copy takes the same number of keys, from one page, and starts its
