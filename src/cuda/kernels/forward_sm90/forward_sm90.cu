@@ -42,16 +42,14 @@ TileConfig tileOf(const InstanceKey &key, bool shortTile = false) {
 }
 
 // The instance's short-sequence tile (shortTileFor) against its main one, H200, bf16, persistent, tensor maps
-// (bench/forward_sm90_variants, NOTES.md): d64 causal 128x128 in three stages 1.13x at S 512 and 1.10x at 1k against
-// 192x128, 0.94x at 2k; without a mask 0.96x at 512 and 0.94x at 1k (192 rows keep the tensor cores busier), so masked
-// problems only. d256 128x64 1.07x at S 512 with or without a mask, even at 1k. Both seqQ and seqK short: a short
-// query chunk over a long prefix has long tiles. Only the plain dense tensor-map kernel is compiled with it.
+// (bench/forward_sm90_variants, NOTES.md). d64 causal, 128x128 in three stages against 192x128: 1.13x at S 512, 1.10x
+// at 1k, 0.94x at 2k; without a mask 0.96x and 0.94x (192 rows keep the tensor cores busier). d256 causal, 128x64
+// against 128x80 ping-pong: 1.04x at S 512; without a mask even. So masked problems only, with both seqQ and seqK
+// short (a short query chunk over a long prefix has long tiles). Only the plain dense tensor-map kernel has it.
 bool usesShortTile(const AttnProblem &p, const InstanceKey &key, bool tma) {
-  if (!tma || p.paged || p.softcap > 0.f || p.alibiSlopes != nullptr) return false;
+  if (!tma || p.paged || p.softcap > 0.f || p.alibiSlopes != nullptr || p.mask == Mask::None) return false;
   if (shortTileFor(key.headDim, key.widthV()).blockN == 0) return false;
-  const int64_t longest = std::max(p.seqQ, p.seqK);
-  if (key.headDim == 64) return p.mask != Mask::None && longest <= 1024;
-  return longest <= 512;
+  return std::max(p.seqQ, p.seqK) <= (key.headDim == 64 ? 1024 : 512);
 }
 
 // Whether a paged cache's blocks split into tensor-map copies of whole page runs (pagedBoxRows: page sizes that are
@@ -70,7 +68,7 @@ bool pagedTmaShape(const AttnProblem &p, const InstanceKey &key) {
 // The cp.async producer (paged caches, strides no tensor map takes) loses 5-10% persistent from S 8k without a mask.
 // Causal at d192 (bench/forward_sm90_variants, H200): persistent 1.13x at S 512, 1.07x at 1k, 0.995x at 2k; at d256
 // 1.01x at 512 and 0.91x at 1k, so d256 stays one CTA per tile.
-// The short tiles run persistent (d256 128x64 at S 512: 1.03x causal, 1.02x without a mask).
+// The short tiles run persistent (d256 128x64 causal at S 512: 1.03x one CTA per tile).
 bool runsPersistent(const AttnProblem &p, int32_t instance, bool tma, bool shortTile) {
   if (shortTile) return true;
   const bool equalTiles = p.mask == Mask::None && p.windowLeft < 0 && p.windowRight < 0;
