@@ -49,7 +49,7 @@ TileConfig tileOf(const InstanceKey &key, bool shortTile = false) {
 bool usesShortTile(const AttnProblem &p, const InstanceKey &key, bool tma) {
   if (!tma || p.paged || p.softcap > 0.f || p.alibiSlopes != nullptr || p.mask == Mask::None) return false;
   if (shortTileFor(key.headDim, key.widthV()).blockN == 0) return false;
-  return std::max(p.seqQ, p.seqK) <= (key.headDim == 64 ? 1024 : 512);
+  return std::max(p.seqQ, p.seqK) <= shortTileMaxSeq(key.headDim);
 }
 
 // Whether a paged cache's blocks split into tensor-map copies of whole page runs (pagedBoxRows: page sizes that are

@@ -81,6 +81,9 @@ constexpr TileConfig shortTileFor(int headDim, int headDimV = 0) {
                           : TileConfig{0, 0, 0, false, false, false};
 }
 
+// The longest seqQ and seqK the short tile takes (where it measured ahead of the main one).
+constexpr int64_t shortTileMaxSeq(int headDim) { return headDim == 64 ? 1024 : 512; }
+
 // Shared memory: the Q tile, Stages K slots, Stages V slots (each a [D / 64][rows][64] stack of 128-byte-swizzled
 // slabs, DV / 64 for V, 1024-byte aligned), then the mbarriers; with a paged cache, then the producer's row tables
 // (two of BlockN element offsets, used by alternate K and V block loads).
