@@ -387,10 +387,11 @@ LoaderOverride loaderOverride() {
 constexpr int64_t kPagePiecesMinTiles = 64;
 constexpr int kPagePiecesMax = 4;
 
-// Key tiles per chunk of the plan planKernel would make for this problem on `kernel`.
-int64_t tilesPerChunk(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &kernel, const Shape &shape) {
+// Key tiles per chunk of the plan planKernel would make for this problem on `kernel` (its tileKeys resolved).
+int64_t tilesPerChunk(const DeviceInfo &dev, const AttnProblem &p, const PlannedKernel &kernel, const Shape &shape,
+                      int tileKeys) {
   Variant v = kernel.variant;
-  v.tileKeys = resolvedTileKeys(v, int(dtypeSize(p.dtype)), kernel.headDim);
+  v.tileKeys = tileKeys;
   const int perSM = std::max(1, kInstances[kernel.instance].occupancy(dev, kernel.libraryVariant, shape.rowTilesPerCta));
   const int64_t tiles = std::max<int64_t>(1, (p.seqK + v.tileKeys - 1) / v.tileKeys);
   return tiles / kvChunks(dev, p, v, shape, perSM);
@@ -419,7 +420,7 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
     const int pieces = p.paged ? pagedTensorPieces(p.pageSize, tileKeys) : 1;
     const bool shortPages = pieces != 1 && pin == LoaderOverride::kAuto &&
                             (pieces == 0 || pieces > kPagePiecesMax ||
-                             tilesPerChunk(dev, p, kernel, shape) < kPagePiecesMinTiles);
+                             tilesPerChunk(dev, p, kernel, shape, tileKeys) < kPagePiecesMinTiles);
     if (pin == LoaderOverride::kCpAsync || pin == LoaderOverride::kCpAsyncTwoStages || shortPages ||
         !tensorLoaderServes(dev, p, kernel.headDim, shape.kvHeads, tileKeys, kernel.variant.loader, &ignored)) {
       kernel.libraryVariant = kLoaderCpAsync;
