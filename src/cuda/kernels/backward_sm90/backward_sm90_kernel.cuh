@@ -262,10 +262,12 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   const uint64_t vRowsDesc = prim::wgmmaDescriptorSw128(base + L::kV + uint32_t(group) * 64 * 128, 16, 1024);
   const int keyInGroup = 16 * warp + lane / 4;  // + 8h: this thread's accumulator rows (keys) of S^T
 
-  // d64 (128-row query blocks): S^T and dP^T go in separate batches so P is computed while dP^T still runs, and dV's
-  // product runs while dS is computed (+3% measured). d128 keeps its single batch: that ordering is what its
-  // measurements and register budget were taken with.
-  constexpr bool kPipelined = kBlockM == 128;
+  // kSplitSdP: S^T and dP^T go in separate batches so P is computed while dP^T still runs. kEarlyDv (d64, 128-row
+  // query blocks): dV's product is issued once P is there and runs while dS is computed (+3% measured), and dK's right
+  // after dS, both under the dS hand-over; otherwise (d128) dV goes after dS and dK after dQ, so that dQ's additions
+  // run under dK's product (1.03-1.08x at d128, 0.91-0.95x at d64 measured).
+  constexpr bool kSplitSdP = kBlockM == 128;
+  constexpr bool kEarlyDv = kBlockM == 128;
   constexpr int kCols = kBlockM / 2;     // accumulator floats per thread of S^T, dP^T (64 keys x kBlockM queries)
   constexpr int kQuerySteps = kBlockM / 16;
 
@@ -295,7 +297,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       prim::WgmmaOp<Element, kBlockM>::ss(s, prim::wgmmaDescriptorAdvance(kRowsDesc, aOffset),
                                           prim::wgmmaDescriptorSw128(qTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
     }
-    if constexpr (kPipelined) prim::wgmmaCommitGroup();
+    if constexpr (kSplitSdP) prim::wgmmaCommitGroup();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint32_t aOffset = uint32_t(ks / 4) * kBlockN * 128 + uint32_t(ks % 4) * 32;
@@ -306,7 +308,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     prim::wgmmaCommitGroup();
     completeDqAdditions<Deterministic>(lane);
     turns.flush(w.keyBlock);  // the previous step's hand-over, under this step's products
-    if constexpr (kPipelined) {
+    if constexpr (kSplitSdP) {
       prim::wgmmaWaitGroup<1>();
       prim::wgmmaFenceOperands(s);
     } else {
@@ -325,7 +327,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     uint32_t pA[kQuerySteps][4];
     // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero; dP - D would instead leave the
     // difference of two dot products accumulated apart (wgmma's and the preprocess's).
-    if constexpr (kPipelined) {
+    if constexpr (kSplitSdP) {
       uint32_t oneKeyColumns = 0;  // bit 2j + e: query column 8j + 2 * quad + e is such a row
       if (fullyVisible) {
 #pragma unroll
@@ -359,12 +361,16 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
         }
       }
       toFragments<Element>(s, pA);
-      prim::wgmmaFence();
+      if constexpr (kEarlyDv) {
+        prim::wgmmaFence();
 #pragma unroll
-      for (int kk = 0; kk < kQuerySteps; ++kk)
-        prim::WgmmaOp<Element, D>::rsTransB(dv, pA[kk], prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048));
-      prim::wgmmaCommitGroup();
-      prim::wgmmaWaitGroup<1>();  // dP^T has landed; dV's product keeps running
+        for (int kk = 0; kk < kQuerySteps; ++kk)
+          prim::WgmmaOp<Element, D>::rsTransB(dv, pA[kk], prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048));
+        prim::wgmmaCommitGroup();
+        prim::wgmmaWaitGroup<1>();  // dP^T has landed; dV's product keeps running
+      } else {
+        prim::wgmmaWaitGroup<0>();
+      }
       prim::wgmmaFenceOperands(dp);
       // dS^T = P^T (dP^T - D) * scale; invisible entries have P = 0 (dP and D are finite: zero rows past the sequence).
 #pragma unroll
@@ -424,21 +430,28 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     uint32_t dsA[kQuerySteps][4];
     toFragments<Element>(dp, dsA);
 
+    // dK += dS^T Q (kEarlyDv: here; otherwise after dQ, below).
+    auto issueDk = [&] {
+#pragma unroll
+      for (int kk = 0; kk < kQuerySteps; ++kk)
+        prim::WgmmaOp<Element, D>::rsTransB(dk, dsA[kk], prim::wgmmaDescriptorAdvance(qDesc, uint32_t(kk) * 2048));
+      prim::wgmmaCommitGroup();
+    };
     prim::wgmmaFence();
-    if constexpr (!kPipelined) {
+    if constexpr (kEarlyDv) {
+      issueDk();
+    } else {
 #pragma unroll
       for (int kk = 0; kk < kQuerySteps; ++kk)
         prim::WgmmaOp<Element, D>::rsTransB(dv, pA[kk], prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048));
+      prim::wgmmaCommitGroup();
     }
-#pragma unroll
-    for (int kk = 0; kk < kQuerySteps; ++kk)
-      prim::WgmmaOp<Element, D>::rsTransB(dk, dsA[kk], prim::wgmmaDescriptorAdvance(qDesc, uint32_t(kk) * 2048));
-    prim::wgmmaCommitGroup();
 
     // The other warpgroup's dQ product of step t - 1 still reads the dS tile until it arrives here.
     if (t > 0) prim::namedBarrierSync(kDsFreeBarrier + group, 256);
     // dS^T fragments -> dS [query][key] (K-major A of dQ = dS K): matrix mIdx of k-step kk holds keys
-    // 16 * warp + 8 * (mIdx % 2) .. + 7 and queries 16 * kk + 8 * (mIdx / 2) .. + 7.
+    // 16 * warp + 8 * (mIdx % 2) .. + 7 and queries 16 * kk + 8 * (mIdx / 2) .. + 7 (d64: while dK's product reads the
+    // same fragments as A registers; only reads, and ptxas inserts no wait).
     {
       const int mIdx = lane / 8;
       const uint32_t chunk = uint32_t(2 * warp + (mIdx % 2));
@@ -479,26 +492,35 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       }
     }
     prim::wgmmaCommitGroup();
+    if constexpr (!kEarlyDv) issueDk();
     turns.peek(p, w.batch, h, sb.mBlock, w.keyBlock, order);
-    prim::wgmmaWaitGroup<0>();
-    prim::wgmmaFenceOperands(dq);
-    prim::wgmmaFenceOperands(dv);
-    prim::wgmmaFenceOperands(dk);
-    if constexpr (kPipelined) {
-      // P^T's fragments are read by dV's product while dS is computed: keep them (and dS^T's) untouched until here.
-      prim::wgmmaFenceOperands(pA);
+    auto releaseStage = [&] {
+      if constexpr (Tma) {
+        // This thread is done with the stage: its warpgroup's products have landed, and it read its statistics
+        // before them. Every thread arrives (release), so each read is ordered before the producer's next write.
+        prim::mbarrierArrive(empty + 8 * stage);
+      } else {
+        // Both warpgroups are past their step t - 1 (the dS barrier, which each reaches after its step t - 1
+        // products have landed): its stage is free for step t + 2.
+        if (t + L::kStages - 1 < steps) loadStep(t + L::kStages - 1);
+      }
+    };
+    auto productsLanded = [&] {
+      prim::wgmmaFenceOperands(dv);
+      prim::wgmmaFenceOperands(dk);
       prim::wgmmaFenceOperands(dsA);
+    };
+    if constexpr (kEarlyDv) {
+      prim::wgmmaWaitGroup<0>();
+      productsLanded();
+    } else {
+      prim::wgmmaWaitGroup<1>();  // dV and dQ have landed; dK's product keeps running
     }
+    prim::wgmmaFenceOperands(dq);
+    prim::wgmmaFenceOperands(pA);
     // This warpgroup's reads of the dS tile are over: the other may write step t + 1's.
     if (t + 1 < steps) prim::namedBarrierArrive(kDsFreeBarrier + (group ^ 1), 256);
-    if constexpr (Tma) {
-      // This thread is done with the stage: its warpgroup's products have landed, and it read its statistics before
-      // them. Every thread arrives (release), so each read is ordered before the producer's next write by the barrier.
-      prim::mbarrierArrive(empty + 8 * stage);
-    } else {
-      // Both warpgroups are past their step t - 1 (the dS barrier): its stage is free for step t + 2.
-      if (t + L::kStages - 1 < steps) loadStep(t + L::kStages - 1);
-    }
+    if constexpr (kEarlyDv) releaseStage();
 
     // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
     const int colBase = D == 128 ? 64 * group : 0;
@@ -516,6 +538,12 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
         addDqRows<1>(p, wsRow0, colBase / 64, dqStage, sq - iFirst < 16 ? sq - iFirst : 16);
       }
       turns.release(w.keyBlock);
+    }
+
+    if constexpr (!kEarlyDv) {
+      prim::wgmmaWaitGroup<0>();
+      productsLanded();
+      releaseStage();
     }
     if (++stage == L::kStages) {
       stage = 0;
