@@ -262,12 +262,11 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   const uint64_t vRowsDesc = prim::wgmmaDescriptorSw128(base + L::kV + uint32_t(group) * 64 * 128, 16, 1024);
   const int keyInGroup = 16 * warp + lane / 4;  // + 8h: this thread's accumulator rows (keys) of S^T
 
-  // kSplitSdP: S^T and dP^T go in separate batches so P is computed while dP^T still runs. kEarlyDv (d64, 128-row
-  // query blocks): dV's product is issued once P is there and runs while dS is computed (+3% measured), and dK's right
-  // after dS, both under the dS hand-over; otherwise (d128) dV goes after dS and dK after dQ, so that dQ's additions
-  // run under dK's product (1.03-1.08x at d128, 0.91-0.95x at d64 measured).
-  constexpr bool kSplitSdP = kBlockM == 128;
-  constexpr bool kEarlyDv = kBlockM == 128;
+  // kPipelined (d64, 128-row query blocks): S^T and dP^T go in separate batches so P is computed while dP^T still
+  // runs, dV's product is issued once P is there and runs while dS is computed (+3% measured), and dK's right after
+  // dS, both under the dS hand-over. d128: one batch for S^T and dP^T (splitting it measured 0.92-0.99x), dV after dS
+  // and dK after dQ, so that dQ's additions run under dK's product (1.03-1.08x at d128, 0.91-0.95x at d64 measured).
+  constexpr bool kPipelined = kBlockM == 128;
   constexpr int kCols = kBlockM / 2;     // accumulator floats per thread of S^T, dP^T (64 keys x kBlockM queries)
   constexpr int kQuerySteps = kBlockM / 16;
 
@@ -297,7 +296,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       prim::WgmmaOp<Element, kBlockM>::ss(s, prim::wgmmaDescriptorAdvance(kRowsDesc, aOffset),
                                           prim::wgmmaDescriptorSw128(qTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
     }
-    if constexpr (kSplitSdP) prim::wgmmaCommitGroup();
+    if constexpr (kPipelined) prim::wgmmaCommitGroup();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint32_t aOffset = uint32_t(ks / 4) * kBlockN * 128 + uint32_t(ks % 4) * 32;
@@ -308,7 +307,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     prim::wgmmaCommitGroup();
     completeDqAdditions<Deterministic>(lane);
     turns.flush(w.keyBlock);  // the previous step's hand-over, under this step's products
-    if constexpr (kSplitSdP) {
+    if constexpr (kPipelined) {
       prim::wgmmaWaitGroup<1>();
       prim::wgmmaFenceOperands(s);
     } else {
@@ -327,7 +326,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     uint32_t pA[kQuerySteps][4];
     // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero; dP - D would instead leave the
     // difference of two dot products accumulated apart (wgmma's and the preprocess's).
-    if constexpr (kSplitSdP) {
+    if constexpr (kPipelined) {
       uint32_t oneKeyColumns = 0;  // bit 2j + e: query column 8j + 2 * quad + e is such a row
       if (fullyVisible) {
 #pragma unroll
@@ -361,16 +360,12 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
         }
       }
       toFragments<Element>(s, pA);
-      if constexpr (kEarlyDv) {
-        prim::wgmmaFence();
+      prim::wgmmaFence();
 #pragma unroll
-        for (int kk = 0; kk < kQuerySteps; ++kk)
-          prim::WgmmaOp<Element, D>::rsTransB(dv, pA[kk], prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048));
-        prim::wgmmaCommitGroup();
-        prim::wgmmaWaitGroup<1>();  // dP^T has landed; dV's product keeps running
-      } else {
-        prim::wgmmaWaitGroup<0>();
-      }
+      for (int kk = 0; kk < kQuerySteps; ++kk)
+        prim::WgmmaOp<Element, D>::rsTransB(dv, pA[kk], prim::wgmmaDescriptorAdvance(dODesc, uint32_t(kk) * 2048));
+      prim::wgmmaCommitGroup();
+      prim::wgmmaWaitGroup<1>();  // dP^T has landed; dV's product keeps running
       prim::wgmmaFenceOperands(dp);
       // dS^T = P^T (dP^T - D) * scale; invisible entries have P = 0 (dP and D are finite: zero rows past the sequence).
 #pragma unroll
@@ -430,7 +425,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     uint32_t dsA[kQuerySteps][4];
     toFragments<Element>(dp, dsA);
 
-    // dK += dS^T Q (kEarlyDv: here; otherwise after dQ, below).
+    // dK += dS^T Q (kPipelined: here; otherwise after dQ, below).
     auto issueDk = [&] {
 #pragma unroll
       for (int kk = 0; kk < kQuerySteps; ++kk)
@@ -438,7 +433,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       prim::wgmmaCommitGroup();
     };
     prim::wgmmaFence();
-    if constexpr (kEarlyDv) {
+    if constexpr (kPipelined) {
       issueDk();
     } else {
 #pragma unroll
@@ -492,7 +487,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       }
     }
     prim::wgmmaCommitGroup();
-    if constexpr (!kEarlyDv) issueDk();
+    if constexpr (!kPipelined) issueDk();
     turns.peek(p, w.batch, h, sb.mBlock, w.keyBlock, order);
     auto releaseStage = [&] {
       if constexpr (Tma) {
@@ -510,7 +505,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       prim::wgmmaFenceOperands(dk);
       prim::wgmmaFenceOperands(dsA);
     };
-    if constexpr (kEarlyDv) {
+    if constexpr (kPipelined) {
       prim::wgmmaWaitGroup<0>();
       productsLanded();
     } else {
@@ -520,7 +515,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     prim::wgmmaFenceOperands(pA);
     // This warpgroup's reads of the dS tile are over: the other may write step t + 1's.
     if (t + 1 < steps) prim::namedBarrierArrive(kDsFreeBarrier + (group ^ 1), 256);
-    if constexpr (kEarlyDv) releaseStage();
+    if constexpr (kPipelined) releaseStage();
 
     // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
     const int colBase = D == 128 ? 64 * group : 0;
@@ -540,7 +535,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       turns.release(w.keyBlock);
     }
 
-    if constexpr (!kEarlyDv) {
+    if constexpr (!kPipelined) {
       prim::wgmmaWaitGroup<0>();
       productsLanded();
       releaseStage();
