@@ -355,6 +355,29 @@ TEST(Choosers, BackwardPicks) {
   EXPECT_EQ(d80.plan.kernel, KernelId::BackwardMma) << d80.plan.description;
 }
 
+// The wgmma backward's CTA order under a mask: sections of (sequence, KV head) groups, a power of two of them within
+// 40 MB of Q, dO and FP32 dQ accumulator (backward_sm90.cu groupsPerSectionFor); without a mask one group at a time.
+TEST(Choosers, BackwardSectionsUnderMasks) {
+  const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
+  AttnProblem p = dense(Op::Backward, DType::BF16, 16, 16, 8192, 8192, 128);  // batch 2: 32 groups of 8 MB
+  const Pick plain = pick(kH100, p);
+  if (!wgmma || instanceNotBuilt(plain)) GTEST_SKIP() << "no wgmma backward d128 instance in this build";
+  ASSERT_TRUE(plain.served) << plain.why;
+  ASSERT_EQ(plain.plan.kernel, KernelId::BackwardWgmma) << plain.plan.description;
+  EXPECT_EQ(plain.plan.as<flashattn::BackwardConfig>().groupsPerSection, 1);
+  p.mask = flashattn::Mask::CausalBottomRight;
+  EXPECT_EQ(pick(kH100, p).plan.as<flashattn::BackwardConfig>().groupsPerSection, 4);  // 4 x 8.4 MB
+  p.seqQ = p.seqK = 2048;
+  p.q = p.o = p.dO = p.dQ = p.k = p.v = p.dK = p.dV = flashattn::Layout{2048 * 16 * 128, 128, 16 * 128};
+  p.lse = flashattn::Layout{16 * 2048, 2048, 1};
+  EXPECT_EQ(pick(kH100, p).plan.as<flashattn::BackwardConfig>().groupsPerSection, 16);  // 16 x 2.1 MB
+  p.batch = 1;
+  p.heads = p.kvHeads = 3;  // fewer groups than the budget takes: a power of two that fits them
+  p.q = p.o = p.dO = p.dQ = p.k = p.v = p.dK = p.dV = flashattn::Layout{2048 * 3 * 128, 128, 3 * 128};
+  p.lse = flashattn::Layout{3 * 2048, 2048, 1};
+  EXPECT_EQ(pick(kH100, p).plan.as<flashattn::BackwardConfig>().groupsPerSection, 2);
+}
+
 TEST(Choosers, RefusalsNameTheArgument) {
   AttnProblem p = dense(Op::Forward, DType::BF16, 8, 8, 64, 64, 300);
   const Pick r = pick(kH100, p);

@@ -464,6 +464,7 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
   params.headDimV = int32_t(p.headDimV);
   params.dqPitch = dqPitchOf(p.headDim);
   params.keyBlocks = int32_t((p.seqK + config.blockN - 1) / config.blockN);
+  params.groupsPerSection = config.groupsPerSection;
   params.queryBlocks = int32_t((p.seqQ + config.blockM - 1) / config.blockM);
   params.ragged = p.ragged;
   params.cuSeqlensQ = p.cuSeqlensQ;

@@ -29,10 +29,24 @@ struct WorkItem {
 __device__ __forceinline__ WorkItem decodeWorkItem(const BackwardParams &p) {
   const int64_t linear = blockIdx.x;
   WorkItem w;
-  w.keyBlock = int32_t(linear % p.keyBlocks);
-  const int64_t rest = linear / p.keyBlocks;
-  w.kvHead = int32_t(rest % p.kvHeads);
-  w.batch = int32_t(rest / p.kvHeads);
+  int64_t group;  // batch * kvHeads + kvHead
+  if (p.groupsPerSection <= 1) {
+    w.keyBlock = int32_t(linear % p.keyBlocks);
+    group = linear / p.keyBlocks;
+  } else {
+    // Key-block-major inside a section (the last section may hold fewer groups); each group's key blocks still come
+    // in ascending order, as the deterministic mode's turns need.
+    const int64_t groups = int64_t(p.kvHeads) * p.batch;
+    const int64_t perSection = int64_t(p.groupsPerSection) * p.keyBlocks;
+    const int64_t section = linear / perSection;
+    const int64_t inSection = linear - section * perSection;
+    const int64_t first = section * p.groupsPerSection;
+    const int64_t width = groups - first < p.groupsPerSection ? groups - first : p.groupsPerSection;
+    w.keyBlock = int32_t(inSection / width);
+    group = first + (inSection - int64_t(w.keyBlock) * width);
+  }
+  w.kvHead = int32_t(group % p.kvHeads);
+  w.batch = int32_t(group / p.kvHeads);
   return w;
 }
 

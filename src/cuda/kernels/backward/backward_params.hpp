@@ -68,6 +68,11 @@ struct BackwardParams {
   int32_t dqPitch = 0;         // row length of the unpaneled FP32 dQ accumulator (dqPitchOf)
   int32_t keyBlocks = 0;       // ceil(seqK / BlockN): the fastest-varying part of the main kernel's 1-D grid
   int32_t queryBlocks = 0;     // ceil(seqQ / BlockM): counters per (sequence, head) in deterministic mode
+  // The grid's order (backward_common.cuh decodeWorkItem): 1 walks the key blocks of one (sequence, KV head) group
+  // after another; more takes the groups in sections of this many and the key blocks of a section's groups in turn,
+  // so that under a mask, where key block 0 has the most work, the long CTAs of every group start early, while a
+  // section's Q, dO and dQ accumulator still share the L2.
+  int32_t groupsPerSection = 1;
 
   bool ragged = false;
   const int32_t *cuSeqlensQ = nullptr;

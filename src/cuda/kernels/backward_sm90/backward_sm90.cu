@@ -79,6 +79,22 @@ bool tmaServes(const AttnProblem &p, const InstanceKey &instance, int blockM) {
   return encodeQueryMaps(b, p.dtype, blockM, &scratch);
 }
 
+// The grid's sections (BackwardParams::groupsPerSection). Under a causal mask key block 0 has the most work, and
+// walking one (sequence, KV head) group's key blocks after another starts the last groups' long CTAs late (a
+// simulation of the CTA scheduler: 6-15% over the ideal at S 2k-8k); key-block-major order starts every long CTA
+// first. Sections of groups keep what their CTAs read in the L2: as FlashAttention-3's backward LPT scheduler, at most
+// 40 MB of Q, dO and FP32 dQ accumulator per section, a power of two of groups.
+int32_t groupsPerSectionFor(const AttnProblem &p) {
+  if (p.mask == Mask::None) return 1;
+  const int64_t groups = p.batch * p.kvHeads;
+  const int64_t bytesPerGroup =
+      (p.heads / p.kvHeads) * p.seqQ * ((p.headDim + p.headDimV) * int64_t(dtypeSize(p.dtype)) + p.headDim * 4);
+  constexpr int64_t kSectionBytes = int64_t(40) << 20;
+  int64_t section = 1;
+  while (2 * section <= groups && 2 * section * bytesPerGroup <= kSectionBytes) section *= 2;
+  return int32_t(section);
+}
+
 Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
   auto refuse = [&](const std::string &reason) {
@@ -121,6 +137,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.dqPaneled = dqPaneledFor(*instance);
   config.tma = tmaServes(p, *instance, tile.blockM);
   if (config.tma) config.warps = tile.warps + 4;
+  config.groupsPerSection = groupsPerSectionFor(p);
   return backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
 }
 
