@@ -27,6 +27,12 @@ __device__ __forceinline__ void storeShared16(uint32_t sharedAddress, uint4 valu
                : "memory");
 }
 
+// Two floats into shared memory at a shared-window address (8-byte aligned), for callers that compute addresses with
+// bit operations a generic pointer would hide from the compiler's address-space inference.
+__device__ __forceinline__ void storeSharedFloat2(uint32_t sharedAddress, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(sharedAddress), "f"(x), "f"(y) : "memory");
+}
+
 __device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 // Waits until at most Pending of this thread's committed groups are still in flight.

@@ -95,7 +95,8 @@ struct SharedLayout {
   static constexpr uint32_t kKeys = kEmpty + kStages * 8;              // K and V have landed (producer form)
   static constexpr uint32_t kEnd = kKeys + 8;
   static constexpr std::size_t kDynamicBytes = std::size_t(kEnd) + 1024;  // room to align the base
-  static_assert(kDq % 16 == 0 && kFull % 8 == 0, "bulk copies need 16-byte, mbarriers 8-byte alignment");
+  static_assert(kDq % 256 == 0 && kFull % 8 == 0,
+                "the dQ staging stores need 256-byte aligned tiles (stageDqRows), mbarriers 8-byte alignment");
 };
 
 // Named barriers (0 is __syncthreads): the dS hand-over of both warpgroups, and the per-warpgroup "my dQ product of
@@ -149,7 +150,9 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   const float *const sRowDot = reinterpret_cast<const float *>(baseGeneric + L::kRowDot);
 
   const int thread = threadIdx.x;
-  const int group = thread / 128;  // consumer warpgroup: keys 64 * group ..
+  // Consumer warpgroup (keys 64 * group ..), broadcast from lane 0 so that the compiler knows it warp-uniform: the
+  // wgmma descriptors built from it then stay in uniform registers instead of being moved there for every product.
+  const int group = __shfl_sync(0xffffffffu, thread / 128, 0);
   const int warp = (thread % 128) / 32;
   const int lane = thread % 32;
   const int quad = lane % 4;
@@ -195,7 +198,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       for (int32_t t = 0; t < steps; ++t) {
         const int st = t % L::kStages;
         if (t >= L::kStages) prim::mbarrierWaitInline(empty + 8 * st, uint32_t(t / L::kStages - 1) & 1u);
-        const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
+        const StepBlock sb = stepBlock<Deterministic>(order, t);
         const int32_t m0 = sb.mBlock * kBlockM;
         const int32_t h = headBase + sb.head;
         if (raggedTail(m0)) {
@@ -238,7 +241,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   // stage's barrier as they land.
   auto loadStep = [&](int32_t t) {
     const int stage = t % L::kStages;
-    loadQueryStep<Element, D, D, kBlockM, Deterministic>(p, w, e, order, blocksPerHead, headBase, t, stage, base,
+    loadQueryStep<Element, D, D, kBlockM, Deterministic>(p, w, e, order, headBase, t, stage, base,
                                                          L::kQ, L::kDO, L::kQBytes, L::kQBytes, L::kLse, L::kRowDot,
                                                          thread);
     prim::cpAsyncMbarrierArrive(full + 8 * stage);
@@ -277,7 +280,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   uint32_t phase = 0;  // parity of the stage barrier's current use
   for (int32_t t = 0; t < steps; ++t) {
     prim::mbarrierWaitInline(full + 8 * stage, phase);
-    const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
+    const StepBlock sb = stepBlock<Deterministic>(order, t);
     const int32_t m0 = sb.mBlock * kBlockM;
     // cp.async copies are generic-proxy writes, which wgmma reads through the async proxy; tensor-map copies are
     // async-proxy writes already.
@@ -287,6 +290,10 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     const uint32_t qTile = base + L::kQ + stage * L::kQBytes;
     const uint32_t dOTile = base + L::kDO + stage * L::kQBytes;
 
+    // One descriptor per operand and step, advanced per k-step: built per product from the address, the descriptors
+    // were most of the consumers' integer instructions (ncu, NOTES.md).
+    const uint64_t qKDesc = prim::wgmmaDescriptorSw128(qTile, 16, 1024);
+    const uint64_t dOKDesc = prim::wgmmaDescriptorSw128(dOTile, 16, 1024);
     float s[kCols], dp[kCols];
     prim::wgmmaFence();
 #pragma unroll
@@ -294,7 +301,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       const uint32_t aOffset = uint32_t(ks / 4) * kBlockN * 128 + uint32_t(ks % 4) * 32;
       const uint32_t bOffset = uint32_t(ks / 4) * kBlockM * 128 + uint32_t(ks % 4) * 32;
       prim::WgmmaOp<Element, kBlockM>::ss(s, prim::wgmmaDescriptorAdvance(kRowsDesc, aOffset),
-                                          prim::wgmmaDescriptorSw128(qTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
+                                          prim::wgmmaDescriptorAdvance(qKDesc, bOffset), ks > 0 ? 1u : 0u);
     }
     if constexpr (kPipelined) prim::wgmmaCommitGroup();
 #pragma unroll
@@ -302,7 +309,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       const uint32_t aOffset = uint32_t(ks / 4) * kBlockN * 128 + uint32_t(ks % 4) * 32;
       const uint32_t bOffset = uint32_t(ks / 4) * kBlockM * 128 + uint32_t(ks % 4) * 32;
       prim::WgmmaOp<Element, kBlockM>::ss(dp, prim::wgmmaDescriptorAdvance(vRowsDesc, aOffset),
-                                          prim::wgmmaDescriptorSw128(dOTile + bOffset, 16, 1024), ks > 0 ? 1u : 0u);
+                                          prim::wgmmaDescriptorAdvance(dOKDesc, bOffset), ks > 0 ? 1u : 0u);
     }
     prim::wgmmaCommitGroup();
     completeDqAdditions<Deterministic>(lane);
@@ -468,20 +475,21 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     if constexpr (D == 128) {
       const uint64_t kDesc =
           prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * kBlockN * 128, kBlockN * 128, 1024);
+      const uint64_t dsBaseDesc = prim::wgmmaDescriptorSw128(base + L::kDS, 16, 1024);
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t dsDesc = prim::wgmmaDescriptorSw128(
-            base + L::kDS + uint32_t(kk / 4) * kBlockM * 128 + uint32_t(kk % 4) * 32, 16, 1024);
+        const uint64_t dsDesc =
+            prim::wgmmaDescriptorAdvance(dsBaseDesc, uint32_t(kk / 4) * kBlockM * 128 + uint32_t(kk % 4) * 32);
         prim::WgmmaOp<Element, 64>::template ssTransposed<0, 1>(
             dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
       }
     } else {
       const uint64_t kDesc = prim::wgmmaDescriptorSw128(base + L::kK, kBlockN * 128, 1024);
+      const uint64_t dsBaseDesc = prim::wgmmaDescriptorSw128(base + L::kDS + uint32_t(group) * 64 * 128, 16, 1024);
 #pragma unroll
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t dsDesc = prim::wgmmaDescriptorSw128(base + L::kDS + uint32_t(kk / 4) * kBlockM * 128 +
-                                                               uint32_t(group) * 64 * 128 + uint32_t(kk % 4) * 32,
-                                                           16, 1024);
+        const uint64_t dsDesc =
+            prim::wgmmaDescriptorAdvance(dsBaseDesc, uint32_t(kk / 4) * kBlockM * 128 + uint32_t(kk % 4) * 32);
         prim::WgmmaOp<Element, 64>::template ssTransposed<0, 1>(
             dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
       }
@@ -524,8 +532,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       // The warp's tile goes through its staging tile.
       const int32_t iFirst = m0 + rowBase + 16 * warp;
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
-      stageDqRows<64>(reinterpret_cast<float *>(baseGeneric + L::kDq + uint32_t(thread / 32) * L::kDqWarpBytes), dq,
-                      wsRow0, lane, quad);
+      stageDqRows<64>(dqStage, dq, wsRow0, lane, quad);
       turns.acquire(w.keyBlock);
       if (lane == 0) {
         // Deterministic: the turn was taken by a generic-proxy acquire; the addition goes through the async proxy.

@@ -80,6 +80,7 @@ struct Layout {
   // warpgroups' shares together are D columns: 4 warps x 16 rows x D x 4 bytes.
   static constexpr uint32_t kDqStage = kRowDot + 2 * kBlockM * 4;
   static constexpr uint32_t kDqStageBytes = 4u * 16u * uint32_t(D) * 4u;
+  static_assert(kDqStage % 256 == 0, "the dQ staging stores need 256-byte aligned tiles (stageDqRows)");
   static constexpr std::size_t kSharedLimit = 232448;  // sm90's opt-in shared memory per block (227 KB)
   static constexpr bool kBulkDq = std::size_t(kDqStage) + kDqStageBytes + 1024 <= kSharedLimit;
   static constexpr uint32_t kEnd = kBulkDq ? kDqStage + kDqStageBytes : kDqStage;
@@ -156,7 +157,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
 
   // Issues the copies of step t (query head, query block) into stage t % 2.
   auto loadStep = [&](int32_t t) {
-    loadQueryStep<Element, D, DV, kBlockM, Deterministic>(p, w, e, order, blocksPerHead, headBase, t, t & 1, base,
+    loadQueryStep<Element, D, DV, kBlockM, Deterministic>(p, w, e, order, headBase, t, t & 1, base,
                                                           L::kQ, L::kDO, L::kTileBytes, L::kTileBytesV, L::kLse,
                                                           L::kRowDot, thread);
   };
@@ -189,7 +190,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     prim::fenceProxyAsyncShared();
     prim::namedBarrierSyncUnaligned(split::kCtaBarrier, 256);
 
-    const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
+    const StepBlock sb = stepBlock<Deterministic>(order, t);
     const int32_t m0 = sb.mBlock * kBlockM;
     const int32_t h = headBase + sb.head;
     const uint32_t qTile = base + L::kQ + stage * L::kTileBytes;
@@ -346,7 +347,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
       // Through the warp's staging tiles.
       const int32_t iFirst = m0 + 16 * warp;
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
-      stageDqRows<kDq>(reinterpret_cast<float *>(baseGeneric + dqStageOffset), dq, wsRow0, lane, quad);
+      stageDqRows<kDq>(base + dqStageOffset, dq, wsRow0, lane, quad);
       if (lane == 0) {
         // Deterministic: the turn was taken by a generic-proxy acquire; the additions go through the async proxy.
         if constexpr (Deterministic) prim::fenceProxyAsyncGlobal();
@@ -401,7 +402,9 @@ __global__ void __launch_bounds__(256, 1) backwardSm90SplitKernel(const __grid_c
   extern __shared__ unsigned char sm90BwdSplitShared[];
   const uint32_t base = (prim::smemAddress(sm90BwdSplitShared) + 1023u) & ~1023u;
   unsigned char *const baseGeneric = sm90BwdSplitShared + (base - prim::smemAddress(sm90BwdSplitShared));
-  const int group = int(threadIdx.x) / 128;  // warp-uniform: the two bodies' CTA barriers pair up warp by warp
+  // Warp-uniform (the two bodies' CTA barriers pair up warp by warp), and broadcast from lane 0 so that the compiler
+  // knows it: the wgmma descriptors built from it then stay in uniform registers.
+  const int group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if constexpr (split::evenSplit(D, DV)) {
     splitWalk<Element, D, DV, Deterministic, -1>(p, base, baseGeneric, group);
   } else if (group == 0) {

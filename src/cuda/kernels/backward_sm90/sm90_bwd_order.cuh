@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "cuda/kernels/backward/backward_common.cuh"
+#include "cuda/fast_divisor.hpp"
 #include "cuda/kernels/backward/backward_params.hpp"
 #include "cuda/primitives/mbarrier.cuh"
 
@@ -26,6 +27,8 @@ struct StepOrder {
   int32_t heads;            // query heads per KV head
   int32_t predecessorLast;  // deterministic: last query block key block n - 1 sees (-1: none); blocks above it are ours
                             // to add into first
+  FastDivisor perRound;     // steps per round of the walk's outer loop (deterministic: heads; else: blocks per head),
+                            // so that a step's block costs a multiply, not a division, in every loop that asks
 };
 
 struct StepBlock {
@@ -37,7 +40,8 @@ template <bool Deterministic>
 __device__ __forceinline__ StepOrder stepOrder(const backward::BackwardParams &p, const backward::SequenceExtent &e,
                                                int32_t keyBlock, int32_t n0, BlockRange qb, int32_t blockM,
                                                int32_t blockN) {
-  StepOrder o{qb.first, qb.last, p.headsPerKvHead, -1};
+  StepOrder o{qb.first, qb.last, p.headsPerKvHead, -1,
+              FastDivisor(Deterministic ? p.headsPerKvHead : (qb.last >= qb.first ? qb.last - qb.first + 1 : 1))};
   if (Deterministic && keyBlock > 0) {
     // The key blocks seeing one query block are consecutive (queryBlocksOf), and key block n - 1's range starts no
     // later than ours: a block of ours is unseen by n - 1 exactly when it lies above n - 1's last one.
@@ -48,14 +52,13 @@ __device__ __forceinline__ StepOrder stepOrder(const backward::BackwardParams &p
 }
 
 template <bool Deterministic>
-__device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t, int32_t blocksPerHead) {
-  if constexpr (Deterministic) {
-    const int32_t r = t / o.heads;
-    return StepBlock{t - r * o.heads, o.last - r};
-  } else {
-    const int32_t g = t / blocksPerHead;
-    return StepBlock{g, o.first + (t - g * blocksPerHead)};
-  }
+__device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t) {
+  const int32_t r = o.perRound.divide(t);
+  const int32_t i = o.perRound.remainder(t, r);
+  if constexpr (Deterministic)
+    return StepBlock{i, o.last - r};
+  else
+    return StepBlock{r, o.first + i};
 }
 
 // The CTA barrier of the hand-overs. A named one: the split kernel's warpgroups reach it from their own bodies at 192,

@@ -77,13 +77,13 @@ __device__ __forceinline__ void loadKeyBlock(const backward::BackwardParams &p, 
 template <typename Element, int D, int DV, int BlockM, bool Deterministic>
 __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p, const backward::WorkItem &w,
                                               const backward::SequenceExtent &e, const StepOrder &order,
-                                              int32_t blocksPerHead, int32_t headBase, int32_t t, int stage,
+                                              int32_t headBase, int32_t t, int stage,
                                               uint32_t base, uint32_t qOffset, uint32_t dOOffset,
                                               uint32_t qStageBytes, uint32_t dOStageBytes, uint32_t lseOffset,
                                               uint32_t rowDotOffset, int thread) {
   const Element *const qBase = static_cast<const Element *>(p.q);
   const Element *const dOBase = static_cast<const Element *>(p.dO);
-  const StepBlock sb = stepBlock<Deterministic>(order, t, blocksPerHead);
+  const StepBlock sb = stepBlock<Deterministic>(order, t);
   const int32_t m0 = sb.mBlock * BlockM;
   const int32_t h = headBase + sb.head;
   const int64_t row0 = e.qStart + m0;
@@ -102,8 +102,9 @@ __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p,
 // workspace row wsRow0 + r has them (backward_common.cuh's dqAccumIndex), so that one bulk reduce-add per panel moves
 // them (addDqRows). Waits first for the warp's previous reduce-adds to have read the tiles, and fences the stores into
 // the async proxy that reads them.
+// `tile` is a shared-window address, 256-byte aligned.
 template <int Columns, int Count>
-__device__ __forceinline__ void stageDqRows(float *tile, const float (&dq)[Count], int64_t wsRow0, int lane,
+__device__ __forceinline__ void stageDqRows(uint32_t tile, const float (&dq)[Count], int64_t wsRow0, int lane,
                                             int quad) {
   static_assert(Count == Columns / 2 && Columns % 64 == 0, "16 rows x whole 64-column panels");
   if (lane == 0) prim::bulkWaitRead<0>();
@@ -111,11 +112,15 @@ __device__ __forceinline__ void stageDqRows(float *tile, const float (&dq)[Count
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int r = lane / 4 + 8 * hh;
-    const int swizzle = backward::dqSwizzle(wsRow0 + r);
+    // Column pair 8 j' + 2 quad of the row sits at float (8 j' + 2 quad) ^ dqSwizzle = 8 (j' ^ (row & 3)) + 2 quad,
+    // byte 32 (j' ^ (row & 3)) + 8 quad. The row's start has bits 5-7 clear (a 256-byte aligned tile, 8 quad < 32),
+    // so the 32-byte column group goes in by XOR: one instruction per store.
+    const uint32_t row = (tile + uint32_t(r) * 256u + uint32_t(quad) * 8u) ^
+                         (uint32_t(backward::dqSwizzle(wsRow0 + r)) << 2);
 #pragma unroll
     for (int j = 0; j < Columns / 8; ++j)
-      *reinterpret_cast<float2 *>(tile + (j / 8) * 1024 + r * 64 + ((8 * (j % 8) + 2 * quad) ^ swizzle)) =
-          make_float2(dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
+      prim::storeSharedFloat2((row ^ (uint32_t(j % 8) << 5)) + uint32_t(j / 8) * 4096u, dq[4 * j + 2 * hh],
+                              dq[4 * j + 2 * hh + 1]);
   }
   prim::fenceProxyAsyncShared();
   __syncwarp();
