@@ -48,6 +48,7 @@ struct ForwardConfig {
   bool persistent = false;  // wgmma: CTAs loop over tiles
   bool tma = false;         // wgmma: Q, K and V by tensor-map copies
   bool shortTile = false;   // wgmma: the instance's tile for short sequences (forward_sm90_params.hpp shortTileFor)
+  int32_t qkWidth = 0;      // wgmma: the columns S = Q K^T contracts over (0: the instance's; trimmedQKWidth)
   KernelId forwardFamily = KernelId::None;  // a DecodeAsForward plan: the forward family that runs it
 };
 

@@ -324,6 +324,9 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
     EXPECT_NE(described.find("tile 64x64"), std::string::npos) << c.name << ": " << described;
   }
   if (padded) EXPECT_NE(described.find("zero-padded"), std::string::npos) << c.name << ": " << described;
+  // d96 takes the d128 kernel whose S^T and dP^T contract over 96 columns only (trimmedQKWidth).
+  EXPECT_EQ(described.find("S^T and dP^T over 96 columns") != std::string::npos, served && d == 96)
+      << c.name << ": " << described;
   // The d128 instance's producer-warpgroup form serves dense and ragged layouts (every served case's strides encode),
   // unless FLASHATTN_BACKWARD_LOADER pins the cp.async form (this suite runs under both: tests/gpu/CMakeLists.txt).
   const char *loader = std::getenv("FLASHATTN_BACKWARD_LOADER");

@@ -380,8 +380,9 @@ void runCases(const std::vector<Sm90Case> &cases) {
 }
 
 const flashAttnDataType_t kTypes[] = {FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16};
-// The instances (64, 128, 192, 256) and head dims between them (96 on 128, 160 on 192: zero-padded columns).
-const int64_t kHeadDims[] = {64, 96, 128, 160, 192, 256};
+// The instances (64, 128, 192, 256) and head dims between them (96 on 128, 160 on 192: zero-padded columns; 80 and 96
+// on 128 take its kernel whose S product contracts over 96 columns, 80 with 16 zero columns inside them).
+const int64_t kHeadDims[] = {64, 80, 96, 128, 160, 192, 256};
 
 std::vector<Sm90Case> edgeCases() {
   std::vector<Sm90Case> cases;
@@ -534,7 +535,12 @@ TEST(GpuForwardSm90, ChooserPicksWgmmaOnSm90) {
       EXPECT_NE(description.find("tile"), std::string::npos) << description;
       EXPECT_NE(description.find("tensor-map producer"), std::string::npos) << description;
       EXPECT_NE(description.find("fp32 accumulate"), std::string::npos) << description;
-      if (d == 96) EXPECT_NE(description.find("(headDim 96 zero-padded)"), std::string::npos) << description;
+      if (d == 96) {
+        EXPECT_NE(description.find("(headDim 96 zero-padded)"), std::string::npos) << description;
+        EXPECT_NE(description.find("S = Q K^T over 96 columns"), std::string::npos) << description;
+      } else {
+        EXPECT_EQ(description.find("S = Q K^T over"), std::string::npos) << description;
+      }
       EXPECT_EQ(deterministic, 1);
     }
   // Row strides that are not whole 16-byte vectors stay on the portable kernels.

@@ -138,7 +138,13 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.tma = tmaServes(p, *instance, tile.blockM);
   if (config.tma) config.warps = tile.warps + 4;
   config.groupsPerSection = groupsPerSectionFor(p);
-  return backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
+  const Verdict verdict =
+      backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
+  // The launch's choice (backward_sm90_launch.cuh launchD64D128Form), told where the plan is described.
+  const int trimmed = runsSplitKernel(instance->headDim) ? 0 : trimmedQKWidth(instance->headDim);
+  if (verdict == Verdict::Served && trimmed > 0 && p.headDim <= trimmed)
+    plan->description += concat("; S^T and dP^T over ", trimmed, " columns");
+  return verdict;
 }
 
 cudaError_t launchSm90Main(const DeviceInfo &dev, const Plan &plan, const backward::BackwardParams &params,

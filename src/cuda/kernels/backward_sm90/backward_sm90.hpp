@@ -44,6 +44,11 @@ constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
 // keeps the form where every consumer thread issues its share of the copies: its 128-row steps need all 255 registers.
 constexpr bool hasTmaForm(int headDim) { return headDim == 128; }
 
+// The narrower contraction of S^T and dP^T the d64/d128 kernel of a head dim is also compiled with (0: none), for
+// zero-padded problems whose columns end within it: D96 on d128 (its two products over the head dim were a quarter
+// zeros; dV, dK and dQ keep the instance's width). The launch takes it wherever the problem's head dim allows.
+constexpr int trimmedQKWidth(int headDim) { return headDim == 128 ? 96 : 0; }
+
 // What the d64/d128 kernel receives: the portable family's parameters and, for the producer-warpgroup form, the
 // tensor maps of Q and dO: [D][seqQ][heads][batch] in boxes of 64 columns x BlockM rows, or [D][tokens][heads][1] for
 // a ragged batch, whose last block of each sequence comes by cp.async instead (rows past a sequence must be zeros,

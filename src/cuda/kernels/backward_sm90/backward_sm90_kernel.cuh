@@ -135,9 +135,12 @@ constexpr int kProducerRegisters = 24;
 // Deterministic = true orders the dQ additions (backward_common.cuh's turn counters) and walks the query blocks in the
 // order that keeps the ordering cheap (stepBlock); false is the unordered kernel. Tma: the producer-warpgroup form
 // (kp's maps), else every thread copies its share of each step (kp.b only).
-template <typename Element, int D, bool Deterministic, bool Tma>
+// QKWidth: the columns S^T = K Q^T and dP^T = V dO^T contract over (D, or trimmedQKWidth where the problem's columns
+// past it are zeros; every other product keeps the instance's width).
+template <typename Element, int D, bool Deterministic, bool Tma, int QKWidth = D>
 __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const __grid_constant__ Sm90KernelParams kp) {
   using L = SharedLayout<D>;
+  static_assert(QKWidth % 16 == 0 && QKWidth <= D, "S^T and dP^T contract over whole k-steps of the instance");
   constexpr int kBlockM = L::kBlockM;
   constexpr int kBlockN = L::kBlockN;
   static_assert(!Tma || hasTmaForm(D), "the producer form is compiled where hasTmaForm says");
@@ -297,7 +300,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     float s[kCols], dp[kCols];
     prim::wgmmaFence();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
+    for (int ks = 0; ks < QKWidth / 16; ++ks) {
       const uint32_t aOffset = uint32_t(ks / 4) * kBlockN * 128 + uint32_t(ks % 4) * 32;
       const uint32_t bOffset = uint32_t(ks / 4) * kBlockM * 128 + uint32_t(ks % 4) * 32;
       prim::WgmmaOp<Element, kBlockM>::ss(s, prim::wgmmaDescriptorAdvance(kRowsDesc, aOffset),
@@ -305,7 +308,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     }
     if constexpr (kPipelined) prim::wgmmaCommitGroup();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
+    for (int ks = 0; ks < QKWidth / 16; ++ks) {
       const uint32_t aOffset = uint32_t(ks / 4) * kBlockN * 128 + uint32_t(ks % 4) * 32;
       const uint32_t bOffset = uint32_t(ks / 4) * kBlockM * 128 + uint32_t(ks % 4) * 32;
       prim::WgmmaOp<Element, kBlockM>::ss(dp, prim::wgmmaDescriptorAdvance(vRowsDesc, aOffset),

@@ -33,16 +33,26 @@ cudaError_t launchPerKeyBlock(Kernel *kernel, int threads, std::size_t sharedByt
   return cudaGetLastError();
 }
 
-template <typename Element, int D, bool Tma>
-cudaError_t launchD64D128Form(const Sm90KernelParams &kp, int device, cudaStream_t stream) {
+template <typename Element, int D, bool Tma, int QKWidth>
+cudaError_t launchD64D128Width(const Sm90KernelParams &kp, int device, cudaStream_t stream) {
   using L = SharedLayout<D>;
   constexpr int kThreads = Tma ? L::kThreads + 128 : L::kThreads;
   static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
   return kp.b.deterministic
-             ? launchPerKeyBlock(backwardSm90Kernel<Element, D, true, Tma>, kThreads, L::kDynamicBytes, kp, kp.b,
-                                 device, configuredDeterministic, stream)
-             : launchPerKeyBlock(backwardSm90Kernel<Element, D, false, Tma>, kThreads, L::kDynamicBytes, kp, kp.b,
-                                 device, configuredDevices, stream);
+             ? launchPerKeyBlock(backwardSm90Kernel<Element, D, true, Tma, QKWidth>, kThreads, L::kDynamicBytes, kp,
+                                 kp.b, device, configuredDeterministic, stream)
+             : launchPerKeyBlock(backwardSm90Kernel<Element, D, false, Tma, QKWidth>, kThreads, L::kDynamicBytes, kp,
+                                 kp.b, device, configuredDevices, stream);
+}
+
+// The kernel with the trimmed S^T / dP^T contraction where the problem's head dim ends within it.
+template <typename Element, int D, bool Tma>
+cudaError_t launchD64D128Form(const Sm90KernelParams &kp, int device, cudaStream_t stream) {
+  constexpr int kTrimmed = trimmedQKWidth(D);
+  if constexpr (kTrimmed > 0) {
+    if (kp.b.headDim <= kTrimmed) return launchD64D128Width<Element, D, Tma, kTrimmed>(kp, device, stream);
+  }
+  return launchD64D128Width<Element, D, Tma, D>(kp, device, stream);
 }
 
 template <typename Element, int D>

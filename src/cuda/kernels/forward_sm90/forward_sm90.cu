@@ -169,6 +169,11 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
                          sharedBytesFor(key, false, true) <= dev.smemPerBlockOptin;
   const TileConfig t = tileOf(key, shortTile);
   const bool persistent = runsPersistent(p, key.headDim, tma, shortTile);
+  // The instance's kernel with the narrower S contraction where the problem's Q/K columns end within it (the plain
+  // dense tensor-map kernel of the main tile, which is where it is compiled: forward_sm90_launch.cuh).
+  const int trimmed = trimmedQKWidth(key.headDim, key.widthV());
+  const bool plainDense = tma && !p.paged && !transformsLogits && !shortTile;
+  const int32_t qkWidth = plainDense && trimmed > 0 && p.headDim <= trimmed ? trimmed : 0;
   std::ostringstream description;
   description << kernelIdName(KernelId::ForwardWgmma) << " sm90a " << dtypeName(p.dtype) << " " << instanceName(key);
   if (p.headDimV != p.headDim) {
@@ -177,6 +182,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   } else if (key.headDim != p.headDim) {
     description << " (headDim " << p.headDim << " zero-padded)";
   }
+  if (qkWidth > 0) description << ", S = Q K^T over " << qkWidth << " columns";
   description << " tile " << 64 * t.consumerGroups << "x" << t.blockN << " " << t.consumerGroups
               << " consumer warpgroups + " << (tma ? "tensor-map" : "cp.async") << " producer, " << t.stages
               << " stages"
@@ -195,6 +201,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.persistent = persistent;
   config.tma = tma;
   config.shortTile = shortTile;
+  config.qkWidth = qkWidth;
   plan->config = config;
   plan->description = description.str();
   plan->deterministic = true;
@@ -221,6 +228,7 @@ cudaError_t launchSm90(const DeviceInfo &dev, const AttnProblem &p, const Plan &
   options.persistent = config.persistent;
   options.tma = config.tma;
   options.shortTile = config.shortTile;
+  options.qkWidth = config.qkWidth;
   options.numSMs = dev.numSMs;
   options.l2Bytes = dev.l2Bytes;
   const InstanceKey key = config.instance;

@@ -65,11 +65,12 @@ __device__ __forceinline__ void loadTileAsync(uint32_t tile, const Element *rows
                                                      headDim / 8);
 }
 
-// S = Q K^T for one consumer warpgroup: D / 16 k-steps; step ks reads slab ks / 4 at byte 32 * (ks % 4) of each row.
-template <typename Element, int D, int BlockN, int BlockM>
+// S = Q K^T for one consumer warpgroup: QKWidth / 16 k-steps (QKWidth: the instance's head dim, or fewer columns where
+// the problem's are zeros past it); step ks reads slab ks / 4 at byte 32 * (ks % 4) of each row.
+template <typename Element, int QKWidth, int BlockN, int BlockM>
 __device__ __forceinline__ void issueQK(float (&s)[BlockN / 2], uint64_t qDescriptor, uint64_t kDescriptor) {
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
+  for (int ks = 0; ks < QKWidth / 16; ++ks) {
     const uint32_t qOffset = uint32_t(ks / 4) * BlockM * 128 + uint32_t(ks % 4) * 32;
     const uint32_t kOffset = uint32_t(ks / 4) * BlockN * 128 + uint32_t(ks % 4) * 32;
     prim::WgmmaOp<Element, BlockN>::ss(s, prim::wgmmaDescriptorAdvance(qDescriptor, qOffset),
@@ -78,11 +79,11 @@ __device__ __forceinline__ void issueQK(float (&s)[BlockN / 2], uint64_t qDescri
 }
 
 // The same with Q as A fragments in registers (loaded once per tile by loadQFragments).
-template <typename Element, int D, int BlockN>
-__device__ __forceinline__ void issueQKFromRegisters(float (&s)[BlockN / 2], const uint32_t (&q)[D / 16][4],
+template <typename Element, int QKWidth, int BlockN>
+__device__ __forceinline__ void issueQKFromRegisters(float (&s)[BlockN / 2], const uint32_t (&q)[QKWidth / 16][4],
                                                      uint64_t kDescriptor) {
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
+  for (int ks = 0; ks < QKWidth / 16; ++ks) {
     const uint32_t kOffset = uint32_t(ks / 4) * BlockN * 128 + uint32_t(ks % 4) * 32;
     prim::WgmmaOp<Element, BlockN>::rs(s, q[ks], prim::wgmmaDescriptorAdvance(kDescriptor, kOffset),
                                        ks > 0 ? 1u : 0u);
@@ -91,12 +92,12 @@ __device__ __forceinline__ void issueQKFromRegisters(float (&s)[BlockN / 2], con
 
 // A fragments of a warp's 16 Q rows (rows 16 * warp + 0..15 of the warpgroup's 64 at sQRows) for every k-step: lane l
 // addresses row l % 16, k-chunk l / 16 of the step; the row's XOR is l % 8 since the rows start on multiples of 8.
-template <int D, int BlockM>
-__device__ __forceinline__ void loadQFragments(uint32_t (&q)[D / 16][4], uint32_t sQRows, int warp, int lane) {
+template <int QKWidth, int BlockM>
+__device__ __forceinline__ void loadQFragments(uint32_t (&q)[QKWidth / 16][4], uint32_t sQRows, int warp, int lane) {
   const uint32_t row = uint32_t(16 * warp + (lane % 16));
   const uint32_t rowAddress = sQRows + row * 128;
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
+  for (int ks = 0; ks < QKWidth / 16; ++ks) {
     const uint32_t chunk = uint32_t(2 * (ks % 4) + lane / 16) ^ uint32_t(lane % 8);
     prim::ldmatrixX4(q[ks], rowAddress + uint32_t(ks / 4) * BlockM * 128 + (chunk << 4));
   }
@@ -337,12 +338,14 @@ __device__ __forceinline__ void issueTileLoads(const Tile &t, LoadK &&loadK, Loa
   loadV(t.firstKeyBlock);
 }
 
-// D: the Q/K head dim of the instance; DV: its V/O head dim (D but for instances compiled for the two apart).
+// D: the Q/K head dim of the instance; DV: its V/O head dim (D but for instances compiled for the two apart); QKWidth:
+// the columns S = Q K^T contracts over (D, or trimmedQKWidth where the problem's columns past it are zeros).
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
-          bool QInRegisters, bool Paged, bool Tma, bool TransformLogits, int DV = D>
+          bool QInRegisters, bool Paged, bool Tma, bool TransformLogits, int DV = D, int QKWidth = D>
 __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     forwardSm90Kernel(const __grid_constant__ KernelParams kp) {
   using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged, DV>;
+  static_assert(QKWidth % 16 == 0 && QKWidth <= D, "S contracts over whole k-steps of the instance's columns");
   static_assert(kProducerBarrier > kSchedulerBarrierBase + ConsumerGroups - 1, "named barriers overlap");
   static_assert(!Paged || BlockN <= 128, "the row tables take one producer thread per key of a block");
   static_assert(!(Paged && Tma) || 32 % (DV / 8) == 0, "the paged tail block's V rows split over one warp");
@@ -686,17 +689,17 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
       float correction[2];
 
       // Q as register fragments: read once, after which the producer may refill the Q tile.
-      uint32_t qFragments[QInRegisters ? D / 16 : 1][4];
+      uint32_t qFragments[QInRegisters ? QKWidth / 16 : 1][4];
       auto issueS = [&](int slot) {
         if constexpr (QInRegisters)
-          issueQKFromRegisters<Element, D, BlockN>(s, qFragments, kDescriptor(slot));
+          issueQKFromRegisters<Element, QKWidth, BlockN>(s, qFragments, kDescriptor(slot));
         else
-          issueQK<Element, D, BlockN, kBlockM>(s, qDescriptor, kDescriptor(slot));
+          issueQK<Element, QKWidth, BlockN, kBlockM>(s, qDescriptor, kDescriptor(slot));
       };
       waitFull(qFull, qPhase);
       qPhase ^= 1u;
       if constexpr (QInRegisters) {
-        loadQFragments<D, kBlockM>(qFragments, sQ + uint32_t(group) * 64 * 128, warp, lane);
+        loadQFragments<QKWidth, kBlockM>(qFragments, sQ + uint32_t(group) * 64 * 128, warp, lane);
         releaseSlot(qEmpty, lane);
       }
       {  // the last visible block: S only

@@ -27,7 +27,7 @@ inline int64_t pairsPerSectionFor(const ForwardParams &params, std::size_t l2Byt
 }
 
 template <typename Element, int D, int BlockN, int ConsumerGroups, int Stages, bool PingPong, bool AsyncArrive,
-          bool QInRegisters, bool Paged, bool Tma = false, bool TransformLogits = false, int DV = D>
+          bool QInRegisters, bool Paged, bool Tma = false, bool TransformLogits = false, int DV = D, int QKWidth = D>
 cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &options, int device, cudaStream_t stream) {
   using Layout = SharedLayout<D, BlockN, ConsumerGroups, Stages, Paged, DV>;
   static std::atomic<uint64_t> configured{0};
@@ -50,7 +50,7 @@ cudaError_t launchKernel(const ForwardParams &params, const LaunchOptions &optio
       options.persistent && options.numSMs > 0 ? std::min<int64_t>(kp.totalTiles, options.numSMs) : kp.totalTiles;
   const auto kernel =
       forwardSm90Kernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, Paged, Tma,
-                        TransformLogits, DV>;
+                        TransformLogits, DV, QKWidth>;
   const cudaError_t err = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured);
   if (err != cudaSuccess) return err;
   kernel<<<dim3(unsigned(ctas)), dim3((ConsumerGroups + 1) * 128), Layout::kDynamicBytes, stream>>>(kp);
@@ -85,6 +85,13 @@ cudaError_t launchConfiguration(const ForwardParams &params, const LaunchOptions
     if (params.softcap > 0.f || params.alibiSlopes != nullptr)
       return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false,
                           true, true, DV>(params, options, device, stream);
+    // The trimmed contraction (trimmedQKWidth) where the plan chose it: the plain dense kernel only.
+    constexpr int kTrimmed = trimmedQKWidth(D, DV);
+    if constexpr (kTrimmed > 0) {
+      if (options.qkWidth == kTrimmed)
+        return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false,
+                            true, false, DV, kTrimmed>(params, options, device, stream);
+    }
     return launchKernel<Element, D, BlockN, ConsumerGroups, Stages, PingPong, AsyncArrive, QInRegisters, false, true,
                         false, DV>(params, options, device, stream);
   }

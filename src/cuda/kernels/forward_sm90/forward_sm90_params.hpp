@@ -55,9 +55,16 @@ struct LaunchOptions {
   bool tma = false;  // Q, K and V by tensor-map copies (the plan checked that the maps encode)
   bool shortTile = false;  // the instance's shortTileFor tile (dense tensor-map kernel without logit transforms)
   int64_t pairsPerSection = 0;
+  int qkWidth = 0;  // the columns S = Q K^T contracts over: the instance's head dim, or its trimmedQKWidth
   int numSMs = 0;
   std::size_t l2Bytes = 0;
 };
+
+// The narrower contraction an instance's plain dense kernel is also compiled with (0: none), for problems whose Q/K
+// head dim leaves the columns past it zero: S = Q K^T then skips their k-steps (the tensor maps still zero-fill them
+// in shared memory; the rest of the kernel is the instance's). d128 at 96: D96 and D72-88 problems, whose S product
+// was a quarter zeros; a trimmed kernel per instance would double the forward's compile time for widths no model uses.
+constexpr int trimmedQKWidth(int headDim, int headDimV) { return headDim == 128 && headDimV == 128 ? 96 : 0; }
 
 // The tile of each instance head dim, and of the instances whose V/O head dim differs (measurements behind them:
 // NOTES.md beside this file). d256's ping-pong: 1.03-1.05x persistent (no mask, S 1k-4k), 0.98-1.01x one CTA per tile.
