@@ -227,20 +227,38 @@ struct TensorMapLoader {
     return paged::pageAt(p.cache, w.batch, p.cache.pageSize.divide(key));
   }
 
+  // A map's coordinates 1..4 for one piece: each is the KV head, the key or the outer index (batch or page), as the
+  // map's slots say, or 0 (a rank-5 map's box dimension). The slots are taken apart into masks once per tile, so that
+  // a piece's coordinates cost two logic operations each: one thread issues every piece of the ring (4 a tile at pages
+  // of 16), and compare-and-branch chains per coordinate (~100 instructions a piece) bounded its rate.
+  struct PieceCoordinates {
+    int fixed[4], keyMask[4], outerMask[4];
+    __device__ __forceinline__ PieceCoordinates(const TensorMapSlots &slots, int kvHead) {
+#pragma unroll
+      for (int d = 0; d < 4; ++d) {
+        fixed[d] = slots.head == d + 1 ? kvHead : 0;
+        keyMask[d] = slots.key == d + 1 ? -1 : 0;
+        outerMask[d] = slots.batch == d + 1 ? -1 : 0;
+      }
+    }
+    // Exactly one of the three parts is nonzero where the dimension is named (the slots are distinct); an outer
+    // index of -1 (outside the map) passes through whole.
+    __device__ __forceinline__ int at(int dim, int key, int outer) const {
+      return fixed[dim - 1] | (key & keyMask[dim - 1]) | (outer & outerMask[dim - 1]);
+    }
+  };
+
   // One piece of a tile: `rows` keys from `key` of map dimension slots.key, `outer` in the batch dimension (dense: the
   // batch, paged: the page, -1 outside the map), landing `row0` keys into the stage. The wide (rank-5) view takes
   // every 64-column box in one copy and is only used with whole tiles (row0 0); the box view one copy per box.
-  __device__ __forceinline__ void copyPiece(const DecodeParams &p, const DecodeWork &w, uint32_t kDst, uint32_t vDst,
+  __device__ __forceinline__ void copyPiece(const DecodeParams &p, const PieceCoordinates &kc,
+                                            const PieceCoordinates &vc, bool rank5, uint32_t kDst, uint32_t vDst,
                                             uint32_t barrier, int key, int outer, int row0) const {
-    // The box dimension of a rank-5 map (the one not named) takes coordinate 0.
-    auto coordinate = [&](const TensorMapSlots &slots, int dim) {
-      return slots.key == dim ? key : slots.head == dim ? w.kvHead : slots.batch == dim ? outer : 0;
-    };
-    const int k1 = coordinate(p.kSlots, 1), k2 = coordinate(p.kSlots, 2), k3 = coordinate(p.kSlots, 3);
-    const int v1 = coordinate(p.vSlots, 1), v2 = coordinate(p.vSlots, 2), v3 = coordinate(p.vSlots, 3);
-    if (p.kSlots.rank == 5) {  // the planner gives K and V maps of the same rank
-      prim::tensorCopy5d(kDst, &p.kMap, 0, k1, k2, k3, coordinate(p.kSlots, 4), barrier);
-      prim::tensorCopy5d(vDst, &p.vMap, 0, v1, v2, v3, coordinate(p.vSlots, 4), barrier);
+    const int k1 = kc.at(1, key, outer), k2 = kc.at(2, key, outer), k3 = kc.at(3, key, outer);
+    const int v1 = vc.at(1, key, outer), v2 = vc.at(2, key, outer), v3 = vc.at(3, key, outer);
+    if (rank5) {  // the planner gives K and V maps of the same rank
+      prim::tensorCopy5d(kDst, &p.kMap, 0, k1, k2, k3, kc.at(4, key, outer), barrier);
+      prim::tensorCopy5d(vDst, &p.vMap, 0, v1, v2, v3, vc.at(4, key, outer), barrier);
       return;
     }
     const uint32_t rowOffset = uint32_t(row0 * 128);
@@ -259,10 +277,12 @@ struct TensorMapLoader {
     const int slot = x % Stages;
     const uint32_t barrier = fullBase + 8u * uint32_t(slot);
     const int key0 = w.keyBegin + x * TileKeys;
+    const PieceCoordinates kc(p.kSlots, w.kvHead), vc(p.vSlots, w.kvHead);
+    const bool rank5 = p.kSlots.rank == 5;
     if constexpr (!Paged) {
       prim::mbarrierArriveExpectTx(barrier, uint32_t(2 * kBoxes * TileKeys * 128));
       const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
-      copyPiece(p, w, kDst, kDst + uint32_t(kStageHalf * int(sizeof(Element))), barrier, key0, w.batch, 0);
+      copyPiece(p, kc, vc, rank5, kDst, kDst + uint32_t(kStageHalf * int(sizeof(Element))), barrier, key0, w.batch, 0);
     } else {
       const uint32_t kDst = prim::smemAddress(kv + slot * 2 * kStageHalf);
       const uint32_t vDst = kDst + uint32_t(kStageHalf * int(sizeof(Element)));
@@ -286,7 +306,7 @@ struct TensorMapLoader {
       const int firstRow = pieces == 1 ? p.cache.pageSize.remainder(key0, p.cache.pageSize.divide(key0)) : 0;
 #pragma unroll
       for (int j = 0; j < kMaxPieces; ++j)
-        if (j < pieces) copyPiece(p, w, kDst, vDst, barrier, firstRow, pages[j], j * rows);
+        if (j < pieces) copyPiece(p, kc, vc, rank5, kDst, vDst, barrier, firstRow, pages[j], j * rows);
     }
   }
 
