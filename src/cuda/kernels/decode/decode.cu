@@ -381,10 +381,11 @@ LoaderOverride loaderOverride() {
 }
 
 // Pages that are pieces of a key tile come by one tensor copy per page and 64-column box (16 a tile at page 16)
-// against cp.async's row gathers. H200 (f685e7f, GQA 32/8 D128, page 16): the copies stream at 1.05-1.09x the
-// gathers where a CTA walks 64 or 128 tiles, 0.98-1.00x at 32 and 0.80x at 4 (B1 L8k), whose first tiles wait on
-// their page reads and sixteen copies each. Pages of 8 (32 copies a tile) were not measured and stay on cp.async.
-constexpr int64_t kPagePiecesMinTiles = 64;
+// against cp.async's row gathers. H200 (GQA 32/8 D128, page 16), since the producer builds a piece's coordinates
+// from masks (1f85f3b): the copies stream at 0.99-1.00x the gathers where a CTA walks 64 or more tiles (both now
+// near the dense rate), 1.11x at ~32 (B1 L64k, B8 L8k) and 0.97x at 4 (B1 L8k), whose first tiles wait on their
+// page reads. The step from 4 to 32 tiles was not measured finer. Pages of 8 (32 copies a tile) stay on cp.async.
+constexpr int64_t kPagePiecesMinTiles = 16;
 constexpr int kPagePiecesMax = 4;
 
 // Key tiles per chunk of the plan planKernel would make for this problem on `kernel` (its tileKeys resolved).
