@@ -140,10 +140,10 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.groupsPerSection = groupsPerSectionFor(p);
   const Verdict verdict =
       backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
-  // The launch's choice (backward_sm90_launch.cuh launchD64D128Form), told where the plan is described.
-  const int trimmed = runsSplitKernel(instance->headDim) ? 0 : trimmedQKWidth(instance->headDim);
-  if (verdict == Verdict::Served && trimmed > 0 && p.headDim <= trimmed)
-    plan->description += concat("; S^T and dP^T over ", trimmed, " columns");
+  // The launch takes the same width (backward_sm90_launch.cuh launchD64D128Form).
+  const int qkWidth = qkWidthFor(instance->headDim, p.headDim);
+  if (verdict == Verdict::Served && !runsSplitKernel(instance->headDim) && qkWidth < instance->headDim)
+    plan->description += concat("; S^T and dP^T over ", qkWidth, " columns");
   return verdict;
 }
 

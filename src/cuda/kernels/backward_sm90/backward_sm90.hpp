@@ -49,6 +49,12 @@ constexpr bool hasTmaForm(int headDim) { return headDim == 128; }
 // zeros; dV, dK and dQ keep the instance's width). The launch takes it wherever the problem's head dim allows.
 constexpr int trimmedQKWidth(int headDim) { return headDim == 128 ? 96 : 0; }
 
+// The width S^T and dP^T contract over for a problem of head dim problemHeadDim on the d64/d128 instance of headDim:
+// the trimmed one where the problem's columns end within it. The one rule the launch follows and the plan describes.
+constexpr int qkWidthFor(int headDim, int64_t problemHeadDim) {
+  return trimmedQKWidth(headDim) > 0 && problemHeadDim <= trimmedQKWidth(headDim) ? trimmedQKWidth(headDim) : headDim;
+}
+
 // What the d64/d128 kernel receives: the portable family's parameters and, for the producer-warpgroup form, the
 // tensor maps of Q and dO: [D][seqQ][heads][batch] in boxes of 64 columns x BlockM rows, or [D][tokens][heads][1] for
 // a ragged batch, whose last block of each sequence comes by cp.async instead (rows past a sequence must be zeros,

@@ -50,7 +50,8 @@ template <typename Element, int D, bool Tma>
 cudaError_t launchD64D128Form(const Sm90KernelParams &kp, int device, cudaStream_t stream) {
   constexpr int kTrimmed = trimmedQKWidth(D);
   if constexpr (kTrimmed > 0) {
-    if (kp.b.headDim <= kTrimmed) return launchD64D128Width<Element, D, Tma, kTrimmed>(kp, device, stream);
+    if (qkWidthFor(D, kp.b.headDim) == kTrimmed)
+      return launchD64D128Width<Element, D, Tma, kTrimmed>(kp, device, stream);
   }
   return launchD64D128Width<Element, D, Tma, D>(kp, device, stream);
 }

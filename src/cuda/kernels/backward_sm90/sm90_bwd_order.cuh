@@ -14,8 +14,8 @@
 
 #include <cstdint>
 
-#include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/fast_divisor.hpp"
+#include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
 #include "cuda/primitives/mbarrier.cuh"
 
