@@ -658,6 +658,7 @@ struct Row {
   bool sinks = false;  // --sinks: the call had attention sinks (and the backward computed dSinks)
   int32_t chunks = 0;
   int64_t pageSize = 0;
+  bool pagesInOrder = false;  // --pages-in-order: the block table walks the pool in order (else shuffled)
   int64_t copies = 1;
   std::string kernel;
   double ms = NAN, tflops = NAN, kvGBps = NAN;
@@ -719,6 +720,7 @@ std::string rowJson(const Row &r) {
   if (r.kind == "decode") {
     j += ", \"chunks\": " + std::to_string(r.chunks) + ", \"page_size\": " + std::to_string(r.pageSize) +
          ", \"copies\": " + std::to_string(r.copies);
+    if (r.pagesInOrder) j += ", \"pages_in_order\": true";
     if (r.vInK) j += ", \"v_aliases_k\": true";
   }
   if (r.kind == "chunked") j += ", \"page_size\": " + std::to_string(r.pageSize);
@@ -754,7 +756,8 @@ std::string shapeText(const Row &r) {
         std::to_string(r.D) + (r.Dv != r.D ? "/" + std::to_string(r.Dv) : "") + (r.vInK ? " V=K" : "");
     std::snprintf(buf, sizeof buf, "decode %s B=%lld H=%lld/%lld Sq=%lld L=%lld D=%s%s%s%s%s", dtypeName(r.dtype),
                   (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk, dims.c_str(),
-                  r.causal ? " causal" : "", r.sinks ? " sinks" : "", r.pageSize ? (" page=" + std::to_string(r.pageSize)).c_str() : "",
+                  r.causal ? " causal" : "", r.sinks ? " sinks" : "",
+                  r.pageSize ? (" page=" + std::to_string(r.pageSize) + (r.pagesInOrder ? " in-order" : "")).c_str() : "",
                   r.chunks ? (" chunks=" + std::to_string(r.chunks)).c_str() : "");
   } else if (r.kind == "chunked") {
     const std::string dv = r.Dv != r.D ? "/" + std::to_string(r.Dv) : "";
@@ -806,6 +809,7 @@ struct Options {
   bool causal = false;
   int32_t chunks = 0;
   int64_t pageSize = 0;
+  bool pagesInOrder = false;  // paged decode: the identity block table instead of a shuffled one
   int iters = -1, warmup = -1;
   std::string json;
   std::string sweep;
@@ -838,6 +842,8 @@ void usage(FILE *f) {
                "  --causal                    bottom-right causal mask\n"
                "  --chunks N                  decode KV chunks (0 = automatic)\n"
                "  --page-size P               decode from a paged cache with P rows per page (0 = dense)\n"
+               "  --pages-in-order            paged decode: sequence b's pages in pool order (default: a shuffled\n"
+               "                              block table); shows what the table's order costs\n"
                "  --layout bhsd|bshd          memory order of Q, K, V, O (default bhsd)\n"
                "  --iters N --warmup N        timed calls (median reported) and untimed calls before them\n"
                "  --sweep prefill|decode|serving|chunked|mla|all\n"
@@ -984,6 +990,8 @@ Options parseOptions(int argc, char **argv) {
       o.deterministic = true;
     else if (a == "--sinks")
       o.sinks = true;
+    else if (a == "--pages-in-order")
+      o.pagesInOrder = true;
     else if (a == "--no-check")
       o.check = false;
     else if (a == "--list")
@@ -1064,10 +1072,11 @@ Row prefillRow(const PrefillShape &s, const char *op, bool sinks) {
   return shapeRow("prefill", op, s.dtype, s.B, s.H, s.HK, s.Sq, s.Sk, s.D, s.Dv, s.causal, sinks);
 }
 
-Row decodeRow(const DecodeShape &s, bool sinks) {
+Row decodeRow(const DecodeShape &s, bool sinks, bool pagesInOrder) {
   Row r = shapeRow("decode", "decode", s.dtype, s.B, s.H, s.HK, s.T, s.L, s.D, s.dimV(), s.causal, sinks);
   r.chunks = s.chunks;
   r.pageSize = s.pageSize;
+  r.pagesInOrder = pagesInOrder && s.pageSize > 0;
   r.vInK = s.vInK;
   return r;
 }
@@ -1706,7 +1715,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
 constexpr double kRotationBytes = 512.0 * 1024 * 1024;
 
 void Bench::decode(const DecodeShape &s) {
-  Row row = decodeRow(s, opt_.sinks);
+  Row row = decodeRow(s, opt_.sinks, opt_.pagesInOrder);
   const size_t es = elementBytes(s.dtype);
   const bool paged = s.pageSize > 0;
   const int64_t Dv = s.dimV();
@@ -1747,7 +1756,8 @@ void Bench::decode(const DecodeShape &s) {
     if (paged) {
       std::iota(table.begin(), table.end(), 0);
       NormalSource shuffle(7);
-      for (size_t i = table.size(); i > 1; --i) std::swap(table[i - 1], table[shuffle.bits() % i]);
+      if (!opt_.pagesInOrder)
+        for (size_t i = table.size(); i > 1; --i) std::swap(table[i - 1], table[shuffle.bits() % i]);
     }
     HostBlock hLengths(lengths.size() * 4), hTable(std::max<size_t>(1, table.size()) * 4);
     std::memcpy(hLengths.data(), lengths.data(), lengths.size() * 4);
@@ -2197,7 +2207,7 @@ std::vector<Row> plannedRows(const Plan &p, const Options &o) {
     if (p.bwd) rows.push_back(prefillRow(s, "bwd", o.sinks));
     if (p.bwd && p.bwdDet) rows.push_back(prefillRow(s, "bwd-det", o.sinks));
   }
-  for (const DecodeShape &s : p.decode) rows.push_back(decodeRow(s, o.sinks));
+  for (const DecodeShape &s : p.decode) rows.push_back(decodeRow(s, o.sinks, o.pagesInOrder));
   for (const ChunkedShape &s : p.chunked) {
     rows.push_back(chunkedRow(s, false));
     rows.push_back(chunkedRow(s, true));
