@@ -19,11 +19,21 @@ struct PagedRow {
   int32_t row;
 };
 
+// The table entry of page `index` of a sequence's row, nullptr where the row has no such entry: for callers that read
+// entries ahead by asynchronous copies and check them with checkedPage once they land.
+__device__ __forceinline__ const int32_t *entryAddress(const PagedCache &c, int32_t sequence, int32_t index) {
+  return int64_t(index) < c.maxPagesPerSeq ? c.blockTable + int64_t(sequence) * c.maxPagesPerSeq + index : nullptr;
+}
+
+// A table entry as a page id: -1 where it lies outside the pool.
+__device__ __forceinline__ int32_t checkedPage(const PagedCache &c, int32_t id) {
+  return id >= 0 && int64_t(id) < c.numPages ? id : -1;
+}
+
 // The id of page `index` of a sequence's table row, -1 where the row has no such entry or it lies outside the pool.
 __device__ __forceinline__ int32_t pageAt(const PagedCache &c, int32_t sequence, int32_t index) {
-  if (int64_t(index) >= c.maxPagesPerSeq) return -1;
-  const int32_t id = __ldg(c.blockTable + int64_t(sequence) * c.maxPagesPerSeq + index);
-  return id >= 0 && int64_t(id) < c.numPages ? id : -1;
+  const int32_t *entry = entryAddress(c, sequence, index);
+  return entry == nullptr ? -1 : checkedPage(c, __ldg(entry));
 }
 
 // Key `key` (0 <= key < 2^31) of sequence `sequence`. The table entry is read only when the key's page lies inside the

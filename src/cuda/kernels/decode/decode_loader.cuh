@@ -16,6 +16,7 @@
 #include "cuda/kernels/decode/decode_params.hpp"
 #include "cuda/kernels/decode/decode_work.cuh"
 #include "cuda/kernels/paged_kv.cuh"
+#include "cuda/primitives/cp_async_scalar.cuh"
 #include "cuda/primitives/mbarrier.cuh"
 #include "cuda/primitives/primitives.cuh"
 #include "cuda/primitives/tma.cuh"
@@ -54,6 +55,11 @@ struct KeyOffsets {
 // cp.async: the row addresses of tile x (dense, or paged by the rule of paged_kv.cuh) are computed one tile ahead by
 // one thread per key (the first TileKeys threads) into a table alternating by tile parity, with the tile's presence
 // mask; then every thread issues 16-byte copies into padded rows, absent keys zero-filled. Stages - 1 tiles in flight.
+// Paged caches: the block-table entries of the first Stages tiles are read into registers at the start; those of tile
+// y >= Stages come by cp.async into a ring of page ids with tile y - Stages's copies, so they have landed Stages - 1
+// tiles before they are needed. (Read into registers a tile ahead, an entry waited behind the tiles in flight: under a
+// full memory system a request returns about when the copies issued before it do, and pages of one key read at 0.69-0.74
+// of the same kernel on a dense cache of the same row addresses.)
 template <typename Element, int HeadDim, int Warps, int TileKeys, int Stages>
 struct CpAsyncLoader {
   static constexpr int kThreads = ctaThreads(Warps, kLoaderCpAsync);
@@ -67,14 +73,18 @@ struct CpAsyncLoader {
   static constexpr int kMaskSlots = maskSlots(Stages, kLoaderCpAsync);
   static_assert(Warps >= 2 && Warps <= 8, "the offset table takes the first two warps");
 
+  static constexpr int kPageIdSlots = pageIdSlots(Stages);
+
   Element *kv;
   KeyOffsets *offsetTable;
   uint32_t *validMask;
+  int32_t *pageIds;  // paged: [kPageIdSlots][TileKeys] block-table entries, tile y's in slot y % kPageIdSlots
 
   __device__ __forceinline__ CpAsyncLoader(unsigned char *smem, const SmemLayout &layout)
       : kv(reinterpret_cast<Element *>(smem + layout.kv)),
         offsetTable(reinterpret_cast<KeyOffsets *>(smem + layout.offsets)),
-        validMask(reinterpret_cast<uint32_t *>(smem + layout.validMask)) {}
+        validMask(reinterpret_cast<uint32_t *>(smem + layout.validMask)),
+        pageIds(reinterpret_cast<int32_t *>(smem + layout.pageIds)) {}
 
   __device__ __forceinline__ void prepare(const DecodeParams &) const {}
   __device__ __forceinline__ void start(const DecodeParams &, const DecodeWork &) const {}
@@ -96,14 +106,38 @@ struct CpAsyncLoader {
     return true;
   }
 
-  // Paged caches: where this thread's key of tile x lives (page -1: nowhere), read from the block table a whole tile
-  // before computeOffsets needs it, so that the table's round trip overlaps a tile's copies and math instead of
-  // stalling every warp at the barrier that publishes the offsets.
-  __device__ __forceinline__ paged::PagedRow fetchRow(const DecodeParams &p, const DecodeWork &w, int x) const {
+  // Paged caches: this thread's key of tile x (-1 when it has none, or is past the chunk) and its table row index.
+  __device__ __forceinline__ bool tileKey(const DecodeParams &p, const DecodeWork &w, int x, int &key,
+                                          int &index) const {
     const int tid = int(threadIdx.x);
-    const int key = w.keyBegin + x * TileKeys + tid;
-    if (!p.paged || tid >= TileKeys || x >= w.numTiles || key >= w.keyEnd) return paged::PagedRow{-1, 0};
-    return paged::pagedRow(p.cache, w.batch, key);
+    key = w.keyBegin + x * TileKeys + tid;
+    if (!p.paged || tid >= TileKeys || x >= w.numTiles || key >= w.keyEnd) return false;
+    index = p.cache.pageSize.divide(key);
+    return true;
+  }
+
+  // Where this thread's key of tile x lives (page -1: nowhere), from the block table directly (the first tiles).
+  __device__ __forceinline__ paged::PagedRow fetchRow(const DecodeParams &p, const DecodeWork &w, int x) const {
+    int key, index;
+    if (!tileKey(p, w, x, key, index)) return paged::PagedRow{-1, 0};
+    return paged::PagedRow{paged::pageAt(p.cache, w.batch, index), p.cache.pageSize.remainder(key, index)};
+  }
+
+  // This thread's block-table entry of tile y into the page-id ring (in the copy group being built).
+  __device__ __forceinline__ void copyPageId(const DecodeParams &p, const DecodeWork &w, int y) const {
+    int key, index;
+    if (!tileKey(p, w, y, key, index)) return;
+    const int32_t *entry = paged::entryAddress(p.cache, w.batch, index);
+    prim::cpAsync4(prim::smemAddress(pageIds + (y % kPageIdSlots) * TileKeys + int(threadIdx.x)),
+                   entry != nullptr ? static_cast<const void *>(entry) : p.k, entry != nullptr);
+  }
+
+  // Where this thread's key of tile y lives, from the page-id ring (copyPageId's entry, landed).
+  __device__ __forceinline__ paged::PagedRow ringRow(const DecodeParams &p, const DecodeWork &w, int y) const {
+    int key, index;
+    if (!tileKey(p, w, y, key, index) || int64_t(index) >= p.cache.maxPagesPerSeq) return paged::PagedRow{-1, 0};
+    const int32_t id = pageIds[(y % kPageIdSlots) * TileKeys + int(threadIdx.x)];
+    return paged::PagedRow{paged::checkedPage(p.cache, id), p.cache.pageSize.remainder(key, index)};
   }
 
   __device__ __forceinline__ void computeOffsets(const DecodeParams &p, const DecodeWork &w, int x,
@@ -141,21 +175,31 @@ struct CpAsyncLoader {
     }
   }
 
-  // Iterations before 0 only fill the pipeline. Iteration it issues tile it + Stages - 1 (copy group it + Stages - 1;
-  // Q joins group 0) and consumes tile it. Hazards: the data slot a tile is copied into was consumed two barriers
-  // earlier; offset tables alternate by tile parity; the presence masks rotate over kMaskSlots.
+  // Iterations before 0 only fill the pipeline. Iteration it issues tile x = it + Stages - 1 and the page ids of tile
+  // x + Stages (copy group x; Q joins group 0) and consumes tile it. Hazards: the data slot a tile is copied into was
+  // consumed two barriers earlier; offset tables alternate by tile parity; the presence masks rotate over kMaskSlots;
+  // tile y's page ids (group y - Stages) have landed at the wait of the iteration before the one that reads them, and
+  // their slot is next refilled an iteration after that read, by the thread that read it.
   template <typename LoadQ, typename Consume>
   __device__ __forceinline__ void run(const DecodeParams &p, const DecodeWork &w, LoadQ &&loadQ,
                                       Consume &&consume) const {
     const int numTiles = w.numTiles;
-    paged::PagedRow nextRow = fetchRow(p, w, 0);
+    paged::PagedRow first[Stages];
+#pragma unroll
+    for (int x = 0; x < Stages; ++x) first[x] = fetchRow(p, w, x);
     for (int it = -(Stages - 1); it < numTiles; ++it) {
       const int x = it + Stages - 1;
-      const paged::PagedRow row = nextRow;
-      nextRow = fetchRow(p, w, x + 1);
-      if (x < numTiles) computeOffsets(p, w, x, row);
+      if (x < numTiles) {
+        paged::PagedRow row = first[0];
+#pragma unroll
+        for (int s = 1; s < Stages; ++s)
+          if (x == s) row = first[s];
+        if (x >= Stages) row = ringRow(p, w, x);
+        computeOffsets(p, w, x, row);
+      }
       __syncthreads();
       if (x < numTiles) issueTile(p, x);
+      copyPageId(p, w, x + Stages);
       prim::cpAsyncCommit();
       if (it < 0) continue;
       prim::cpAsyncWait<Stages - 1>();
