@@ -229,8 +229,11 @@ struct TensorMapLoader {
   static_assert(tensorLoadable(int(sizeof(Element)), HeadDim), "tensor loader: 16-bit elements, head dim % 64");
   static_assert(kMaxPieces <= 32, "one producer lane per piece");
 
+  static constexpr int kPageIdSlots = pageIdSlots(Stages);
+
   Element *kv;
   uint32_t *validMask;  // paged: [Stages][2] presence bits of the tile on each stage
+  int32_t *pageIds;     // paged: [kPageIdSlots][32] the producer lanes' block-table entries, tile y's in y % slots
   uint32_t fullBase;    // [Stages] full barriers, then [Stages] empty ones
   uint32_t emptyBase;
 
@@ -239,6 +242,7 @@ struct TensorMapLoader {
     const uint32_t shift = (1024u - (prim::smemAddress(smem + layout.kv) & 1023u)) & 1023u;
     kv = reinterpret_cast<Element *>(smem + layout.kv + shift);
     validMask = reinterpret_cast<uint32_t *>(smem + layout.validMask);
+    pageIds = reinterpret_cast<int32_t *>(smem + layout.pageIds);
     fullBase = prim::smemAddress(smem + layout.barriers);
     emptyBase = fullBase + 8u * uint32_t(Stages);
   }
@@ -266,9 +270,34 @@ struct TensorMapLoader {
   // Paged caches: the page of piece `piece` of tile x (-1: the piece starts past the chunk, or its page is outside
   // the pool or the table row). Tile starts are multiples of TileKeys (findWork), so a piece never crosses a page.
   static __device__ __forceinline__ int piecePage(const DecodeParams &p, const DecodeWork &w, int x, int piece) {
+    int index;
+    if (!pieceIndex(p, w, x, piece, index)) return -1;
+    return paged::pageAt(p.cache, w.batch, index);
+  }
+
+  // The table row index of piece `piece` of tile x; false where the piece starts past the chunk.
+  static __device__ __forceinline__ bool pieceIndex(const DecodeParams &p, const DecodeWork &w, int x, int piece,
+                                                    int &index) {
     const int key = w.keyBegin + x * TileKeys + piece * (TileKeys / p.pagePieces);
-    if (x >= w.numTiles || piece >= p.pagePieces || key >= w.keyEnd) return -1;
-    return paged::pageAt(p.cache, w.batch, p.cache.pageSize.divide(key));
+    if (x >= w.numTiles || piece >= p.pagePieces || key >= w.keyEnd) return false;
+    index = p.cache.pageSize.divide(key);
+    return true;
+  }
+
+  // Tiles from Stages on: lane `piece`'s block-table entry of tile y into the page-id ring by cp.async (a group of its
+  // own), read by ringPage Stages tiles later. Read into registers a tile ahead, an entry waited behind the tiles in
+  // flight (under a full memory system a request returns about when the copies issued before it do), and the stage
+  // stayed empty meanwhile.
+  __device__ __forceinline__ void copyPieceEntry(const DecodeParams &p, const DecodeWork &w, int y, int piece) const {
+    int index;
+    const int32_t *entry = pieceIndex(p, w, y, piece, index) ? paged::entryAddress(p.cache, w.batch, index) : nullptr;
+    if (entry != nullptr) prim::cpAsync4(prim::smemAddress(pageIds + (y % kPageIdSlots) * 32 + piece), entry, true);
+  }
+
+  __device__ __forceinline__ int ringPage(const DecodeParams &p, const DecodeWork &w, int y, int piece) const {
+    int index;
+    if (!pieceIndex(p, w, y, piece, index) || int64_t(index) >= p.cache.maxPagesPerSeq) return -1;
+    return paged::checkedPage(p.cache, pageIds[(y % kPageIdSlots) * 32 + piece]);
   }
 
   // A map's coordinates 1..4 for one piece: each is the KV head, the key or the outer index (batch or page), as the
@@ -386,10 +415,18 @@ struct TensorMapLoader {
         prim::mbarrierWait(emptyBase + 8u * uint32_t(x % Stages), uint32_t(x / Stages - 1) & 1u);
       };
       if constexpr (Paged) {
-        int nextPage = piecePage(p, w, Stages, lane);
+        // Tile y's entries go out with the issue of tile y - Stages (each lane's cp.async groups, in tile order), and
+        // slot y % kPageIdSlots was last read at tile y - Stages - 1.
+#pragma unroll
+        for (int y = Stages; y < 2 * Stages; ++y) {
+          copyPieceEntry(p, w, y, lane);
+          prim::cpAsyncCommit();
+        }
         for (int x = Stages; x < numTiles; ++x) {
-          const int page = nextPage;
-          nextPage = piecePage(p, w, x + 1, lane);  // in flight while the stage drains
+          prim::cpAsyncWait<Stages - 1>();
+          const int page = ringPage(p, w, x, lane);
+          copyPieceEntry(p, w, x + Stages, lane);
+          prim::cpAsyncCommit();
           if (lane == 0) waitEmpty(x);
           __syncwarp();
           issue(p, w, x, page);

@@ -139,7 +139,7 @@ struct SmemLayout {
   std::size_t kv = 0;         // K/V stages (tensor: before the run-time 1024-byte alignment)
   std::size_t offsets = 0;    // cp.async: [2][tileKeys] pairs of int64 (K, V element offsets), by tile parity
   std::size_t validMask = 0;  // [maskSlots][2] uint32: which keys of a tile exist (in range, valid page)
-  std::size_t pageIds = 0;    // cp.async: [pageIdSlots][tileKeys] int32, block-table entries of tiles read ahead
+  std::size_t pageIds = 0;    // paged: [pageIdSlots][max(tileKeys, 32)] int32, block-table entries read ahead
   std::size_t barriers = 0;   // tensor: [stages] mbarriers (full), then [stages] (empty)
   std::size_t pScratch = 0;   // FP32 engine: [warps][16][16 + 4] floats of P
   std::size_t total = 0;
@@ -149,8 +149,9 @@ struct SmemLayout {
 constexpr std::size_t alignUp(std::size_t x, std::size_t a) { return (x + a - 1) / a * a; }
 
 constexpr int maskSlots(int stages, int loader) { return isTensorLoader(loader) ? stages : stages + 1; }
-// The cp.async loader's ring of block-table entries: tile y's are copied with tile y - stages and read before tile y is
-// issued, so stages + 1 slots keep a slot from being refilled while a thread may still read it.
+// The ring of block-table entries of the cp.async loader (one per key of a tile) and of the paged tensor-map loader's
+// producer lanes (one per piece): tile y's are copied with tile y - stages and read before tile y is issued, so
+// stages + 1 slots keep a slot from being refilled while a thread may still read it.
 constexpr int pageIdSlots(int stages) { return stages + 1; }
 
 constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int tileKeys, int stages, int loader,
@@ -173,7 +174,8 @@ constexpr SmemLayout smemLayout(int elementBytes, int headDim, int warps, int ti
   s.offsets = alignUp(s.kv + s.kvBytes, 16);
   s.validMask = s.offsets + (tensor ? 0 : 2 * keys * 16);
   s.pageIds = alignUp(s.validMask + std::size_t(maskSlots(stages, loader)) * 2 * 4, 16);
-  const std::size_t pageIdBytes = tensor ? 0 : std::size_t(pageIdSlots(stages)) * keys * 4;
+  const std::size_t pageIdBytes =
+      loader == kLoaderTensorMap ? 0 : std::size_t(pageIdSlots(stages)) * std::max<std::size_t>(keys, 32) * 4;
   s.barriers = alignUp(s.pageIds + pageIdBytes, 16);
   const std::size_t barrierCount = tensor ? 2 * std::size_t(stages) : 0;
   s.pScratch = alignUp(s.barriers + barrierCount * 8, 16);
