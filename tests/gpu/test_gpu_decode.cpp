@@ -427,6 +427,14 @@ std::vector<DecodeCase> gridCases() {
     c.name = "bad_block_id_masked", c.batch = 3, c.cap = 300, c.paged = true, c.lens = {150, 77, 300};
     c.badBlockId = true, c.chunks = {0, 1, 3}, c.seed = seed++;
     cases.push_back(c);
+    // The bad page past the first Stages key tiles of a chunk, where the loaders read table entries from their ring
+    // of page ids (one chunk: eleven 64-key tiles), at pages of 1 (cp.async) and 16 (tensor maps where they serve).
+    for (int64_t pageSize : {1, 16}) {
+      DecodeCase r;
+      r.name = "bad_block_id_ring_ps" + std::to_string(pageSize), r.batch = 2, r.cap = 1024, r.paged = true;
+      r.pageSize = pageSize, r.lens = {700, 300}, r.badBlockId = true, r.chunks = {1, 2}, r.seed = seed++;
+      cases.push_back(r);
+    }
   }
   // Past 16 query tokens DecodeChunk runs as the forward: dense and paged caches (page sizes 1, 3, 256), GQA 1/4/8,
   // lengths 0 and past the query count, FP32 too.
