@@ -19,10 +19,15 @@ struct PagedRow {
   int32_t row;
 };
 
+// Whether a sequence's table row has an entry for page `index` (index >= 0).
+__device__ __forceinline__ bool hasEntry(const PagedCache &c, int32_t index) {
+  return int64_t(index) < c.maxPagesPerSeq;
+}
+
 // The table entry of page `index` of a sequence's row, nullptr where the row has no such entry: for callers that read
-// entries ahead by asynchronous copies and check them with checkedPage once they land.
+// entries ahead by asynchronous copies and, where hasEntry, check them with checkedPage once they land.
 __device__ __forceinline__ const int32_t *entryAddress(const PagedCache &c, int32_t sequence, int32_t index) {
-  return int64_t(index) < c.maxPagesPerSeq ? c.blockTable + int64_t(sequence) * c.maxPagesPerSeq + index : nullptr;
+  return hasEntry(c, index) ? c.blockTable + int64_t(sequence) * c.maxPagesPerSeq + index : nullptr;
 }
 
 // A table entry as a page id: -1 where it lies outside the pool.

@@ -135,7 +135,7 @@ struct CpAsyncLoader {
   // Where this thread's key of tile y lives, from the page-id ring (copyPageId's entry, landed).
   __device__ __forceinline__ paged::PagedRow ringRow(const DecodeParams &p, const DecodeWork &w, int y) const {
     int key, index;
-    if (!tileKey(p, w, y, key, index) || int64_t(index) >= p.cache.maxPagesPerSeq) return paged::PagedRow{-1, 0};
+    if (!tileKey(p, w, y, key, index) || !paged::hasEntry(p.cache, index)) return paged::PagedRow{-1, 0};
     const int32_t id = pageIds[(y % kPageIdSlots) * TileKeys + int(threadIdx.x)];
     return paged::PagedRow{paged::checkedPage(p.cache, id), p.cache.pageSize.remainder(key, index)};
   }
@@ -296,7 +296,7 @@ struct TensorMapLoader {
 
   __device__ __forceinline__ int ringPage(const DecodeParams &p, const DecodeWork &w, int y, int piece) const {
     int index;
-    if (!pieceIndex(p, w, y, piece, index) || int64_t(index) >= p.cache.maxPagesPerSeq) return -1;
+    if (!pieceIndex(p, w, y, piece, index) || !paged::hasEntry(p.cache, index)) return -1;
     return paged::checkedPage(p.cache, pageIds[(y % kPageIdSlots) * 32 + piece]);
   }
 
