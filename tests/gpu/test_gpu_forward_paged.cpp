@@ -11,9 +11,11 @@
 // The CTest variant test_gpu_forward_paged_portable runs it all on the portable families.
 //
 // Wide heads on pages of 16, 64 and 256 (the Hopper kernel's tensor-map copies of page runs): Q/K 192 with V/O 128
-// (MLA prefill, V and O descriptors of their own width) and 256, chunked prefill and dense Q.
+// (MLA prefill, V and O descriptors of their own width) and 256, chunked prefill and dense Q; row-by-row copies (pages
+// of 1 and 3) at head dims 96, 192 with 128, and 256.
 //
-// FLASHATTN_TEST_SLICE=edge runs the small cases only (for compute-sanitizer), a 192/128 one on pages of 16 among them.
+// FLASHATTN_TEST_SLICE=edge runs the small cases only (for compute-sanitizer), a 192/128 one on pages of 16 and a
+// head dim of 96 on pages of 1 among them.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -474,6 +476,10 @@ std::vector<PagedCase> cases() {
     m.name = "edge_192v128_ps16", m.headDim = 192, m.headDimV = 128, m.pageSize = 16;
     m.seqs = {{5, 20}, {3, 0}}, m.seed = seed++;
     out.push_back(m);
+    // Head dim 96 on pages of 1: the Hopper kernel's row-by-row copies with chunks past the head dim zero-filled.
+    PagedCase n = m;
+    n.name = "edge_d96_ps1", n.headDim = 96, n.headDimV = 0, n.pageSize = 1, n.seed = seed++;
+    out.push_back(n);
     return out;
   }
   const int64_t pageSizes[] = {1, 3, 16, 64, 256};
@@ -539,6 +545,11 @@ std::vector<PagedCase> cases() {
   denseQ("mla_192v128_ps64_dense", FLASHATTN_DATA_BF16, 192, 128, 64, 2, FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT);
   chunked("mla_192v128_ps256_fp16", FLASHATTN_DATA_FP16, 192, 128, 256, 1);
   chunked("d256_ps16", FLASHATTN_DATA_FP16, 256, 0, 16, 2);
+  // Row-by-row copies (pages of 1 and 3) at the other widths: 96 (zero-filled past the head dim), 192 with 128, and
+  // 256 (80-key blocks: a partial pass of rows).
+  chunked("d96_ps1", FLASHATTN_DATA_BF16, 96, 0, 1, 2);
+  chunked("mla_192v128_ps1", FLASHATTN_DATA_BF16, 192, 128, 1, 2);
+  chunked("d256_ps3", FLASHATTN_DATA_FP16, 256, 0, 3, 2);
   denseQ("d256_ps64_dense", FLASHATTN_DATA_BF16, 256, 0, 64, 8, FLASHATTN_MASK_NONE);
   // What a server meets at length: 17 new tokens and one over prefixes of 64k keys, 16 query heads on one KV head, on
   // vLLM's pages of 16 (page runs by tensor map on Hopper) and SGLang's of 1 (row by row).

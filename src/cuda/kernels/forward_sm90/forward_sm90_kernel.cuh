@@ -351,6 +351,9 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
   static_assert(!(Paged && Tma) || 32 % (DV / 8) == 0, "the paged tail block's V rows split over one warp");
   constexpr int kBlockM = Layout::kBlockM;
   using Split = RegisterSplit<ConsumerGroups, Paged && Tma>;  // the producer's and the consumers' setmaxnreg
+  // Paged rows by cp.async: how many rows' table offsets a thread reads before their copies go out (slab_copy.cuh);
+  // under the 32 registers of a three-consumer-group producer (d64) more than one spills.
+  constexpr int kTableGroup = Split::kProducer > 32 ? 4 : 1;
   const ForwardParams &p = kp.f;
   extern __shared__ unsigned char sm90Shared[];
   const uint32_t base = (prim::smemAddress(sm90Shared) + 1023u) & ~1023u;
@@ -486,8 +489,8 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
               tailRows[r] = l.present ? paged::rowOffset(l.row, p.vBatch, p.vRow) + int64_t(kvHead) * p.vHead : -1;
             }
             __syncwarp();
-            prim::cpAsyncTableRowsToSlabs<Element, DV, BlockN, 32, 4>(sV(vSlot), static_cast<const Element *>(p.v),
-                                                                      tailRows, lane, p.v, p.headDimV / 8);
+            prim::cpAsyncTableRowsToSlabs<Element, DV, BlockN, 32, kTableGroup>(
+                sV(vSlot), static_cast<const Element *>(p.v), tailRows, lane, p.headDimV / 8);
           } else {
             const Element *vRows = static_cast<const Element *>(p.v) + int64_t(t.work.batch) * p.vBatch +
                                    int64_t(kvHead) * p.vHead + (t.seq.kStart + int64_t(n) * BlockN) * p.vRow;
@@ -576,8 +579,8 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
           nextK = lookupBlock(n - 1);
           const int64_t *rows = stageRows(lookupK, p.kBatch, p.kRow, int64_t(kvHead) * p.kHead);
           prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
-          prim::cpAsyncTableRowsToSlabs<Element, D, BlockN, 128, 4>(sK(kSlot), static_cast<const Element *>(p.k),
-                                                                    rows, thread, p.k, p.headDim / 8);
+          prim::cpAsyncTableRowsToSlabs<Element, D, BlockN, 128, kTableGroup>(
+              sK(kSlot), static_cast<const Element *>(p.k), rows, thread, p.headDim / 8);
         } else {
           prim::mbarrierWait(kEmpty(kSlot), kPhase ^ 1u);
           loadTileAsync<Element, D, BlockN>(sK(kSlot), kRows + int64_t(n) * BlockN * p.kRow, p.kRow,
@@ -593,8 +596,8 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
           if (n == t.firstKeyBlock) l = lookupK;
           const int64_t *rows = stageRows(l, p.vBatch, p.vRow, int64_t(kvHead) * p.vHead);
           prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
-          prim::cpAsyncTableRowsToSlabs<Element, DV, BlockN, 128, 4>(sV(vSlot), static_cast<const Element *>(p.v),
-                                                                     rows, thread, p.v, p.headDimV / 8);
+          prim::cpAsyncTableRowsToSlabs<Element, DV, BlockN, 128, kTableGroup>(
+              sV(vSlot), static_cast<const Element *>(p.v), rows, thread, p.headDimV / 8);
         } else {
           prim::mbarrierWait(vEmpty(vSlot), vPhase ^ 1u);
           loadTileAsync<Element, DV, BlockN>(sV(vSlot), vRows + int64_t(n) * BlockN * p.vRow, p.vRow,
