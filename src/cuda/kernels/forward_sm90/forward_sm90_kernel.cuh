@@ -406,7 +406,9 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
     const int runs = Paged ? BlockN / kp.pageBoxRows : 0;  // paged: copies of page runs per block and box column
     if (int(threadIdx.x) >= 32 * (Paged ? min(kIssuers, runs) : 1)) return;  // warps with no run to issue
     const int lane = kIssuers == 1 ? int(threadIdx.x) : int(threadIdx.x) % 32;
-    const int issuerWarp = kIssuers == 1 ? 0 : int(threadIdx.x) / 32;
+    // Warp-uniform by a shuffle from lane 0, so that a run's copy coordinates (run, key, row, page) are too and its
+    // tensor copies take them from uniform registers, without a loop over the lanes' distinct values.
+    const int issuerWarp = kIssuers == 1 ? 0 : __shfl_sync(0xffffffffu, int(threadIdx.x) / 32, 0);
     const bool issuer = lane == 0;
     const bool leader = kIssuers == 1 ? issuer : threadIdx.x == 0;
     int kSlot = 0, vSlot = 0;
