@@ -445,8 +445,9 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
       prim::wgmmaCommitGroup();
       prim::wgmmaWaitGroup<0>();
       prim::wgmmaFenceOperands(o);
-      prim::namedBarrierSync(kPFree, 256);
+      // The stage first: with one stage, warpgroup 1 reaches kPFree only once the next tile has landed in it.
       releaseStage(x % kStages);
+      prim::namedBarrierSync(kPFree, 256);
     }
     prim::namedBarrierSync(kStatsReady, 256);
     float maxLog2[2], total[2];
