@@ -329,6 +329,17 @@ std::vector<DecodeCase> gridCases() {
     bad.name = "edge_bad_block_id", bad.batch = 2, bad.cap = 64, bad.paged = true, bad.lens = {50, 33};
     bad.badBlockId = true, bad.seed = seed++;
     cases.push_back(bad);
+    // From 16 rows per KV head on sm90, the wgmma decode: chunks of several tiles, one tile (its second warpgroup
+    // without a tile of its own) and none, a partial last tile over NaN slots; sinks; pages of 64.
+    DecodeCase g;
+    g.name = "edge_wgmma_sq8_sinks", g.batch = 3, g.heads = 8, g.kvHeads = 2, g.sq = 8, g.cap = 300;
+    g.lens = {299, 0, 5}, g.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, g.sinks = true, g.chunks = {0, 1, 3};
+    g.seed = seed++;
+    cases.push_back(g);
+    DecodeCase gp = g;
+    gp.name = "edge_wgmma_sq4_paged_ps64", gp.sq = 4, gp.sinks = false, gp.paged = true, gp.pageSize = 64;
+    gp.lens = {300, 129, 64}, gp.seed = seed++;
+    cases.push_back(gp);
     return cases;
   }
   // The decode grid (docs/testing.md): (seqQ, seqK) x chunk counts, heads/kvHeads rotating over (6,6), (6,2), (6,1).

@@ -175,8 +175,11 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
              shape.narrowRows > 0
                  ? concat("narrow: S^T = K Q^T and O^T += V^T P^T with the ", shape.rows,
                           " rows as wgmma N = ", shape.narrowRows, ", a producer warp + 1 consumer warpgroup, ")
-                 : concat("a producer warpgroup + 2 consumer warpgroups (S and softmax; O split by columns), ",
-                          shape.rowBlocks, " x 64-row blocks of ", shape.rows, " rows per KV head, "),
+                 : concat("a producer warpgroup + 2 consumer warpgroups (",
+                          splitsKeys(int(inst->headDimV))
+                              ? "alternate tiles, each with all of O and its own softmax, merged at the end"
+                              : "S and softmax; O split by columns",
+                          "), ", shape.rowBlocks, " x 64-row blocks of ", shape.rows, " rows per KV head, "),
              chunks, " KV chunks", chunks > 1 ? " + merge kernel" : "", ", 1 CTA/SM; fp32 accumulate; deterministic");
   return Verdict::Served;
 }

@@ -4,11 +4,15 @@
 // tokens of one KV head, as the split-KV decode numbers them) against one chunk of the keys:
 //   warpgroup 0, producer: one thread issues tensor-map copies of 64-key tiles of K (and of V, unless V is K's first
 //     DV columns) into a ring of stages guarded by full / empty mbarriers;
-//   warpgroup 1: S = Q K^T (wgmma m64n64, Q resident in shared memory), the mask and the online softmax, hands P and
-//     the rows' rescale factor over through shared memory, and accumulates O[:, 0 : DV/2] += P V from registers;
-//   warpgroup 2: O[:, DV/2 : DV] += P V with P read from shared memory.
-// O is split by columns because one warpgroup cannot hold 64 x 512 FP32 accumulators (256 registers a thread).
-// Warpgroup 1 issues the next tile's S before this tile's P V, so the next softmax runs while the tensor cores work.
+//   V/O of 128 columns or fewer (splitsKeys): each consumer warpgroup holds all of O and takes every other tile,
+//     S = Q K^T (wgmma m64n64, Q resident in shared memory), the mask, its own online softmax and O += P V from
+//     registers; warpgroup 2 hands its state (max, sum, O) to warpgroup 1 at the end, which merges the two;
+//   wider V/O, split by columns (one warpgroup cannot hold 64 x 512 FP32 accumulators, 256 registers a thread):
+//     warpgroup 1 computes S, the mask and the online softmax, hands P and the rows' rescale factor over through
+//     shared memory, and accumulates O[:, 0 : DV/2] += P V from registers; warpgroup 2 O[:, DV/2 : DV] += P V with P
+//     read from shared memory.
+// A warpgroup that computes S issues its next tile's S before this tile's P V, so the next softmax runs while the
+// tensor cores work.
 //
 // The CTA's work (row block, chunk, key range), the mask rule, the partial states (normalized O and (max, sum) per
 // row) and the sink's place are the split-KV decode's (decode_work.cuh, decode_epilogue.cuh): the partial states of
@@ -47,7 +51,7 @@ constexpr uint32_t kQReady = 1;      // Q has landed (both consumer warpgroups)
 constexpr uint32_t kPReady = 2;      // warpgroup 1 -> 2: P, the rescale factors and zeroed tail rows of a tile
 constexpr uint32_t kPFree = 3;       // warpgroup 2 -> 1: P and the factors may be overwritten
 constexpr uint32_t kStatsReady = 4;  // warpgroup 1 -> 2: the rows' final (max, sum)
-constexpr uint32_t kTailZeroed = 5;  // inside warpgroup 1: every thread's zeroing is done before its own P V
+constexpr uint32_t kTailZeroed = 5;  // inside a warpgroup (5 + its index): every thread's zeroing is done before P V
 
 // setmaxnreg split: 384 threads x 168 at entry >= 2 x 128 x 240 + 128 x 24 (the producer thread keeps a few).
 constexpr int kProducerRegisters = 24;
@@ -99,10 +103,17 @@ struct SharedWindow {
   }
   __device__ __forceinline__ uint32_t k(int slot) const { return base + L::kStage0 + uint32_t(slot) * L::kStageBytes; }
   __device__ __forceinline__ uint32_t v(int slot) const { return VFromK ? k(slot) : k(slot) + L::kKBytes; }
+  // Split keys: where warpgroup 2 leaves its O for the merge, given the stage no copy refills.
+  template <typename T>
+  __device__ __forceinline__ T *mergeRegion(int freeSlot) const {
+    return reinterpret_cast<T *>(pointer + (L::kMergeInStage ? L::kStage0 + uint32_t(freeSlot) * L::kStageBytes
+                                                             : L::kMerge));
+  }
   __device__ __forceinline__ uint32_t full(int slot) const { return base + L::kBarriers + 8u * uint32_t(slot); }
   __device__ __forceinline__ uint32_t empty(int slot) const {
     return base + L::kBarriers + 8u * uint32_t(L::kStages + slot);
   }
+  __device__ __forceinline__ uint32_t mergeReady() const { return base + L::kBarriers + 16u * uint32_t(L::kStages); }
 };
 
 // One thread's setup of a CTA's stages: full barriers (the producer's one arrival with the bytes) and empty ones (one
@@ -193,13 +204,54 @@ __device__ __forceinline__ void zeroTailRows(uint32_t vStage, int first, int thr
   }
 }
 
-// One consumer warpgroup's O columns [column0, column0 + Half) of its rows, from the accumulators and the rows' (max
-// in log2 units, sum): with one chunk, O and the LSE with the sink folded in (decode_epilogue.cuh's rule); otherwise
-// the chunk's partial state (normalized O, and (max, sum) apart) for decodeMergeKernel. A row without a visible key
-// (sum 0) gets O = 0. The LSE and (max, sum) come from the warpgroup that writesStats.
-template <typename Element, int Half>
+// The keys a thread's two rows (localRow0, localRow0 + 8) see inside the chunk: the mask rule of each row's token,
+// cut at the chunk's end; and the masking of a tile's S by them.
+struct RowKeys {
+  KeySpan span[2];
+  bool anyMask;
+  __device__ __forceinline__ RowKeys(const DecodeParams &p, const decode::DecodeWork &w, int localRow0) {
+    anyMask = Mask(p.mask) != Mask::None || p.windowLeft >= 0 || p.windowRight >= 0;
+    const Diagonals diagonals = visibleDiagonals(Mask(p.mask), p.windowLeft, p.windowRight, p.seqQ, w.seqLen);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int token = (w.firstRow + localRow0 + 8 * h) % p.seqQ;
+      span[h] = anyMask ? keysOnDiagonals<KeySpan>(diagonals, token, w.seqLen) : KeySpan{0, w.seqLen - 1};
+      span[h].hi = min(span[h].hi, w.keyEnd - 1);
+    }
+  }
+  // S of the tile starting at key0, keys outside a row's span to -inf.
+  __device__ __forceinline__ void mask(float (&s)[kTileKeys / 2], int key0, int keyEnd, int quad) const {
+    if (!anyMask && key0 + kTileKeys <= keyEnd) return;
+#pragma unroll
+    for (int nt = 0; nt < kTileKeys / 8; ++nt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const int key = key0 + 8 * nt + 2 * quad + e;
+          if (key < span[h].lo || key > span[h].hi) s[4 * nt + 2 * h + e] = forward_sm90::negativeInfinity();
+        }
+  }
+};
+
+// S = Q K^T of tile x once its stage has landed (one commit group).
+template <typename Element, int DK, int Stages, typename Window>
+__device__ __forceinline__ void issueTileS(float (&s)[kTileKeys / 2], uint64_t qDescriptor, const Window &window,
+                                           int x) {
+  prim::mbarrierWait(window.full(x % Stages), uint32_t(x / Stages) & 1u);
+  prim::wgmmaFence();
+  forward_sm90::issueQK<Element, DK, kTileKeys, kRows>(s, qDescriptor,
+                                                       prim::wgmmaDescriptorSw128(window.k(x % Stages), 16, 1024));
+  prim::wgmmaCommitGroup();
+}
+
+// One consumer warpgroup's O columns [column0, column0 + Columns) of its rows (of DV), from the accumulators and the
+// rows' (max in log2 units, sum): with one chunk, O and the LSE with the sink folded in (decode_epilogue.cuh's rule);
+// otherwise the chunk's partial state (normalized O, and (max, sum) apart) for decodeMergeKernel. A row without a
+// visible key (sum 0) gets O = 0. The LSE and (max, sum) come from the warpgroup that writesStats.
+template <typename Element, int Columns, int DV>
 __device__ __forceinline__ void storeRows(const DecodeParams &p, const decode::DecodeWork &w,
-                                          const float (&o)[Half / 2], const float (&maxLog2)[2],
+                                          const float (&o)[Columns / 2], const float (&maxLog2)[2],
                                           const float (&total)[2], int localRow0, int quad, int column0,
                                           bool writesStats) {
   const bool direct = int32_t(p.numChunks) == 1;
@@ -220,7 +272,7 @@ __device__ __forceinline__ void storeRows(const DecodeParams &p, const decode::D
       Element *out = static_cast<Element *>(p.o) + int64_t(w.batch) * p.oBatch + head * p.oHead +
                      int64_t(token) * p.oRow + column0 + 2 * quad;
 #pragma unroll
-      for (int dt = 0; dt < Half / 8; ++dt)
+      for (int dt = 0; dt < Columns / 8; ++dt)
         *reinterpret_cast<uint32_t *>(out + dt * 8) =
             prim::packFloat2<Element>(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);
       if (writesStats && quad == 0 && p.lse != nullptr)
@@ -228,14 +280,143 @@ __device__ __forceinline__ void storeRows(const DecodeParams &p, const decode::D
             emptyRow ? prim::negInf() : float((double(m) + double(log2f(l))) * double(prim::kLn2));
     } else {
       const int64_t stateRow = ((int64_t(w.chunk) * p.batch + w.batch) * p.heads + head) * p.seqQ + token;
-      float *dst = p.partialO + stateRow * (2 * Half) + column0 + 2 * quad;
+      float *dst = p.partialO + stateRow * DV + column0 + 2 * quad;
 #pragma unroll
-      for (int dt = 0; dt < Half / 8; ++dt)
+      for (int dt = 0; dt < Columns / 8; ++dt)
         *reinterpret_cast<float2 *>(dst + dt * 8) =
             make_float2(o[4 * dt + 2 * h] * inverse, o[4 * dt + 2 * h + 1] * inverse);
       if (writesStats && quad == 0) *reinterpret_cast<float2 *>(p.partialLse + 2 * stateRow) = make_float2(m, l);
     }
   }
+}
+
+// Split keys (splitsKeys(DV)): consumer warpgroup `group` takes tiles group, group + 2, ... of the chunk with all of
+// O and a softmax of its own (the next tile's S issued before this tile's P V, as in warpgroup 1 of the column split);
+// then warpgroup 2 leaves its rows' (max, sum) in `stats` and its O in the stage of its last tile, which no copy
+// refills (only warpgroup 1's last tile can come after it; without a tile of its own, tile 1's, which does not exist),
+// or where a stage is too small (V from K's stages) in the layout's merge region, as [DV / 2][128] FP32: a thread's
+// registers at a stride of 128, so both sides' accesses are conflict-free; each of its threads then arrives on the
+// merge barrier. Warpgroup 1 waits there, merges the two states (merge_state.cuh's rule: each weighted by exp2 of its
+// max against the larger) and writes the rows.
+template <typename Element, int DK, int DV, int Stages, typename Window>
+__device__ __forceinline__ void consumeAlternateTiles(const DecodeParams &p, const decode::DecodeWork &w,
+                                                      const Window &window, uint32_t sQ, float2 *stats, int group,
+                                                      int thread) {
+  static_assert(Stages % 2 == 0 && Stages >= 4, "each warpgroup's tiles x and x + 2 need stages of their own");
+  using Fragments = uint32_t[kTileKeys / 16][4];
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  const int quad = lane % 4;
+  const int localRow0 = 16 * warp + lane / 4;  // this thread's rows: localRow0 and localRow0 + 8
+  const int numTiles = w.numTiles;
+  const float scaleLog2 = p.scale * prim::kLog2e;
+  const RowKeys rowKeys(p, w, localRow0);
+  const uint64_t qDescriptor = prim::wgmmaDescriptorSw128(sQ, 16, 1024);
+  float o[DV / 2];
+#pragma unroll
+  for (int i = 0; i < DV / 2; ++i) o[i] = 0.f;
+  float s[kTileKeys / 2];
+  Fragments pEven, pOdd;  // P of this warpgroup's current tile and of its next one
+  float rowMax[2] = {forward_sm90::negativeInfinity(), forward_sm90::negativeInfinity()};
+  float rowSum[2] = {0.f, 0.f};
+  float correction[2] = {1.f, 1.f};
+  bool moved = false;
+
+  // S of tile x (complete) -> masked, P = exp2 into `fragments`, the rows' correction factors; V's rows past the
+  // chunk zeroed in the stage (0 x NaN must not reach O) before any thread of the warpgroup issues its P V.
+  auto softmax = [&](int x, Fragments &fragments) {
+    rowKeys.mask(s, w.keyBegin + x * kTileKeys, w.keyEnd, quad);
+    moved = __any_sync(0xffffffffu, forward_sm90::softmaxBlock<kTileKeys>(s, rowMax, rowSum, correction, scaleLog2));
+    forward_sm90::convertP<Element, kTileKeys>(s, fragments);
+    const int inChunk = w.keyEnd - (w.keyBegin + x * kTileKeys);
+    if (inChunk < kTileKeys) {
+      zeroTailRows<DV>(window.v(x % Stages), inChunk, thread);
+      prim::fenceProxyAsyncShared();
+      prim::namedBarrierSync(kTailZeroed + uint32_t(group), 128);
+    }
+  };
+  auto issuePV = [&](int x, const Fragments &fragments) {
+    if (moved) forward_sm90::rescaleO<DV>(o, correction);
+    prim::wgmmaFence();
+    issuePVRegisters<Element, DV>(o, fragments, window.v(x % Stages));
+    prim::wgmmaCommitGroup();
+  };
+  auto finishPV = [&](int x, Fragments &fragments) {
+    prim::wgmmaWaitGroup<0>();
+    prim::wgmmaFenceOperands(o);
+    prim::wgmmaFenceOperands(fragments);
+    __syncwarp();
+    if (lane == 0) prim::mbarrierArrive(window.empty(x % Stages));
+  };
+  auto step = [&](int x, Fragments &current, Fragments &next) {
+    issueTileS<Element, DK, Stages>(s, qDescriptor, window, x + 2);
+    issuePV(x, current);
+    prim::wgmmaWaitGroup<1>();  // S of the next tile; this tile's P V may still run
+    prim::wgmmaFenceOperands(s);
+    softmax(x + 2, next);  // its factors: O takes them once this P V is done
+    finishPV(x, current);
+  };
+
+  int x = group;
+  if (x < numTiles) {
+    issueTileS<Element, DK, Stages>(s, qDescriptor, window, x);
+    prim::wgmmaWaitGroup<0>();
+    prim::wgmmaFenceOperands(s);
+    softmax(x, pEven);
+  }
+#pragma unroll 1
+  while (x + 2 < numTiles) {
+    step(x, pEven, pOdd);
+    x += 2;
+    if (x + 2 >= numTiles) break;
+    step(x, pOdd, pEven);
+    x += 2;
+  }
+  if (x < numTiles) {
+    if ((x - group) / 2 % 2 == 0) {
+      issuePV(x, pEven);
+      finishPV(x, pEven);
+    } else {
+      issuePV(x, pOdd);
+      finishPV(x, pOdd);
+    }
+  }
+
+  float maxLog2[2], total[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    total[h] = prim::quadSum(rowSum[h]);
+    maxLog2[h] = rowMax[h] == forward_sm90::negativeInfinity() ? rowMax[h] : rowMax[h] * scaleLog2;
+  }
+  float *mergeO = window.template mergeRegion<float>((numTiles < 2 ? 1 : (numTiles - 2) | 1) % Stages);
+  if (group == 1) {
+    if (quad == 0) {
+      stats[localRow0] = make_float2(maxLog2[0], total[0]);
+      stats[localRow0 + 8] = make_float2(maxLog2[1], total[1]);
+    }
+#pragma unroll
+    for (int i = 0; i < DV / 2; ++i) mergeO[i * 128 + thread] = o[i];
+    prim::mbarrierArrive(window.mergeReady());  // every thread its own writes (racecheck follows these, not bar.sync)
+    return;
+  }
+  prim::mbarrierWait(window.mergeReady(), 0u);
+  float mine[2], theirs[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float2 other = stats[localRow0 + 8 * h];
+    const float top = fmaxf(maxLog2[h], other.x);
+    const float base = prim::softmaxBase(top);  // both empty: weights exp2(-inf) = 0, no -inf - -inf
+    mine[h] = exp2f(maxLog2[h] - base);
+    theirs[h] = exp2f(other.x - base);
+    total[h] = total[h] * mine[h] + other.y * theirs[h];
+    maxLog2[h] = top;
+  }
+#pragma unroll
+  for (int i = 0; i < DV / 2; ++i) {
+    const int h = (i / 2) % 2;  // accumulator i = 4 dt + 2 h + e
+    o[i] = o[i] * mine[h] + mergeO[i * 128 + thread] * theirs[h];
+  }
+  storeRows<Element, DV, DV>(p, w, o, maxLog2, total, localRow0, quad, 0, true);
 }
 
 template <typename Element, int DK, int DV, bool VFromK, bool Paged>
@@ -251,7 +432,11 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
   float *factors = reinterpret_cast<float *>(window.pointer + L::kFactors);
   float2 *stats = reinterpret_cast<float2 *>(window.pointer + L::kStats);
 
-  if (threadIdx.x == 0) prepareStages<kStages, VFromK>(p, window.full(0), 8u);  // every consumer warp releases
+  // Every consumer warp releases each stage; with split keys, the four of the warpgroup that took its tile.
+  if (threadIdx.x == 0) {
+    prepareStages<kStages, VFromK>(p, window.full(0), L::kSplitKeys ? 4u : 8u);
+    if constexpr (L::kSplitKeys) prim::mbarrierInit(window.mergeReady(), 128u);
+  }
   const decode::DecodeWork w = decode::findWork<kTileKeys, Paged>(p);
   __syncthreads();
   const int warpGroup = int(threadIdx.x) / 128;
@@ -282,182 +467,160 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
     prim::namedBarrierSync(kQReady, 256);
   }
 
-  auto releaseStage = [&](int slot) {
-    __syncwarp();
-    if (lane == 0) prim::mbarrierArrive(window.empty(slot));
-  };
+  if constexpr (L::kSplitKeys) {
+    consumeAlternateTiles<Element, DK, DV, kStages>(p, w, window, sQ, stats, group, thread);
+  } else {
+    auto releaseStage = [&](int slot) {
+      __syncwarp();
+      if (lane == 0) prim::mbarrierArrive(window.empty(slot));
+    };
 
-  if (group == 0) {
-    // ---------------------------------------------------------------------------- warpgroup 1: S, softmax, O half 0
-    const float scaleLog2 = p.scale * prim::kLog2e;
-    const bool anyMask = Mask(p.mask) != Mask::None || p.windowLeft >= 0 || p.windowRight >= 0;
-    const Diagonals diagonals = visibleDiagonals(Mask(p.mask), p.windowLeft, p.windowRight, p.seqQ, w.seqLen);
-    // Each row's visible keys inside the chunk: the mask rule of its token, cut at the chunk's end.
-    KeySpan span[2];
+    if (group == 0) {
+      // ---------------------------------------------------------------------------- warpgroup 1: S, softmax, O half 0
+      const float scaleLog2 = p.scale * prim::kLog2e;
+      const RowKeys rowKeys(p, w, localRow0);
+      float o[kHalf / 2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = w.firstRow + localRow0 + 8 * h;
-      const int token = row % p.seqQ;
-      span[h] = anyMask ? keysOnDiagonals<KeySpan>(diagonals, token, w.seqLen) : KeySpan{0, w.seqLen - 1};
-      span[h].hi = min(span[h].hi, w.keyEnd - 1);
-    }
-    float o[kHalf / 2];
-#pragma unroll
-    for (int i = 0; i < kHalf / 2; ++i) o[i] = 0.f;
-    float s[kTileKeys / 2];
-    // P of two consecutive tiles: this tile's fragments stay with its P V while the next tile's are formed and handed
-    // over, so warpgroup 2 gets them without waiting for this warpgroup's P V.
-    uint32_t pEven[kTileKeys / 16][4], pOdd[kTileKeys / 16][4];
-    float rowMax[2] = {forward_sm90::negativeInfinity(), forward_sm90::negativeInfinity()};
-    float rowSum[2] = {0.f, 0.f};
-    float correction[2] = {1.f, 1.f};
-    bool moved = false;  // whether a row maximum of this warp moved in the last softmax (else O's rescale is 1)
-    const uint64_t qDescriptor = prim::wgmmaDescriptorSw128(sQ, 16, 1024);
+      for (int i = 0; i < kHalf / 2; ++i) o[i] = 0.f;
+      float s[kTileKeys / 2];
+      // P of two consecutive tiles: this tile's fragments stay with its P V while the next tile's are formed and handed
+      // over, so warpgroup 2 gets them without waiting for this warpgroup's P V.
+      uint32_t pEven[kTileKeys / 16][4], pOdd[kTileKeys / 16][4];
+      float rowMax[2] = {forward_sm90::negativeInfinity(), forward_sm90::negativeInfinity()};
+      float rowSum[2] = {0.f, 0.f};
+      float correction[2] = {1.f, 1.f};
+      bool moved = false;  // whether a row maximum of this warp moved in the last softmax (else O's rescale is 1)
+      const uint64_t qDescriptor = prim::wgmmaDescriptorSw128(sQ, 16, 1024);
 
-    auto issueS = [&](int x) {
-      prim::mbarrierWait(window.full(x % kStages), uint32_t(x / kStages) & 1u);
-      prim::wgmmaFence();
-      forward_sm90::issueQK<Element, DK, kTileKeys, kRows>(s, qDescriptor,
-                                                           prim::wgmmaDescriptorSw128(window.k(x % kStages), 16, 1024));
-      prim::wgmmaCommitGroup();
-    };
-    // S of tile x (complete) -> masked, P = exp2 in place, the rows' correction factors.
-    auto softmax = [&](int x) {
-      const int key0 = w.keyBegin + x * kTileKeys;
-      if (anyMask || key0 + kTileKeys > w.keyEnd) {
-#pragma unroll
-        for (int nt = 0; nt < kTileKeys / 8; ++nt)
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int key = key0 + 8 * nt + 2 * quad + e;
-              if (key < span[h].lo || key > span[h].hi) s[4 * nt + 2 * h + e] = forward_sm90::negativeInfinity();
-            }
-      }
-      moved = __any_sync(0xffffffffu, forward_sm90::softmaxBlock<kTileKeys>(s, rowMax, rowSum, correction, scaleLog2));
-    };
-    // P of tile x (into `fragments`) and the factors to warpgroup 2, once it has read the previous ones; V's rows past
-    // the chunk are zeroed in the stage first.
-    auto handOver = [&](int x, uint32_t(&fragments)[kTileKeys / 16][4]) {
-      forward_sm90::convertP<Element, kTileKeys>(s, fragments);
-      if (x > 0) prim::namedBarrierSync(kPFree, 256);
-      const int inChunk = w.keyEnd - (w.keyBegin + x * kTileKeys);
-      if (inChunk < kTileKeys) zeroTailRows<DV>(window.v(x % kStages), inChunk, thread);
-      storeP(sP, fragments, localRow0, quad);
-      if (quad == 0) {
-        factors[localRow0] = correction[0];
-        factors[localRow0 + 8] = correction[1];
-      }
-      prim::fenceProxyAsyncShared();  // P and the zeros are read by wgmma (async proxy), here and in warpgroup 2
-      if (inChunk < kTileKeys) prim::namedBarrierSync(kTailZeroed, 128);
-      prim::namedBarrierSync(kPReady, 256);
-    };
-    auto issuePV = [&](int x, const uint32_t(&fragments)[kTileKeys / 16][4]) {
-      if (moved) forward_sm90::rescaleO<kHalf>(o, correction);
-      prim::wgmmaFence();
-      issuePVRegisters<Element, kHalf>(o, fragments, window.v(x % kStages));
-      prim::wgmmaCommitGroup();
-    };
-    auto finishPV = [&](int x, uint32_t(&fragments)[kTileKeys / 16][4]) {
-      prim::wgmmaWaitGroup<0>();
-      prim::wgmmaFenceOperands(o);
-      prim::wgmmaFenceOperands(fragments);
-      releaseStage(x % kStages);
-    };
-    // Tile x (its P in `current`) and the next one's S, softmax and hand-over (its P into `next`): with two stages the
-    // next S goes to the tensor cores before this P V, and the hand-over before this P V completes; with one stage
-    // the next tile's copy waits for this tile's release.
-    auto step = [&](int x, uint32_t(&current)[kTileKeys / 16][4], uint32_t(&next)[kTileKeys / 16][4]) {
-      if constexpr (kStages > 1) {
-        issueS(x + 1);
-        issuePV(x, current);
-        prim::wgmmaWaitGroup<1>();  // S of the next tile; this tile's P V may still run
-        prim::wgmmaFenceOperands(s);
-        softmax(x + 1);  // the factors of the next tile: O takes them once this P V is done
-        handOver(x + 1, next);
-        finishPV(x, current);
-      } else {
-        issuePV(x, current);
-        finishPV(x, current);
-        issueS(x + 1);
+      auto issueS = [&](int x) { issueTileS<Element, DK, kStages>(s, qDescriptor, window, x); };
+      // S of tile x (complete) -> masked, P = exp2 in place, the rows' correction factors.
+      auto softmax = [&](int x) {
+        rowKeys.mask(s, w.keyBegin + x * kTileKeys, w.keyEnd, quad);
+        moved =
+            __any_sync(0xffffffffu, forward_sm90::softmaxBlock<kTileKeys>(s, rowMax, rowSum, correction, scaleLog2));
+      };
+      // P of tile x (into `fragments`) and the factors to warpgroup 2, once it has read the previous ones; V's rows
+      // past the chunk are zeroed in the stage first.
+      auto handOver = [&](int x, uint32_t(&fragments)[kTileKeys / 16][4]) {
+        forward_sm90::convertP<Element, kTileKeys>(s, fragments);
+        if (x > 0) prim::namedBarrierSync(kPFree, 256);
+        const int inChunk = w.keyEnd - (w.keyBegin + x * kTileKeys);
+        if (inChunk < kTileKeys) zeroTailRows<DV>(window.v(x % kStages), inChunk, thread);
+        storeP(sP, fragments, localRow0, quad);
+        if (quad == 0) {
+          factors[localRow0] = correction[0];
+          factors[localRow0 + 8] = correction[1];
+        }
+        prim::fenceProxyAsyncShared();  // P and the zeros are read by wgmma (async proxy), here and in warpgroup 2
+        if (inChunk < kTileKeys) prim::namedBarrierSync(kTailZeroed, 128);
+        prim::namedBarrierSync(kPReady, 256);
+      };
+      auto issuePV = [&](int x, const uint32_t(&fragments)[kTileKeys / 16][4]) {
+        if (moved) forward_sm90::rescaleO<kHalf>(o, correction);
+        prim::wgmmaFence();
+        issuePVRegisters<Element, kHalf>(o, fragments, window.v(x % kStages));
+        prim::wgmmaCommitGroup();
+      };
+      auto finishPV = [&](int x, uint32_t(&fragments)[kTileKeys / 16][4]) {
+        prim::wgmmaWaitGroup<0>();
+        prim::wgmmaFenceOperands(o);
+        prim::wgmmaFenceOperands(fragments);
+        releaseStage(x % kStages);
+      };
+      // Tile x (its P in `current`) and the next one's S, softmax and hand-over (its P into `next`): with two stages
+      // the next S goes to the tensor cores before this P V, and the hand-over before this P V completes; with one
+      // stage the next tile's copy waits for this tile's release.
+      auto step = [&](int x, uint32_t(&current)[kTileKeys / 16][4], uint32_t(&next)[kTileKeys / 16][4]) {
+        if constexpr (kStages > 1) {
+          issueS(x + 1);
+          issuePV(x, current);
+          prim::wgmmaWaitGroup<1>();  // S of the next tile; this tile's P V may still run
+          prim::wgmmaFenceOperands(s);
+          softmax(x + 1);  // the factors of the next tile: O takes them once this P V is done
+          handOver(x + 1, next);
+          finishPV(x, current);
+        } else {
+          issuePV(x, current);
+          finishPV(x, current);
+          issueS(x + 1);
+          prim::wgmmaWaitGroup<0>();
+          prim::wgmmaFenceOperands(s);
+          softmax(x + 1);
+          handOver(x + 1, next);
+        }
+      };
+
+      if (numTiles > 0) {
+        issueS(0);
         prim::wgmmaWaitGroup<0>();
         prim::wgmmaFenceOperands(s);
-        softmax(x + 1);
-        handOver(x + 1, next);
+        softmax(0);
+        handOver(0, pEven);
       }
-    };
-
-    if (numTiles > 0) {
-      issueS(0);
-      prim::wgmmaWaitGroup<0>();
-      prim::wgmmaFenceOperands(s);
-      softmax(0);
-      handOver(0, pEven);
-    }
-    int x = 0;
-    if constexpr (kStages > 1) {
+      int x = 0;
+      if constexpr (kStages > 1) {
 #pragma unroll 1
-      while (x + 1 < numTiles) {
-        step(x, pEven, pOdd);
-        if (++x + 1 >= numTiles) break;
-        step(x, pOdd, pEven);
-        ++x;
+        while (x + 1 < numTiles) {
+          step(x, pEven, pOdd);
+          if (++x + 1 >= numTiles) break;
+          step(x, pOdd, pEven);
+          ++x;
+        }
+      } else {  // this tile's P V is done before the next P is formed: one set of fragments
+#pragma unroll 1
+        for (; x + 1 < numTiles; ++x) step(x, pEven, pEven);
       }
-    } else {  // this tile's P V is done before the next P is formed: one set of fragments
-#pragma unroll 1
-      for (; x + 1 < numTiles; ++x) step(x, pEven, pEven);
-    }
-    if (numTiles > 0) {
-      if (kStages == 1 || x % 2 == 0) {
-        issuePV(x, pEven);
-        finishPV(x, pEven);
-      } else {
-        issuePV(x, pOdd);
-        finishPV(x, pOdd);
+      if (numTiles > 0) {
+        if (kStages == 1 || x % 2 == 0) {
+          issuePV(x, pEven);
+          finishPV(x, pEven);
+        } else {
+          issuePV(x, pOdd);
+          finishPV(x, pOdd);
+        }
       }
-    }
-    if (numTiles > 0) prim::namedBarrierSync(kPFree, 256);  // balances warpgroup 2's last arrival
-    float maxLog2[2], total[2];
+      if (numTiles > 0) prim::namedBarrierSync(kPFree, 256);  // balances warpgroup 2's last arrival
+      float maxLog2[2], total[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      total[h] = prim::quadSum(rowSum[h]);
-      maxLog2[h] = rowMax[h] == forward_sm90::negativeInfinity() ? rowMax[h] : rowMax[h] * scaleLog2;
-    }
-    if (quad == 0) {
-      stats[localRow0] = make_float2(maxLog2[0], total[0]);
-      stats[localRow0 + 8] = make_float2(maxLog2[1], total[1]);
-    }
-    prim::namedBarrierSync(kStatsReady, 256);
-    storeRows<Element, kHalf>(p, w, o, maxLog2, total, localRow0, quad, 0, true);
-  } else {
-    // --------------------------------------------------------------------------------- warpgroup 2: O half 1
-    float o[kHalf / 2];
+      for (int h = 0; h < 2; ++h) {
+        total[h] = prim::quadSum(rowSum[h]);
+        maxLog2[h] = rowMax[h] == forward_sm90::negativeInfinity() ? rowMax[h] : rowMax[h] * scaleLog2;
+      }
+      if (quad == 0) {
+        stats[localRow0] = make_float2(maxLog2[0], total[0]);
+        stats[localRow0 + 8] = make_float2(maxLog2[1], total[1]);
+      }
+      prim::namedBarrierSync(kStatsReady, 256);
+      storeRows<Element, kHalf, DV>(p, w, o, maxLog2, total, localRow0, quad, 0, true);
+    } else {
+      // --------------------------------------------------------------------------------- warpgroup 2: O half 1
+      float o[kHalf / 2];
 #pragma unroll
-    for (int i = 0; i < kHalf / 2; ++i) o[i] = 0.f;
+      for (int i = 0; i < kHalf / 2; ++i) o[i] = 0.f;
 #pragma unroll 1
-    for (int x = 0; x < numTiles; ++x) {
-      prim::namedBarrierSync(kPReady, 256);
-      const float c[2] = {factors[localRow0], factors[localRow0 + 8]};
-      if (__any_sync(0xffffffffu, c[0] != 1.f || c[1] != 1.f)) forward_sm90::rescaleO<kHalf>(o, c);
-      prim::wgmmaFence();
-      issuePVShared<Element, kHalf>(o, sP, window.v(x % kStages) + uint32_t(kHalf / 64) * kTileKeys * 128);
-      prim::wgmmaCommitGroup();
-      prim::wgmmaWaitGroup<0>();
-      prim::wgmmaFenceOperands(o);
-      // The stage first: with one stage, warpgroup 1 reaches kPFree only once the next tile has landed in it.
-      releaseStage(x % kStages);
-      prim::namedBarrierSync(kPFree, 256);
-    }
-    prim::namedBarrierSync(kStatsReady, 256);
-    float maxLog2[2], total[2];
+      for (int x = 0; x < numTiles; ++x) {
+        prim::namedBarrierSync(kPReady, 256);
+        const float c[2] = {factors[localRow0], factors[localRow0 + 8]};
+        if (__any_sync(0xffffffffu, c[0] != 1.f || c[1] != 1.f)) forward_sm90::rescaleO<kHalf>(o, c);
+        prim::wgmmaFence();
+        issuePVShared<Element, kHalf>(o, sP, window.v(x % kStages) + uint32_t(kHalf / 64) * kTileKeys * 128);
+        prim::wgmmaCommitGroup();
+        prim::wgmmaWaitGroup<0>();
+        prim::wgmmaFenceOperands(o);
+        // The stage first: with one stage, warpgroup 1 reaches kPFree only once the next tile has landed in it.
+        releaseStage(x % kStages);
+        prim::namedBarrierSync(kPFree, 256);
+      }
+      prim::namedBarrierSync(kStatsReady, 256);
+      float maxLog2[2], total[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float2 st = stats[localRow0 + 8 * h];
-      maxLog2[h] = st.x;
-      total[h] = st.y;
+      for (int h = 0; h < 2; ++h) {
+        const float2 st = stats[localRow0 + 8 * h];
+        maxLog2[h] = st.x;
+        total[h] = st.y;
+      }
+      storeRows<Element, kHalf, DV>(p, w, o, maxLog2, total, localRow0, quad, kHalf, false);
     }
-    storeRows<Element, kHalf>(p, w, o, maxLog2, total, localRow0, quad, kHalf, false);
   }
 }
 
