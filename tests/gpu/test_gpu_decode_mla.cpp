@@ -348,9 +348,10 @@ std::vector<MlaCase> gridCases() {
     add("L200_h16_sq1_lens", fp16, 3, 16, 1, 1, none, 200, {0, 129, 64}, false)->chunks = {0, 3};
     MlaCase *p = add("paged64_h16_sq1", bf16, 2, 16, 1, 1, none, 200, {200, 65}, true);
     p->paged = true, p->chunks = {0, 3};
-    // 64-row blocks (the wide kernel): two blocks with V inside K, one with V of its own (one stage).
+    // 64-row blocks (the wide kernel): two blocks with V inside K, one with V of its own (one stage; one chunk of
+    // three tiles walks that stage more than once).
     add("L200_h64_sq2_causal", bf16, 2, 64, 1, 2, causal, 200, {200, 65}, true)->chunks = {0, 3};
-    add("L130_h64_sq1", fp16, 2, 64, 1, 1, none, 130, {130, 64}, false)->chunks = {0, 3};
+    add("L130_h64_sq1", fp16, 2, 64, 1, 1, none, 130, {130, 64}, false)->chunks = {0, 1, 3};
     MlaCase *w = add("paged128_h128_sq1", bf16, 1, 128, 1, 1, none, 256, {256}, true);
     w->paged = true, w->pageSize = 128, w->chunks = {0, 3};
     return cases;
