@@ -330,10 +330,11 @@ std::vector<DecodeCase> gridCases() {
     bad.badBlockId = true, bad.seed = seed++;
     cases.push_back(bad);
     // From 16 rows per KV head on sm90, the wgmma decode: chunks of several tiles, one tile (its second warpgroup
-    // without a tile of its own) and none, a partial last tile over NaN slots; sinks; pages of 64.
+    // without a tile of its own) and none, a partial last tile over NaN slots; sinks; pages of 64; pairs of chunks
+    // merged in a cluster.
     DecodeCase g;
     g.name = "edge_wgmma_sq8_sinks", g.batch = 3, g.heads = 8, g.kvHeads = 2, g.sq = 8, g.cap = 300;
-    g.lens = {299, 0, 5}, g.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, g.sinks = true, g.chunks = {0, 1, 3};
+    g.lens = {299, 0, 5}, g.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, g.sinks = true, g.chunks = {0, 1, 2, 3};
     g.seed = seed++;
     cases.push_back(g);
     DecodeCase gp = g;

@@ -196,13 +196,6 @@ std::string loaderName(const DeviceInfo &dev, const AttnProblem &p, const Planne
   return name;
 }
 
-// Whether the library merges `chunks` chunks in a cluster rather than in the kernel through the workspace (the fused
-// merge). H200, one device call each (NOTES.md, fourth and eighth passes): pairs gain in a cluster (B8 L8k: 72.8-73.1
-// us per call against 74.4-75.8 fused); 16-CTA clusters fit only where a board holds every unit's cluster at once (7
-// or 14 clusters of 16 on the H200s measured), and then place some chunks two to an SM, whose CTAs the cluster waits
-// for; the fused merge has neither limit.
-bool clusterMergePays(int64_t chunks) { return chunks == 2; }
-
 bool multiplyFits(std::size_t a, std::size_t b, std::size_t *out) {
   if (a != 0 && b > std::numeric_limits<std::size_t>::max() / a) return false;
   *out = a * b;
@@ -350,24 +343,6 @@ cudaError_t launchPlanned(const DeviceInfo &dev, const AttnProblem &p, const Pla
   return launchDecodeMergeKernel(p.dtype, d, dev.portableHasSm90(), stream);
 }
 
-// FLASHATTN_DECODE_MERGE, read once: how split KV ranges are merged where the planner would choose. "kernel" (the
-// separate merge kernel), "fused" (in the decode kernel, tagged counts in the workspace), "cluster" (a cluster of the
-// chunks wherever every unit's cluster is resident at once, else fused); unset or anything else: the planner's
-// choice. For measurements and for the tests that cover every mode; results are the same to rounding in every mode.
-enum class MergeOverride { kAuto, kKernel, kFused, kCluster };
-
-MergeOverride mergeOverride() {
-  static const MergeOverride value = [] {
-    const char *env = knobValue(Knob::DecodeMerge);
-    if (env == nullptr) return MergeOverride::kAuto;
-    if (std::strcmp(env, "kernel") == 0) return MergeOverride::kKernel;
-    if (std::strcmp(env, "fused") == 0) return MergeOverride::kFused;
-    if (std::strcmp(env, "cluster") == 0) return MergeOverride::kCluster;
-    return MergeOverride::kAuto;
-  }();
-  return value;
-}
-
 // FLASHATTN_DECODE_LOADER, read once: which loader where the planner would choose.
 enum class LoaderOverride { kAuto, kTensor, kCpAsync, kCpAsyncTwoStages };
 LoaderOverride loaderOverride() {
@@ -456,6 +431,18 @@ bool planDecode(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::st
 }
 
 }  // namespace
+
+MergeOverride mergeOverride() {
+  static const MergeOverride value = [] {
+    const char *env = knobValue(Knob::DecodeMerge);
+    if (env == nullptr) return MergeOverride::kAuto;
+    if (std::strcmp(env, "kernel") == 0) return MergeOverride::kKernel;
+    if (std::strcmp(env, "fused") == 0) return MergeOverride::kFused;
+    if (std::strcmp(env, "cluster") == 0) return MergeOverride::kCluster;
+    return MergeOverride::kAuto;
+  }();
+  return value;
+}
 
 // The map of one dense K or V cache: dimension 0 the head dim (64-column boxes, 128-byte swizzle), then keys, KV heads
 // and batches by increasing stride (dimensions of size 1 last), boxes of tileKeys keys.

@@ -115,40 +115,23 @@ struct EpilogueScratch {
   }
 };
 
-// Cluster merge (sm90, the CTAs of a cluster are the unit's chunks, rank = chunk). Step 1, in each CTA: its key groups'
-// states combined per row, unnormalized, over the key group 0 slot of the row (each item reads and writes only its own
-// 4 columns there) with (m, l) beside; step 2, after a cluster barrier: CTA `chunk` takes items chunk, chunk +
-// numChunks, ... of the row block and merges the numChunks combined states in chunk order, all of a row's loads from
-// the other CTAs' shared memory in flight at once. The last barrier keeps each CTA's shared memory alive until the
-// others have read it.
-template <typename Element, int HeadDim, int Warps, int Threads>
-__device__ __forceinline__ void clusterMerge(const DecodeParams &p, const DecodeWork &w,
-                                             const EpilogueScratch<HeadDim, Warps> &scratch) {
-  constexpr int kQuads = HeadDim / 4;
-  constexpr int kRow = EpilogueScratch<HeadDim, Warps>::kRow;
-  const int tid = int(threadIdx.x);
-  for (int item = tid; item < w.rowsPerCta * kQuads; item += Threads) {
-    const int localRow = item / kQuads;
-    const int d = (item - localRow * kQuads) * 4;
-    if (w.firstRow + localRow >= p.rows || d >= p.headDim) continue;
-    const int tile = localRow / kRowsPerTile;
-    const int inTile = localRow - tile * kRowsPerTile;
-    const prim::MergeState s = scratch.combineKeyGroups(p, localRow, d);
-    *reinterpret_cast<float4 *>(scratch.o + (tile * kRowsPerTile + inTile) * kRow + d) = s.o;
-    if (d == 0) scratch.clusterStats[localRow * 2] = s.m, scratch.clusterStats[localRow * 2 + 1] = s.l;
-  }
-  prim::clusterSync();
-  const uint32_t statsBase = prim::smemAddress(scratch.clusterStats);
-  const uint32_t oBase = prim::smemAddress(scratch.o);
-  for (int item = w.chunk * Threads + tid; item < w.rowsPerCta * kQuads; item += p.numChunks * Threads) {
+// Step 2 of a cluster merge (sm90, the CTAs of a cluster are the unit's chunks, rank = chunk), after a cluster barrier
+// that follows every CTA's own combined state: CTA `chunk` takes items chunk, chunk + numChunks, ... (`threads` items
+// each) of the row block's (row, 4 columns) and merges the numChunks states in chunk order, all of a row's loads from
+// the other CTAs' shared memory in flight at once, then adds the sink and stores O and the LSE. A CTA's state of local
+// row r: (m in log2 units, l) at statsBase + 8 r, O unnormalized, columns d..d+3 at oAddress(r, d) (this CTA's shared
+// addresses; the others' are the same offsets). Columns: the instance's V/O width; `columns`: the problem's.
+template <typename Element, int Columns, typename OAddress>
+__device__ __forceinline__ void mergeClusterRows(const DecodeParams &p, const DecodeWork &w, int columns,
+                                                 uint32_t statsBase, OAddress &&oAddress, int tid, int threads) {
+  constexpr int kQuads = Columns / 4;
+  for (int item = w.chunk * threads + tid; item < w.rowsPerCta * kQuads; item += p.numChunks * threads) {
     const int localRow = item / kQuads;
     const int d = (item - localRow * kQuads) * 4;
     const int row = w.firstRow + localRow;
-    if (row >= p.rows || d >= p.headDim) continue;
-    const int tile = localRow / kRowsPerTile;
-    const int inTile = localRow - tile * kRowsPerTile;
+    if (row >= p.rows || d >= columns) continue;
     const uint32_t statsAt = statsBase + uint32_t(localRow * 2) * 4u;
-    const uint32_t oAt = oBase + uint32_t((tile * kRowsPerTile + inTile) * kRow + d) * 4u;
+    const uint32_t oAt = oAddress(localRow, d);
     float m[kMaxClusterChunks], l[kMaxClusterChunks];
     float4 part[kMaxClusterChunks];
 #pragma unroll
@@ -171,6 +154,38 @@ __device__ __forceinline__ void clusterMerge(const DecodeParams &p, const Decode
     state.finish<prim::Exp2>(o, lse);
     storeOutput<Element>(p, w.batch, head, token, d, o, lse);
   }
+}
+
+// Cluster merge of the split-KV decode. Step 1, in each CTA: its key groups' states combined per row, unnormalized,
+// over the key group 0 slot of the row (each item reads and writes only its own 4 columns there) with (m, l) beside;
+// then mergeClusterRows after a cluster barrier. The last barrier keeps each CTA's shared memory alive until the
+// others have read it.
+template <typename Element, int HeadDim, int Warps, int Threads>
+__device__ __forceinline__ void clusterMerge(const DecodeParams &p, const DecodeWork &w,
+                                             const EpilogueScratch<HeadDim, Warps> &scratch) {
+  constexpr int kQuads = HeadDim / 4;
+  constexpr int kRow = EpilogueScratch<HeadDim, Warps>::kRow;
+  const int tid = int(threadIdx.x);
+  for (int item = tid; item < w.rowsPerCta * kQuads; item += Threads) {
+    const int localRow = item / kQuads;
+    const int d = (item - localRow * kQuads) * 4;
+    if (w.firstRow + localRow >= p.rows || d >= p.headDim) continue;
+    const int tile = localRow / kRowsPerTile;
+    const int inTile = localRow - tile * kRowsPerTile;
+    const prim::MergeState s = scratch.combineKeyGroups(p, localRow, d);
+    *reinterpret_cast<float4 *>(scratch.o + (tile * kRowsPerTile + inTile) * kRow + d) = s.o;
+    if (d == 0) scratch.clusterStats[localRow * 2] = s.m, scratch.clusterStats[localRow * 2 + 1] = s.l;
+  }
+  prim::clusterSync();
+  const uint32_t oBase = prim::smemAddress(scratch.o);
+  mergeClusterRows<Element, HeadDim>(
+      p, w, p.headDim, prim::smemAddress(scratch.clusterStats),
+      [&](int localRow, int d) {
+        const int tile = localRow / kRowsPerTile;
+        const int inTile = localRow - tile * kRowsPerTile;
+        return oBase + uint32_t((tile * kRowsPerTile + inTile) * kRow + d) * 4u;
+      },
+      tid, Threads);
   prim::clusterSync();
 }
 

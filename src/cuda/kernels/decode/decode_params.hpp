@@ -323,6 +323,21 @@ void fillProblemParams(const AttnProblem &p, const AttnBuffers &buf, const Plan 
 cudaError_t buildDecodeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace,
                               DecodeParams *params);
 
+// Whether the library merges `chunks` chunks in a cluster rather than in the kernel through the workspace (the fused
+// merge). H200, one device call each (NOTES.md, fourth and eighth passes): pairs gain in a cluster (B8 L8k: 72.8-73.1
+// us per call against 74.4-75.8 fused); 16-CTA clusters fit only where a board holds every unit's cluster at once (7
+// or 14 clusters of 16 on the H200s measured), and then place some chunks two to an SM, whose CTAs the cluster waits
+// for; the fused merge has neither limit.
+inline bool clusterMergePays(int64_t chunks) { return chunks == 2; }
+
+// FLASHATTN_DECODE_MERGE, read once: how split KV ranges are merged where the planner would choose. "kernel" (the
+// separate merge kernel), "fused" (in the decode kernel, tagged counts in the workspace), "cluster" (a cluster of the
+// chunks wherever every unit's cluster is resident at once, else fused); unset or anything else: the planner's
+// choice. For measurements and for the tests that cover every mode; results are the same to rounding in every mode.
+// The wgmma decode has no fused merge: it takes "fused" as the merge kernel.
+enum class MergeOverride { kAuto, kKernel, kFused, kCluster };
+MergeOverride mergeOverride();
+
 // The separate merge (kMergeSeparate) of a launch's partial states; a programmatic dependent launch on sm90.
 cudaError_t launchDecodeMergeKernel(DType dtype, const DecodeParams &params, bool dependentLaunch,
                                     cudaStream_t stream);

@@ -32,21 +32,24 @@ namespace flashattn::cuda::decode_sm90 {
 namespace {
 
 using LaunchFn = cudaError_t (*)(const DecodeParams &, bool, int, int, cudaStream_t);
+using ClusterCapacityFn = int (*)(int, int);
 
 struct Instance {
   DType dtype;
   int headDim;
   int headDimV;
   LaunchFn launch;
+  ClusterCapacityFn clusterCapacity;
   std::size_t sharedBytes;  // the largest of its kernels'
 };
 
 const Instance kInstances[] = {
-#define FLASHATTN_INSTANCE(DT, CT, HD, HDV) \
-  {DType::DT, HD, HDV, &launchDecodeSm90Instance<CT, HD, HDV>, instanceSharedBytes<HD, HDV>()},
+#define FLASHATTN_INSTANCE(DT, CT, HD, HDV)                                                                        \
+  {DType::DT, HD, HDV, &launchDecodeSm90Instance<CT, HD, HDV>, &clusterCapacitySm90Instance<CT, HD, HDV>, \
+   instanceSharedBytes<HD, HDV>()},
 #include "cuda/generated/decode_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE
-    {DType::FP32, 0, 0, nullptr, 0},  // end marker (keeps the array non-empty)
+    {DType::FP32, 0, 0, nullptr, nullptr, 0},  // end marker (keeps the array non-empty)
 };
 constexpr int kInstanceCount = int(sizeof(kInstances) / sizeof(kInstances[0])) - 1;
 
@@ -149,6 +152,17 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
   if (units > kInt32Max / chunks)
     return refuse(
         concat("the wgmma decode grid would have ", units, " x ", chunks, " CTAs, more than one launch addresses"));
+  // Chunks of a unit merge in a cluster (no partial states in the workspace, no merge kernel) where the kernel keeps
+  // all of O in one warpgroup, the split-KV decode's rule says it pays (pairs) and every unit's cluster is resident at
+  // once; FLASHATTN_DECODE_MERGE=cluster takes it wherever it fits (up to 8 chunks), =kernel or =fused never (this
+  // family has no fused merge).
+  const decode::MergeOverride mergeOverride = decode::mergeOverride();
+  const bool clusterMerge =
+      shape.narrowRows == 0 && splitsKeys(int(inst->headDimV)) && chunks >= 2 &&
+      (mergeOverride == decode::MergeOverride::kAuto   ? decode::clusterMergePays(chunks)
+       : mergeOverride == decode::MergeOverride::kCluster ? chunks <= 8
+                                                          : false) &&
+      inst->clusterCapacity(dev.device, int(chunks)) >= units;
 
   *plan = Plan{};
   plan->kernel = KernelId::DecodeWgmma;
@@ -158,11 +172,11 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
   config.rowTileCap = int32_t((shape.narrowRows > 0 ? shape.narrowRows : kRows) / decode::kRowsPerTile);
   config.tileKeys = kTileKeys;
   config.loader = decode::kLoaderTensorMap;
-  config.merge = decode::kMergeSeparate;
+  config.merge = clusterMerge ? decode::kMergeCluster : decode::kMergeSeparate;
   plan->config = config;
   plan->numChunks = int32_t(chunks);
   plan->deterministic = true;
-  if (chunks > 1) {
+  if (chunks > 1 && !clusterMerge) {
     const std::size_t states = std::size_t(chunks) * std::size_t(p.batch) * std::size_t(p.heads) * std::size_t(p.seqQ);
     if (states > (std::size_t(1) << 52) / std::size_t(p.headDimV))
       return refuse(concat("the decode workspace for ", chunks, " chunks overflows"));
@@ -180,7 +194,9 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
                               ? "alternate tiles, each with all of O and its own softmax, merged at the end"
                               : "S and softmax; O split by columns",
                           "), ", shape.rowBlocks, " x 64-row blocks of ", shape.rows, " rows per KV head, "),
-             chunks, " KV chunks", chunks > 1 ? " + merge kernel" : "", ", 1 CTA/SM; fp32 accumulate; deterministic");
+             chunks, " KV chunks",
+             chunks == 1 ? "" : clusterMerge ? " merged in a cluster of the chunks" : " + merge kernel",
+             ", 1 CTA/SM; fp32 accumulate; deterministic");
   return Verdict::Served;
 }
 
@@ -191,6 +207,7 @@ cudaError_t buildParams(const AttnProblem &p, const Plan &plan, const AttnBuffer
   decode::fillProblemParams(p, buf, plan, workspace, shape.kvHeads, &d);
   d.rowTilesPerCta = plan.as<DecodeConfig>().rowTileCap;
   d.rowBlocks = int32_t(shape.rowBlocks);
+  d.clusterMerge = plan.as<DecodeConfig>().merge == decode::kMergeCluster && plan.numChunks > 1;
   // The plan encoded the same maps at a stand-in address; only a misaligned pointer fails here.
   return encodeMaps(p, buf.k, buf.v, &d) ? cudaSuccess : cudaErrorInvalidValue;
 }
@@ -205,7 +222,7 @@ cudaError_t launchDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, const 
   if (err != cudaSuccess) return err;
   const int rowsPerCta = config.rowTileCap * decode::kRowsPerTile;
   err = inst->launch(d, vIsKPrefix(p, buf), rowsPerCta < kRows ? rowsPerCta : 0, dev.device, stream);
-  if (err != cudaSuccess || plan.numChunks == 1) return err;
+  if (err != cudaSuccess || plan.numChunks == 1 || d.clusterMerge) return err;
   // The merge reads rows of V/O's width.
   DecodeParams merge = d;
   merge.headDim = int32_t(p.headDimV);

@@ -114,6 +114,11 @@ template <typename Element, int DK, int DV>
 cudaError_t launchDecodeSm90Instance(const DecodeParams &params, bool vFromK, int narrowRows, int device,
                                      cudaStream_t stream);
 
+// Clusters of clusterSize wide-kernel CTAs the device holds at once (the cluster merge); 0 when the runtime cannot
+// tell. Defined with the launch, instantiated by the generated instance files.
+template <typename Element, int DK, int DV>
+int clusterCapacitySm90Instance(int device, int clusterSize);
+
 // Shared memory of an instance's kernels (the largest: V apart), for the plan's check against the device.
 template <int DK, int DV>
 constexpr std::size_t instanceSharedBytes() {

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "core/mask.hpp"
+#include "cuda/kernels/decode/decode_epilogue.cuh"
 #include "cuda/kernels/decode/decode_params.hpp"
 #include "cuda/kernels/decode/decode_work.cuh"
 #include "cuda/kernels/decode_sm90/decode_sm90.hpp"
@@ -94,6 +95,7 @@ __device__ __forceinline__ void loadQRows(const DecodeParams &p, const decode::D
 // the window itself is only 16-byte aligned), and the addresses of its stage ring.
 template <typename L, bool VFromK>
 struct SharedWindow {
+  using Layout = L;
   uint32_t base;
   unsigned char *pointer;
   __device__ __forceinline__ explicit SharedWindow(unsigned char *raw) {
@@ -108,6 +110,13 @@ struct SharedWindow {
   __device__ __forceinline__ T *mergeRegion(int freeSlot) const {
     return reinterpret_cast<T *>(pointer + (L::kMergeInStage ? L::kStage0 + uint32_t(freeSlot) * L::kStageBytes
                                                              : L::kMerge));
+  }
+  // Split keys, cluster merge: the shared address of the CTA's merged O ([64][DV] FP32), once every tile is consumed
+  // (no stage is then in use): the stage after mergeRegion's, or (stages too small for it, V from K's) the first ones.
+  __device__ __forceinline__ uint32_t clusterState(int freeSlot) const {
+    static_assert(L::kMergeInStage || uint32_t(L::kStages) * L::kStageBytes >= L::kMergeO,
+                  "the cluster's O fits the first stages");
+    return L::kMergeInStage ? k((freeSlot + 1) % L::kStages) : base + L::kStage0;
   }
   __device__ __forceinline__ uint32_t full(int slot) const { return base + L::kBarriers + 8u * uint32_t(slot); }
   __device__ __forceinline__ uint32_t empty(int slot) const {
@@ -388,7 +397,23 @@ __device__ __forceinline__ void consumeAlternateTiles(const DecodeParams &p, con
     total[h] = prim::quadSum(rowSum[h]);
     maxLog2[h] = rowMax[h] == forward_sm90::negativeInfinity() ? rowMax[h] : rowMax[h] * scaleLog2;
   }
-  float *mergeO = window.template mergeRegion<float>((numTiles < 2 ? 1 : (numTiles - 2) | 1) % Stages);
+  const int mergeSlot = (numTiles < 2 ? 1 : (numTiles - 2) | 1) % Stages;
+  float *mergeO = window.template mergeRegion<float>(mergeSlot);
+  // Cluster merge (the unit's chunks are one cluster): warpgroup 1 leaves the CTA's merged state, O unnormalized as
+  // [64 rows][DV] FP32 at clusterState (columns XOR-swizzled by 8 (row % 4), so that a warp's float2 stores, 8 rows x
+  // 4 quads, take two wavefronts) and (m, l) per row in the P slab (unused with split keys); after a cluster barrier
+  // the 256 consumer threads of each CTA merge their share of the rows from every CTA (decode::mergeClusterRows).
+  const uint32_t clusterO = window.clusterState(mergeSlot);
+  const uint32_t clusterStats = window.base + Window::Layout::kP;
+  auto mergeCluster = [&]() {
+    __syncwarp();  // the cluster barrier is .aligned
+    prim::clusterSync();
+    decode::mergeClusterRows<Element, DV>(
+        p, w, DV, clusterStats,
+        [&](int localRow, int d) { return clusterO + uint32_t(localRow * DV + (d ^ (8 * (localRow % 4)))) * 4u; },
+        thread + 128 * group, 256);
+    prim::clusterSync();  // the other CTAs have read this one's state
+  };
   if (group == 1) {
     if (quad == 0) {
       stats[localRow0] = make_float2(maxLog2[0], total[0]);
@@ -397,6 +422,7 @@ __device__ __forceinline__ void consumeAlternateTiles(const DecodeParams &p, con
 #pragma unroll
     for (int i = 0; i < DV / 2; ++i) mergeO[i * 128 + thread] = o[i];
     prim::mbarrierArrive(window.mergeReady());  // every thread its own writes (racecheck follows these, not bar.sync)
+    if (p.clusterMerge) mergeCluster();
     return;
   }
   prim::mbarrierWait(window.mergeReady(), 0u);
@@ -416,7 +442,27 @@ __device__ __forceinline__ void consumeAlternateTiles(const DecodeParams &p, con
     const int h = (i / 2) % 2;  // accumulator i = 4 dt + 2 h + e
     o[i] = o[i] * mine[h] + mergeO[i * 128 + thread] * theirs[h];
   }
-  storeRows<Element, DV, DV>(p, w, o, maxLog2, total, localRow0, quad, 0, true);
+  if (!p.clusterMerge) {
+    storeRows<Element, DV, DV>(p, w, o, maxLog2, total, localRow0, quad, 0, true);
+    return;
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int row = localRow0 + 8 * h;
+#pragma unroll
+    for (int dt = 0; dt < DV / 8; ++dt) {
+      const int column = (8 * dt + 2 * quad) ^ (8 * (row % 4));
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(clusterO + uint32_t(row * DV + column) * 4u),
+                   "f"(o[4 * dt + 2 * h]), "f"(o[4 * dt + 2 * h + 1])
+                   : "memory");
+    }
+    if (quad == 0) {
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(clusterStats + uint32_t(row) * 8u), "f"(maxLog2[h]),
+                   "f"(total[h])
+                   : "memory");
+    }
+  }
+  mergeCluster();
 }
 
 template <typename Element, int DK, int DV, bool VFromK, bool Paged>
@@ -447,6 +493,13 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
     prim::setMaxRegistersDecrease<kProducerRegisters>();
     if (threadIdx.x == 0)
       produceTiles<kStages, VFromK, Paged>(p, w, window.k(0), L::kStageBytes, L::kKBytes, window.full(0));
+    if constexpr (L::kSplitKeys) {
+      if (p.clusterMerge) {  // a cluster barrier counts every thread of the cluster: the consumers' two
+        __syncwarp();
+        prim::clusterSync();
+        prim::clusterSync();
+      }
+    }
     return;
   }
 

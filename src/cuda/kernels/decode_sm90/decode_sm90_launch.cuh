@@ -15,6 +15,22 @@
 
 namespace flashattn::cuda::decode_sm90 {
 
+// A launch of `ctas` CTAs of the wide kernel in clusters of clusterSize; `attribute` (one entry) holds the shape.
+inline cudaLaunchConfig_t clusterLaunch(uint32_t ctas, std::size_t sharedBytes, int clusterSize,
+                                        cudaLaunchAttribute *attribute) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = sharedBytes;
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = uint32_t(clusterSize);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return config;
+}
+
 template <typename Element, int DK, int DV, bool VFromK, bool Paged>
 cudaError_t launchKernel(const DecodeParams &params, int device, cudaStream_t stream) {
   using Layout = SharedLayout<DK, DV, VFromK>;
@@ -25,6 +41,14 @@ cudaError_t launchKernel(const DecodeParams &params, int device, cudaStream_t st
   const int64_t ctas =
       int64_t(params.batch) * int32_t(params.kvHeads) * int32_t(params.rowBlocks) * int32_t(params.numChunks);
   if (ctas <= 0) return cudaSuccess;
+  if (params.clusterMerge) {  // the chunks of a unit are one cluster (findWork: the chunk varies fastest)
+    cudaLaunchAttribute attribute[1];
+    const cudaLaunchConfig_t config = clusterLaunch(uint32_t(ctas), Layout::kDynamicBytes, params.numChunks, attribute);
+    cudaLaunchConfig_t streamed = config;
+    streamed.stream = stream;
+    const cudaError_t launched = cudaLaunchKernelEx(&streamed, kernel, params);
+    return launched != cudaSuccess ? launched : cudaGetLastError();
+  }
   kernel<<<dim3(uint32_t(ctas)), dim3(kThreads), Layout::kDynamicBytes, stream>>>(params);
   return cudaGetLastError();
 }
@@ -64,6 +88,38 @@ cudaError_t launchDecodeSm90Instance(const DecodeParams &params, bool vFromK, in
                   : launchKernel<Element, DK, DV, false, true>(params, device, stream);
   return vFromK ? launchKernel<Element, DK, DV, true, false>(params, device, stream)
                 : launchKernel<Element, DK, DV, false, false>(params, device, stream);
+}
+
+// Clusters of clusterSize wide-kernel CTAs (V apart: the instance's largest shared memory) resident at once, asked once
+// per device and size; 0 when the runtime cannot tell.
+template <typename Element, int DK, int DV>
+int clusterCapacitySm90Instance(int device, int clusterSize) {
+  using Layout = SharedLayout<DK, DV, false>;
+  constexpr int kMostCluster = 8;  // the portable cluster size: the planner asks for pairs
+  static std::atomic<int> cache[64][kMostCluster + 1] = {};  // capacity + 1; 0 = not asked
+  if (clusterSize < 1 || clusterSize > kMostCluster) return 0;
+  const bool cacheable = device >= 0 && device < 64;
+  if (cacheable && cache[device][clusterSize].load() > 0) return cache[device][clusterSize].load() - 1;
+  static std::atomic<uint64_t> configured{0};
+  const auto kernel = decodeSm90Kernel<Element, DK, DV, false, false>;
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess || (previous != device && cudaSetDevice(device) != cudaSuccess)) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  int clusters = 0;
+  cudaLaunchAttribute attribute[1];
+  const cudaLaunchConfig_t config =
+      clusterLaunch(uint32_t(clusterSize), Layout::kDynamicBytes, clusterSize, attribute);
+  const bool asked = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured) == cudaSuccess &&
+                     cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess;
+  if (!asked) {
+    (void)cudaGetLastError();
+    clusters = 0;
+  }
+  if (previous != device) cudaSetDevice(previous);
+  if (asked && cacheable) cache[device][clusterSize].store(clusters + 1);
+  return clusters;
 }
 
 }  // namespace flashattn::cuda::decode_sm90
