@@ -10,7 +10,8 @@
 // 64-key tiles. V is read from K's stages when the call
 // passes K's memory and strides for V (V is K's first headDimV columns), from its own otherwise; the plan does not
 // depend on which (the run tells them apart by the pointers). Split key ranges are merged by the split-KV decode's
-// merge kernel, from the same partial states.
+// merge kernel, from the same partial states, or, in the kernel that keeps all of O in one warpgroup, inside a
+// thread-block cluster of the chunks (plan below).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
