@@ -60,6 +60,7 @@ struct PagedCase {
   int64_t denseSeqQ = 0;
   int64_t pageSize = 16;
   int64_t sparePagesPerSeq = 1;  // table entries past each sequence's last page (garbage values)
+  int64_t vPagePad = 0;          // elements between V's pages past its rows (V's offsets then differ from K's)
   flashAttnMaskMode_t mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
   int64_t windowLeft = -1, windowRight = -1;
   float softcap = 0.f;
@@ -69,6 +70,7 @@ struct PagedCase {
   uint64_t seed = 1;
 
   int64_t dv() const { return headDimV > 0 ? headDimV : headDim; }
+  int64_t vPageStride() const { return pageSize * kvHeads * dv() + vPagePad; }
   int64_t batch() const { return int64_t(seqs.size()); }
   int64_t queryRows(size_t b) const { return raggedQ ? seqs[b].newTokens : denseSeqQ; }
   int64_t keys(size_t b) const { return seqs[b].prefix + (raggedQ ? seqs[b].newTokens : 0); }
@@ -249,8 +251,7 @@ class PagedFixture {
     const int64_t d = c_.headDim, dv = c_.dv();
     HostTensor kh(c_.dtype, {numPages_, c_.pageSize, c_.kvHeads, d},
                   {c_.pageSize * c_.kvHeads * d, c_.kvHeads * d, d, 1});
-    HostTensor vh(c_.dtype, {numPages_, c_.pageSize, c_.kvHeads, dv},
-                  {c_.pageSize * c_.kvHeads * dv, c_.kvHeads * dv, dv, 1});
+    HostTensor vh(c_.dtype, {numPages_, c_.pageSize, c_.kvHeads, dv}, {c_.vPageStride(), c_.kvHeads * dv, dv, 1});
     kh.fillNaN();
     vh.fillNaN();
     for (int64_t b = 0; b < c_.batch(); ++b)
@@ -365,12 +366,12 @@ class PagedFixture {
             used ? perm[size_t(b * pagesPerSeq_ + pg)] : int32_t(pg % 2 ? -7 : numPages_ + 5);
       }
     kPages_ = DeviceBuffer(size_t(numPages_ * c.pageSize * c.kvHeads * d) * elementSize(c.dtype));
-    vPages_ = DeviceBuffer(size_t(numPages_ * c.pageSize * c.kvHeads * dv) * elementSize(c.dtype));
+    vPages_ = DeviceBuffer(size_t((numPages_ - 1) * c.vPageStride() + c.pageSize * c.kvHeads * dv) *
+                           elementSize(c.dtype));
     writePages();
     expect(pagesDesc_.set(c.dtype, {numPages_, c.pageSize, c.kvHeads, d},
                           {c.pageSize * c.kvHeads * d, c.kvHeads * d, d, 1}));
-    expect(vPagesDesc_.set(c.dtype, {numPages_, c.pageSize, c.kvHeads, dv},
-                           {c.pageSize * c.kvHeads * dv, c.kvHeads * dv, dv, 1}));
+    expect(vPagesDesc_.set(c.dtype, {numPages_, c.pageSize, c.kvHeads, dv}, {c.vPageStride(), c.kvHeads * dv, dv, 1}));
 
     // The dense cache of the same keys, NaN past each sequence's.
     std::vector<int32_t> cuK{0};
@@ -459,6 +460,15 @@ const flashAttnDataType_t kTypes[] = {FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16, 
 // A key count that ends on a page boundary: `keys` rounded up to whole pages.
 int64_t onBoundary(int64_t keys, int64_t pageSize) { return (keys + pageSize - 1) / pageSize * pageSize; }
 
+// Pages of 3 whose V pool has a page stride of its own: the Hopper kernel's row-by-row copies then build V's row
+// offsets apart from K's (with one layout for both pools, V reuses K's).
+PagedCase paddedVPages(uint64_t seed) {
+  PagedCase c;
+  c.name = "edge_vpad_ps3", c.pageSize = 3, c.heads = 8, c.kvHeads = 2, c.vPagePad = 40;
+  c.seqs = {{70, 300}, {5, 0}, {129, 2}}, c.seed = seed;
+  return c;
+}
+
 std::vector<PagedCase> cases() {
   std::vector<PagedCase> out;
   uint64_t seed = 300;
@@ -480,6 +490,7 @@ std::vector<PagedCase> cases() {
     PagedCase n = m;
     n.name = "edge_d96_ps1", n.headDim = 96, n.headDimV = 0, n.pageSize = 1, n.seed = seed++;
     out.push_back(n);
+    out.push_back(paddedVPages(seed++));
     return out;
   }
   const int64_t pageSizes[] = {1, 3, 16, 64, 256};
@@ -561,6 +572,7 @@ std::vector<PagedCase> cases() {
     c.seqs = {{17, 65536}, {1, 65536 - 3}}, c.seed = seed++;
     out.push_back(c);
   }
+  out.push_back(paddedVPages(seed++));
   return out;
 }
 
