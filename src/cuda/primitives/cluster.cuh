@@ -6,9 +6,27 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace flashattn::cuda::prim {
+
+// The launch of `ctas` CTAs of `threads` threads in one-dimensional clusters of clusterSize (host side, for
+// cudaLaunchKernelEx and cudaOccupancyMaxActiveClusters); `attribute` (one entry) holds the cluster shape.
+inline cudaLaunchConfig_t clusterLaunchConfig(uint32_t ctas, uint32_t threads, std::size_t sharedBytes, int clusterSize,
+                                              cudaLaunchAttribute *attribute) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(ctas);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = sharedBytes;
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = uint32_t(clusterSize);
+  attribute[0].val.clusterDim.y = 1;
+  attribute[0].val.clusterDim.z = 1;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return config;
+}
 
 // Release / acquire: the shared-memory writes of every CTA before the barrier are visible to the cluster's reads
 // after it. Every thread of every CTA of the cluster calls it (.aligned: warp-uniform).

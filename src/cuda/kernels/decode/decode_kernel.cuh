@@ -23,6 +23,7 @@
 #include "cuda/kernels/decode/decode_params.hpp"
 #include "cuda/kernels/decode/decode_work.cuh"
 #include "cuda/ops.hpp"
+#include "cuda/primitives/cluster.cuh"
 #include "cuda/primitives/grid_dependency.cuh"
 #include "cuda/shared_limit.hpp"
 
@@ -119,17 +120,7 @@ struct DecodeKernel {
   // A launch of `blocks` CTAs in clusters of clusterSize; `attribute` (one entry) holds the cluster shape.
   static cudaLaunchConfig_t clusterConfig(uint32_t blocks, int rowTilesPerCta, int clusterSize,
                                           cudaLaunchAttribute *attribute) {
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(blocks);
-    config.blockDim = dim3(kThreads);
-    config.dynamicSmemBytes = smemBytes(rowTilesPerCta);
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = uint32_t(clusterSize);
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-    return config;
+    return prim::clusterLaunchConfig(blocks, kThreads, smemBytes(rowTilesPerCta), clusterSize, attribute);
   }
 
   static cudaError_t launch(const DecodeParams &params, const DeviceInfo &dev, cudaStream_t stream) {

@@ -11,6 +11,7 @@
 #include "cuda/kernels/decode_sm90/decode_sm90.hpp"
 #include "cuda/kernels/decode_sm90/decode_sm90_kernel.cuh"
 #include "cuda/kernels/decode_sm90/decode_sm90_narrow.cuh"
+#include "cuda/primitives/cluster.cuh"
 #include "cuda/shared_limit.hpp"
 
 namespace flashattn::cuda::decode_sm90 {
@@ -18,17 +19,7 @@ namespace flashattn::cuda::decode_sm90 {
 // A launch of `ctas` CTAs of the wide kernel in clusters of clusterSize; `attribute` (one entry) holds the shape.
 inline cudaLaunchConfig_t clusterLaunch(uint32_t ctas, std::size_t sharedBytes, int clusterSize,
                                         cudaLaunchAttribute *attribute) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(ctas);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = sharedBytes;
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = uint32_t(clusterSize);
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  return config;
+  return prim::clusterLaunchConfig(ctas, kThreads, sharedBytes, clusterSize, attribute);
 }
 
 template <typename Element, int DK, int DV, bool VFromK, bool Paged>
