@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// Raising a kernel's dynamic shared-memory limit once per device, for the launch functions of the kernel families.
+// Raising a kernel's dynamic shared-memory limit once per device, for the launch functions of the kernel families, and
+// asking the runtime about a kernel on a given device (occupancy, cluster capacity) from a plan function.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,6 +23,21 @@ cudaError_t ensureSharedLimit(Kernel kernel, std::size_t bytes, int device, std:
   const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
   if (err == cudaSuccess && bit != 0) configuredDevices.fetch_or(bit, std::memory_order_acq_rel);
   return err;
+}
+
+// Runs query() (returning a cudaError_t) with `device` current, switching to it and back; false when the runtime
+// cannot answer, whose error is cleared so that the caller's next CUDA call does not inherit it.
+template <typename Query>
+bool askDevice(int device, Query &&query) {
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  cudaError_t err = previous == device ? cudaSuccess : cudaSetDevice(device);
+  if (err == cudaSuccess) {
+    err = query();
+    if (previous >= 0 && previous != device) cudaSetDevice(previous);
+  }
+  if (err != cudaSuccess) cudaGetLastError();
+  return err == cudaSuccess;
 }
 
 }  // namespace flashattn::cuda

@@ -148,14 +148,10 @@ struct DecodeKernel {
   // raised; false when the runtime cannot answer (the error is cleared).
   template <typename Query>
   static bool askDevice(const DeviceInfo &dev, Query &&query) {
-    int previous = -1;
-    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-    if (previous != dev.device && cudaSetDevice(dev.device) != cudaSuccess) return false;
-    cudaError_t err = prepare(dev);
-    if (err == cudaSuccess) err = query();
-    if (previous >= 0 && previous != dev.device) cudaSetDevice(previous);
-    if (err != cudaSuccess) cudaGetLastError();
-    return err == cudaSuccess;
+    return cuda::askDevice(dev.device, [&] {
+      const cudaError_t err = prepare(dev);
+      return err == cudaSuccess ? query() : err;
+    });
   }
 
   // CTAs of rowTilesPerCta row tiles one SM holds at once (registers, threads and shared memory), asked once per device

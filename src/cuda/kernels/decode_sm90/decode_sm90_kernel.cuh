@@ -452,15 +452,9 @@ __device__ __forceinline__ void consumeAlternateTiles(const DecodeParams &p, con
 #pragma unroll
     for (int dt = 0; dt < DV / 8; ++dt) {
       const int column = (8 * dt + 2 * quad) ^ (8 * (row % 4));
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(clusterO + uint32_t(row * DV + column) * 4u),
-                   "f"(o[4 * dt + 2 * h]), "f"(o[4 * dt + 2 * h + 1])
-                   : "memory");
+      prim::storeSharedFloat2(clusterO + uint32_t(row * DV + column) * 4u, o[4 * dt + 2 * h], o[4 * dt + 2 * h + 1]);
     }
-    if (quad == 0) {
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(clusterStats + uint32_t(row) * 8u), "f"(maxLog2[h]),
-                   "f"(total[h])
-                   : "memory");
-    }
+    if (quad == 0) prim::storeSharedFloat2(clusterStats + uint32_t(row) * 8u, maxLog2[h], total[h]);
   }
   mergeCluster();
 }

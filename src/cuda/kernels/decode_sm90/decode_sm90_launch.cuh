@@ -93,23 +93,17 @@ int clusterCapacitySm90Instance(int device, int clusterSize) {
   if (cacheable && cache[device][clusterSize].load() > 0) return cache[device][clusterSize].load() - 1;
   static std::atomic<uint64_t> configured{0};
   const auto kernel = decodeSm90Kernel<Element, DK, DV, false, false>;
-  int previous = -1;
-  if (cudaGetDevice(&previous) != cudaSuccess || (previous != device && cudaSetDevice(device) != cudaSuccess)) {
-    (void)cudaGetLastError();
-    return 0;
-  }
   int clusters = 0;
-  cudaLaunchAttribute attribute[1];
-  const cudaLaunchConfig_t config =
-      clusterLaunch(uint32_t(clusterSize), Layout::kDynamicBytes, clusterSize, attribute);
-  const bool asked = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured) == cudaSuccess &&
-                     cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) == cudaSuccess;
-  if (!asked) {
-    (void)cudaGetLastError();
-    clusters = 0;
-  }
-  if (previous != device) cudaSetDevice(previous);
-  if (asked && cacheable) cache[device][clusterSize].store(clusters + 1);
+  const bool asked = askDevice(device, [&] {
+    const cudaError_t err = ensureSharedLimit(kernel, Layout::kDynamicBytes, device, configured);
+    if (err != cudaSuccess) return err;
+    cudaLaunchAttribute attribute[1];
+    const cudaLaunchConfig_t config =
+        clusterLaunch(uint32_t(clusterSize), Layout::kDynamicBytes, clusterSize, attribute);
+    return cudaOccupancyMaxActiveClusters(&clusters, kernel, &config);
+  });
+  if (!asked) return 0;
+  if (cacheable) cache[device][clusterSize].store(clusters + 1);
   return clusters;
 }
 
