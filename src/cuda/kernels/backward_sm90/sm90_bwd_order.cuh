@@ -65,7 +65,7 @@ __device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t) {
 // where __syncthreads (which wants every thread at the same call) would be divergent. Unaligned: without .aligned
 // (the split kernel; the compiler then assumes no converged warp there, which costs the d64/d128 kernel registers).
 // Its threads are the two consumer warpgroups of either kernel: a producer warpgroup takes no part in the hand-overs.
-constexpr uint32_t kTurnBarrier = 4;  // above the kernels' own (d64/d128: 1-3; split: 1)
+constexpr uint32_t kTurnBarrier = 4;  // above the kernels' own (d64/d128: 1-3, its 80-row form 5-6; split: 1)
 constexpr uint32_t kTurnThreads = 256;
 template <bool Unaligned>
 __device__ __forceinline__ void turnBarrier() {
@@ -75,12 +75,17 @@ __device__ __forceinline__ void turnBarrier() {
     prim::namedBarrierSync(kTurnBarrier, kTurnThreads);
 }
 
-// backward::passTurn with that barrier: every thread's additions complete, then thread 0 hands the block on.
+// backward::passTurn with that barrier and one fence: every thread's additions are issued (the bulk ones completed
+// and fenced into the generic proxy by their issuing lanes), the barrier orders them before thread 0's, and thread
+// 0's gpu-scope fence, cumulative over what the barrier ordered before it, and release store hand the block on: the
+// pattern of CUTLASS's split-K semaphore, instead of a fence in each of the 256 threads.
 template <bool Unaligned>
 __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
-  __threadfence();
   turnBarrier<Unaligned>();
-  if (threadIdx.x == 0) backward::storeRelease(turn, keyBlock + 1);
+  if (threadIdx.x == 0) {
+    __threadfence();
+    backward::storeRelease(turn, keyBlock + 1);
+  }
 }
 
 // Deterministic mode's ordered dQ additions for one CTA (Enabled = false: nothing, and no registers). The turn
@@ -88,12 +93,12 @@ __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
 // round trips of each hand-over go, so that they overlap tensor-core work instead of stalling the CTA:
 //   peek     thread 0's acquiring read of the counter, issued right after the dQ product is queued;
 //   acquire  the whole CTA, before its additions (d64/d128 and the split kernel at 192: bulk reduce-adds; at 256:
-//            red.global): spins only if the peek was early, then a CTA barrier (skipped where this key block is the query block's first
-//            adder);
-//   release  the additions' fence (every thread waits for its reductions) and the counter's release store. The
-//            fence does not wait for bulk copies: the d64/d128 kernel completes its bulk groups and fences the async
-//            proxy before every flush (backward_sm90_kernel.cuh's completeDqAdditions), the split kernel right after
-//            issuing them.
+//            red.global): spins only if the peek was early, then a CTA barrier (skipped where this key block is the
+//            query block's first adder);
+//   release  a CTA barrier behind every thread's additions, then thread 0's fence and the counter's release store
+//            (passTurnNamed). The fence does not wait for bulk copies: the d64/d128 kernel completes its bulk groups
+//            and fences the async proxy before every flush (backward_sm90_kernel.cuh's completeDqAdditions), the
+//            split kernel right after issuing them.
 // Deferred = true (d64/d128, whose reductions go out after every product of the step has landed): the release waits
 // for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the fence runs under
 // them; it delays the next key block by the time to queue those products. Deferred = false (the split kernel, whose
