@@ -378,6 +378,38 @@ TEST(Choosers, BackwardSectionsUnderMasks) {
   EXPECT_EQ(pick(kH100, p).plan.as<flashattn::BackwardConfig>().groupsPerSection, 2);
 }
 
+// d128 in the producer-warpgroup form takes 80-row query blocks where nothing is masked and the additions are
+// unordered; a causal mask or deterministic mode keeps 64 rows; a zero-padded D96 its trimmed 64-row kernel.
+TEST(Choosers, BackwardWideBlocks) {
+  const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
+  AttnProblem p = dense(Op::Backward, DType::BF16, 16, 16, 4096, 4096, 128);
+  const Pick plain = pick(kH100, p);
+  if (!wgmma || instanceNotBuilt(plain)) GTEST_SKIP() << "no wgmma backward d128 instance in this build";
+  ASSERT_TRUE(plain.served) << plain.why;
+  const auto &config = plain.plan.as<flashattn::BackwardConfig>();
+  if (!config.tma) GTEST_SKIP() << "no tensor-map encoder here: " << plain.plan.description;
+  EXPECT_EQ(config.blockM, 80) << plain.plan.description;
+  EXPECT_NE(plain.plan.description.find("tile 80x128"), std::string::npos) << plain.plan.description;
+  AttnProblem causal = p;
+  causal.mask = flashattn::Mask::CausalBottomRight;
+  EXPECT_EQ(pick(kH100, causal).plan.as<flashattn::BackwardConfig>().blockM, 64);
+  AttnProblem ordered = p;
+  ordered.deterministic = true;
+  EXPECT_EQ(pick(kH100, ordered).plan.as<flashattn::BackwardConfig>().blockM, 64);
+  const Pick d96 = pick(kH100, dense(Op::Backward, DType::BF16, 16, 16, 4096, 4096, 96));
+  ASSERT_TRUE(d96.served) << d96.why;
+  EXPECT_EQ(d96.plan.as<flashattn::BackwardConfig>().blockM, 64) << d96.plan.description;
+  // Where 80-row blocks pad more than their speed wins back, 64 rows: 512 rows (560 padded), 64 rows (80).
+  for (int64_t rows : {int64_t(512), int64_t(64)}) {
+    const AttnProblem shortQ = dense(Op::Backward, DType::BF16, 16, 16, rows, 4096, 128);
+    EXPECT_EQ(pick(kH100, shortQ).plan.as<flashattn::BackwardConfig>().blockM, 64) << rows;
+  }
+  const AttnProblem s1k = dense(Op::Backward, DType::BF16, 16, 16, 1024, 1024, 128);
+  EXPECT_EQ(pick(kH100, s1k).plan.as<flashattn::BackwardConfig>().blockM, 80);
+  // The workspace does not depend on the rows of a step: the size query and the run agree whichever form runs.
+  EXPECT_EQ(plain.plan.workspaceBytes, pick(kH100, causal).plan.workspaceBytes);
+}
+
 TEST(Choosers, RefusalsNameTheArgument) {
   AttnProblem p = dense(Op::Forward, DType::BF16, 8, 8, 64, 64, 300);
   const Pick r = pick(kH100, p);

@@ -63,6 +63,16 @@ std::vector<BwdCase> gridCases() {
     r.sq = 40;
     r.sk = 130;
     add(r, "d128_ragged_zero_length");
+    BwdCase wide;  // without a mask: the 80-row form where the producer warpgroup serves it (two blocks and 70 rows)
+    wide.headDim = 128;
+    wide.heads = 4;
+    wide.kvHeads = 2;
+    wide.sq = 230;
+    wide.sk = 200;
+    add(wide, "d128_230x200_gqa_unmasked");
+    wide.raggedQ = {100, 0, 230};  // the ragged tails come by cp.async into the 80-row stages
+    wide.raggedK = {90, 5, 200};
+    add(wide, "d128_ragged_gqa_unmasked");
     BwdCase g;
     g.headDim = 128;
     g.sq = g.sk = 65;

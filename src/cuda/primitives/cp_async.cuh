@@ -32,6 +32,9 @@ __device__ __forceinline__ void storeShared16(uint32_t sharedAddress, uint4 valu
 __device__ __forceinline__ void storeSharedFloat2(uint32_t sharedAddress, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(sharedAddress), "f"(x), "f"(y) : "memory");
 }
+__device__ __forceinline__ void storeSharedFloat(uint32_t sharedAddress, float x) {
+  asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(sharedAddress), "f"(x) : "memory");
+}
 
 __device__ __forceinline__ void cpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 

@@ -39,6 +39,15 @@ constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
   return headDim == 64 ? Sm90BackwardTile{128, 128, 8} : Sm90BackwardTile{64, 128, 8};
 }
 
+// d128 without a mask, window or deterministic order, in the producer-warpgroup form: 80-row query blocks
+// (FlashAttention-3's tile), so each step's products grow by a quarter against its fixed costs (barriers, the dS
+// hand-over, the statistics, the stage's turn). 80 rows are not a wgmma M, so dQ is computed transposed (dQ^T = K^T
+// dS^T: warpgroup g its 64 head-dim rows over the 80 queries) and added by one bulk reduce-add per warpgroup. Two
+// stages instead of three pay for the larger tiles in shared memory. Causal problems keep 64-row blocks (their
+// diagonal blocks' masked share grows with the block).
+constexpr int kWideBlockM = 80;
+constexpr bool hasWideForm(int headDim) { return headDim == 128; }
+
 // Whether the d64/d128 kernel of a head dim has its producer-warpgroup form (Q and dO by tensor-map copies, the row
 // statistics by cp.async, issued by a third warpgroup while the two consumer warpgroups hold 240 registers each). d64
 // keeps the form where every consumer thread issues its share of the copies: its 128-row steps need all 255 registers.
@@ -80,8 +89,10 @@ inline bool encodeQueryMaps(const backward::BackwardParams &p, DType dtype, int 
 // The main kernel of one instance (params built by backward::makeParams with this family's block shape); `device`
 // is the current device, on which the kernel's shared-memory opt-in is made once. Defined by the generated files.
 // HeadDimV: V/O's head dim, HeadDim's where the instance is of one head dim. tma: the producer-warpgroup form (the
-// plan checked that hasTmaForm and that the maps encode).
+// plan checked that hasTmaForm and that the maps encode);
+// wide: the 80-row form (hasWideForm; the plan checked that the problem takes it).
 template <typename Element, int HeadDim, int HeadDimV>
-cudaError_t launchSm90Instance(const backward::BackwardParams &params, bool tma, int device, cudaStream_t stream);
+cudaError_t launchSm90Instance(const backward::BackwardParams &params, bool tma, bool wide, int device,
+                               cudaStream_t stream);
 
 }  // namespace flashattn::cuda::backward_sm90

@@ -34,6 +34,9 @@
 // their K/V block and hold 240 registers (setmaxnreg), the producer 24.
 // Deterministic mode (template flag): the dQ additions of a query block are ordered by key block through the
 // workspace's turn counters, and the walk order changes (sm90_bwd_order.cuh).
+// 80-row form (BlockM = kWideBlockM; d128, producer form, no mask, unordered): 80-row query blocks in two stages; dQ
+// is computed transposed, dQ^T = K^T dS^T (warpgroup g: its 64 head-dim columns over the 80 rows), staged per
+// warpgroup and added by one bulk reduce-add per warpgroup and step; dV's product lands before dQ^T's is issued.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -67,19 +70,23 @@ using backward::BackwardParams;
 
 // Shared memory (byte offsets from a 1024-aligned base). Every 16-bit tile is a stack of 128-byte-swizzled slabs
 // [D / 64][rows][64]: chunk c of row r at chunk c ^ (r % 8).
-template <int D>
+template <int D, int BlockM = sm90BackwardTileFor(D).blockM>
 struct SharedLayout {
-  static constexpr int kBlockM = sm90BackwardTileFor(D).blockM;
+  static constexpr int kBlockM = BlockM;
   static constexpr int kBlockN = sm90BackwardTileFor(D).blockN;
   static constexpr int kThreads = 32 * sm90BackwardTileFor(D).warps;
   static_assert(kBlockN == 128 && kThreads == 256, "two consumer warpgroups of 64 keys each");
   static_assert(kThreads == int(kTurnThreads), "the hand-over barrier counts the consumer threads");
-  static_assert((D == 128 && kBlockM == 64) || (D == 64 && kBlockM == 128),
-                "d128: 64-row query blocks (registers); d64: 128-row blocks (fixed costs per step)");
-  static constexpr int kStages = 3;
+  static_assert((D == 128 && (kBlockM == 64 || (kBlockM == kWideBlockM && hasWideForm(D)))) ||
+                    (D == 64 && kBlockM == 128),
+                "d128: 64-row query blocks (registers), or the 80-row form; d64: 128-row blocks (fixed costs)");
+  // The 80-row form computes dQ transposed and stages it per warpgroup; its larger tiles leave room for two stages.
+  static constexpr bool kDqTransposed = kBlockM == kWideBlockM;
+  static constexpr int kStages = kDqTransposed ? 2 : 3;
   // A warp's dQ tile: 16 rows of 64 floats in the workspace's paneled order (swizzled columns, no padding), so one
-  // bulk reduce-add moves it.
+  // bulk reduce-add moves it; in the 80-row form a warpgroup's: kBlockM rows of its 64-column panel.
   static constexpr uint32_t kDqWarpBytes = 16 * 64 * 4;
+  static constexpr uint32_t kDqBytes = kDqTransposed ? 2u * kBlockM * 256u : 8u * kDqWarpBytes;
   static constexpr uint32_t kKBytes = uint32_t(kBlockN) * D * 2;
   static constexpr uint32_t kQBytes = uint32_t(kBlockM) * D * 2;
   static constexpr uint32_t kK = 0;
@@ -87,8 +94,8 @@ struct SharedLayout {
   static constexpr uint32_t kQ = kV + kKBytes;             // kStages stages
   static constexpr uint32_t kDO = kQ + kStages * kQBytes;  // kStages stages
   static constexpr uint32_t kDS = kDO + kStages * kQBytes; // [BlockN / 64][BlockM][64]
-  static constexpr uint32_t kDq = kDS + uint32_t(kBlockM) * kBlockN * 2;  // 8 warps x kDqWarpBytes
-  static constexpr uint32_t kLse = kDq + 8 * kDqWarpBytes;                 // kStages x BlockM floats
+  static constexpr uint32_t kDq = kDS + uint32_t(kBlockM) * kBlockN * 2;  // kDqBytes
+  static constexpr uint32_t kLse = kDq + kDqBytes;                         // kStages x BlockM floats
   static constexpr uint32_t kRowDot = kLse + kStages * kBlockM * 4;
   static constexpr uint32_t kFull = kRowDot + kStages * kBlockM * 4;  // kStages mbarriers
   static constexpr uint32_t kEmpty = kFull + kStages * 8;              // kStages mbarriers (producer form)
@@ -103,6 +110,8 @@ struct SharedLayout {
 // the previous step is done" signals that guard the dS tile (kDsFree + g: warpgroup g waits there, the other arrives).
 constexpr uint32_t kDsReadyBarrier = 1;
 constexpr uint32_t kDsFreeBarrier = 2;
+// The 80-row form's per-warpgroup dQ staging (kDqStagedBarrier + g): the tile is free, then written.
+constexpr uint32_t kDqStagedBarrier = 5;
 
 // The two 8-column accumulator blocks 2kk, 2kk + 1 of a 64 x N accumulator are the A fragment of k-step kk.
 template <typename Element, int Count>
@@ -137,10 +146,14 @@ constexpr int kProducerRegisters = 24;
 // (kp's maps), else every thread copies its share of each step (kp.b only).
 // QKWidth: the columns S^T = K Q^T and dP^T = V dO^T contract over (D, or trimmedQKWidth where the problem's columns
 // past it are zeros; every other product keeps the instance's width).
-template <typename Element, int D, bool Deterministic, bool Tma, int QKWidth = D>
+// BlockM: the query rows of a step (sm90BackwardTileFor's, or kWideBlockM: the 80-row form).
+template <typename Element, int D, bool Deterministic, bool Tma, int QKWidth = D,
+          int BlockM = sm90BackwardTileFor(D).blockM>
 __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const __grid_constant__ Sm90KernelParams kp) {
-  using L = SharedLayout<D>;
+  using L = SharedLayout<D, BlockM>;
   static_assert(QKWidth % 16 == 0 && QKWidth <= D, "S^T and dP^T contract over whole k-steps of the instance");
+  static_assert(!L::kDqTransposed || (Tma && !Deterministic && QKWidth == D),
+                "the 80-row form: producer warpgroup, unordered additions, the instance's full width");
   constexpr int kBlockM = L::kBlockM;
   constexpr int kBlockN = L::kBlockN;
   static_assert(!Tma || hasTmaForm(D), "the producer form is compiled where hasTmaForm says");
@@ -469,13 +482,32 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       }
     }
     prim::fenceProxyAsyncShared();
+    if constexpr (L::kDqTransposed) {
+      // dV's product has landed before dQ^T's is issued: P^T's fragments are then dead, which keeps the wgmmas
+      // within the registers (with them live, ptxas serializes every wgmma: C7512).
+      prim::wgmmaWaitGroup<0>();
+      prim::wgmmaFenceOperands(pA);
+    }
     prim::namedBarrierSync(kDsReadyBarrier, 256);
 
     // d128: warpgroup g computes dQ columns 64g.. over all 128 keys; d64: query rows 64g.. of the 128-row block over
-    // all 128 keys. Either way every dQ element of the block is added once per CTA.
-    float dq[32];
+    // all 128 keys. Either way every dQ element of the block is added once per CTA. The 80-row form computes
+    // dQ^T = K^T dS^T (80 is not a wgmma M): A is this warpgroup's K slab read M-major (its 64 head-dim columns), B
+    // the dS tile as stored ([query][key]: K-major), N the block's rows.
+    float dq[L::kDqTransposed ? kBlockM / 2 : 32];
     prim::wgmmaFence();
-    if constexpr (D == 128) {
+    if constexpr (L::kDqTransposed) {
+      const uint64_t kDesc =
+          prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * kBlockN * 128, kBlockN * 128, 1024);
+      const uint64_t dsBaseDesc = prim::wgmmaDescriptorSw128(base + L::kDS, 16, 1024);
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        const uint64_t dsDesc =
+            prim::wgmmaDescriptorAdvance(dsBaseDesc, uint32_t(kk / 4) * kBlockM * 128 + uint32_t(kk % 4) * 32);
+        prim::WgmmaOp<Element, kBlockM>::template ssTransposed<1, 0>(
+            dq, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048), dsDesc, kk > 0 ? 1u : 0u);
+      }
+    } else if constexpr (D == 128) {
       const uint64_t kDesc =
           prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * kBlockN * 128, kBlockN * 128, 1024);
       const uint64_t dsBaseDesc = prim::wgmmaDescriptorSw128(base + L::kDS, 16, 1024);
@@ -523,7 +555,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       prim::wgmmaWaitGroup<1>();  // dV and dQ have landed; dK's product keeps running
     }
     prim::wgmmaFenceOperands(dq);
-    prim::wgmmaFenceOperands(pA);
+    if constexpr (!L::kDqTransposed) prim::wgmmaFenceOperands(pA);  // the 80-row form fenced it before dQ^T
     // This warpgroup's reads of the dS tile are over: the other may write step t + 1's.
     if (t + 1 < steps) prim::namedBarrierArrive(kDsFreeBarrier + (group ^ 1), 256);
     if constexpr (kPipelined) releaseStage();
@@ -531,7 +563,19 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     // dQ rows rowBase + 16 * warp + lane / 4 + 8h of the block, columns colBase + 8j + 2 * quad.
     const int colBase = D == 128 ? 64 * group : 0;
     const int rowBase = D == 128 ? 0 : 64 * group;
-    {
+    if constexpr (L::kDqTransposed) {
+      // The warpgroup's kBlockM x 64 tile of panel `group` goes through its staging tile in one addition, issued by
+      // its first thread once the previous one has read the tile and every warp has written it.
+      const uint32_t tile = base + L::kDq + uint32_t(group) * kBlockM * 256;
+      const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, m0);
+      const bool issuer = thread % 128 == 0;
+      if (issuer) prim::bulkWaitRead<0>();
+      prim::namedBarrierSync(kDqStagedBarrier + group, 128);
+      stageDqColumns<kBlockM>(tile, dq, wsRow0, warp, lane, quad);
+      prim::fenceProxyAsyncShared();
+      prim::namedBarrierSync(kDqStagedBarrier + group, 128);
+      if (issuer) addDqRows<1>(p, wsRow0, group, tile, sq - m0 < kBlockM ? sq - m0 : kBlockM);
+    } else {
       // The warp's tile goes through its staging tile.
       const int32_t iFirst = m0 + rowBase + 16 * warp;
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);

@@ -45,6 +45,20 @@ cudaError_t launchD64D128Width(const Sm90KernelParams &kp, int device, cudaStrea
                                  kp.b, device, configuredDevices, stream);
 }
 
+// The 80-row form (hasWideForm): producer warpgroup, unordered, the instance's full width.
+template <typename Element, int D>
+cudaError_t launchWide(const Sm90KernelParams &kp, int device, cudaStream_t stream) {
+  if constexpr (hasWideForm(D)) {
+    using L = SharedLayout<D, kWideBlockM>;
+    static std::atomic<uint64_t> configuredDevices{0};
+    if (kp.b.deterministic || qkWidthFor(D, kp.b.headDim) != D) return cudaErrorInvalidValue;
+    return launchPerKeyBlock(backwardSm90Kernel<Element, D, false, true, D, kWideBlockM>, L::kThreads + 128,
+                             L::kDynamicBytes, kp, kp.b, device, configuredDevices, stream);
+  } else {
+    return cudaErrorInvalidValue;
+  }
+}
+
 // The kernel with the trimmed S^T / dP^T contraction where the problem's head dim ends within it.
 template <typename Element, int D, bool Tma>
 cudaError_t launchD64D128Form(const Sm90KernelParams &kp, int device, cudaStream_t stream) {
@@ -57,7 +71,8 @@ cudaError_t launchD64D128Form(const Sm90KernelParams &kp, int device, cudaStream
 }
 
 template <typename Element, int D>
-cudaError_t launchD64D128(const backward::BackwardParams &params, bool tma, int device, cudaStream_t stream) {
+cudaError_t launchD64D128(const backward::BackwardParams &params, bool tma, bool wide, int device,
+                          cudaStream_t stream) {
   // The kernel writes the paneled dQ accumulator only (whole 64-column panels: the plan sizes it so); the convert
   // kernel reads what the plan says was written. A narrower problem's columns past its head dim are zeros.
   if (!params.dqPaneled || params.headDim > D || params.headDimV != params.headDim) return cudaErrorInvalidValue;
@@ -66,11 +81,12 @@ cudaError_t launchD64D128(const backward::BackwardParams &params, bool tma, int 
   if constexpr (hasTmaForm(D)) {
     if (tma) {
       constexpr DType kDtype = std::is_same_v<Element, __half> ? DType::FP16 : DType::BF16;
-      if (!encodeQueryMaps(params, kDtype, SharedLayout<D>::kBlockM, &kp)) return cudaErrorInvalidValue;
-      return launchD64D128Form<Element, D, true>(kp, device, stream);
+      if (!encodeQueryMaps(params, kDtype, wide ? kWideBlockM : SharedLayout<D>::kBlockM, &kp))
+        return cudaErrorInvalidValue;
+      return wide ? launchWide<Element, D>(kp, device, stream) : launchD64D128Form<Element, D, true>(kp, device, stream);
     }
   }
-  if (tma) return cudaErrorInvalidValue;  // plans ask for the form only where the instance has it
+  if (tma || wide) return cudaErrorInvalidValue;  // plans ask for the forms only where the instance has them
   return launchD64D128Form<Element, D, false>(kp, device, stream);
 }
 
@@ -94,13 +110,14 @@ cudaError_t launchSplit(const backward::BackwardParams &params, int device, cuda
 }  // namespace detail
 
 template <typename Element, int HeadDim, int HeadDimV>
-cudaError_t launchSm90Instance(const backward::BackwardParams &params, bool tma, int device, cudaStream_t stream) {
+cudaError_t launchSm90Instance(const backward::BackwardParams &params, bool tma, bool wide, int device,
+                               cudaStream_t stream) {
   if constexpr (runsSplitKernel(HeadDim)) {
-    if (tma) return cudaErrorInvalidValue;
+    if (tma || wide) return cudaErrorInvalidValue;
     return detail::launchSplit<Element, HeadDim, HeadDimV>(params, device, stream);
   } else {
     static_assert(HeadDimV == HeadDim, "the d64/d128 kernel has one head dim");
-    return detail::launchD64D128<Element, HeadDim>(params, tma, device, stream);
+    return detail::launchD64D128<Element, HeadDim>(params, tma, wide, device, stream);
   }
 }
 

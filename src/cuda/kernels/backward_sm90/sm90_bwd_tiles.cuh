@@ -126,8 +126,33 @@ __device__ __forceinline__ void stageDqRows(uint32_t tile, const float (&dq)[Cou
   __syncwarp();
 }
 
-// Lane 0's half of it: the first `rows` staged rows (the others belong to other sequences, or to none) added to panels
-// firstPanel .. of the accumulator at workspace row wsRow0, one bulk reduce-add per panel, in one bulk group.
+// A warpgroup's transposed dQ (dQ^T accumulator: rows 16 * warp + lane / 4 + 8h are its 64 head-dim columns of one
+// panel, columns 8j + 2 * quad + e the block's BlockM query rows) into its staging tile at `tile`, [BlockM][64] floats
+// with each query row's columns XOR-swizzled as workspace row wsRow0 + row has them, so that one bulk reduce-add
+// moves the tile (addDqRows). Scalar stores: the two floats of a pair are two query rows. The caller orders them
+// after the previous addition's read of the tile and fences them into the async proxy. `tile`: 256-byte aligned.
+template <int BlockM, int Count>
+__device__ __forceinline__ void stageDqColumns(uint32_t tile, const float (&dqT)[Count], int64_t wsRow0, int warp,
+                                               int lane, int quad) {
+  static_assert(Count == BlockM / 2 && BlockM % 8 == 0, "a 64 x BlockM accumulator");
+  const uint32_t column = uint32_t(16 * warp + lane / 4) * 4u;  // bytes; + 32 for the second accumulator row
+#pragma unroll
+  for (int ee = 0; ee < 2; ++ee) {
+    // Rows 8j + 2 quad + ee of every j share their swizzle (rows a multiple of 4 apart).
+    const uint32_t swizzle = uint32_t(backward::dqSwizzle(wsRow0 + 2 * quad + ee)) << 2;
+#pragma unroll
+    for (int j = 0; j < BlockM / 8; ++j) {
+      const uint32_t row = tile + uint32_t(8 * j + 2 * quad + ee) * 256u;
+#pragma unroll
+      for (int hh = 0; hh < 2; ++hh)
+        prim::storeSharedFloat((row + column + 32u * hh) ^ swizzle, dqT[4 * j + 2 * hh + ee]);
+    }
+  }
+}
+
+// The issuing thread's half of stageDqRows (a warp's lane 0) or stageDqColumns (one thread of the warpgroup): the
+// first `rows` staged rows (the others belong to other sequences, or to none) added to panels firstPanel .. of the
+// accumulator at workspace row wsRow0, one bulk reduce-add per panel, in one bulk group.
 template <int Panels>
 __device__ __forceinline__ void addDqRows(const backward::BackwardParams &p, int64_t wsRow0, int firstPanel,
                                           uint32_t staged, int32_t rows) {
