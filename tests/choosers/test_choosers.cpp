@@ -2,6 +2,7 @@
 // The choosers of src/cuda/family.hpp on fake device descriptions: every operation's pick, by KernelId, for the GPUs
 // the library targets. No kernel runs: on a machine without a GPU the occupancy queries answer their defaults, and the
 // tensor-map encoder is absent (so decode plans keep to cp.async there, and the decode assertions below hold for both).
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -381,6 +382,9 @@ TEST(Choosers, BackwardSectionsUnderMasks) {
 // d128 in the producer-warpgroup form takes 80-row query blocks where nothing is masked and the additions are
 // unordered; a causal mask or deterministic mode keeps 64 rows; a zero-padded D96 its trimmed 64-row kernel.
 TEST(Choosers, BackwardWideBlocks) {
+  // The planner's trial encode of the Q/dO maps needs an initialised driver: touch the GPU where there is one (each
+  // test runs in a process of its own, so the other choosers keep the driver-less view); without one, skip below.
+  (void)cudaFree(nullptr);
   const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
   AttnProblem p = dense(Op::Backward, DType::BF16, 16, 16, 4096, 4096, 128);
   const Pick plain = pick(kH100, p);

@@ -183,6 +183,17 @@ std::vector<BwdCase> gridCases() {
     z.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
     add(z, "d" + std::to_string(d) + "_113x211_gqa6_2_causalBR");
   }
+  // Five 80-row blocks without a mask: the d128 80-row form (producer warpgroup) in both types, with x5 inputs.
+  for (flashAttnDataType_t t : types) {
+    BwdCase w;
+    w.dtype = t;
+    w.headDim = 128;
+    w.heads = 6;
+    w.kvHeads = 2;
+    w.sq = w.sk = 400;
+    w.inputScale = 5.0;
+    add(w, "d128_400_gqa6_2_stress_x5");
+  }
   return cases;
 }
 
