@@ -6,7 +6,8 @@
 // Covers tails, every mask incl. bottom-right with seqQ > seqK (fully masked rows), windows, GQA (6,2) and (6,1),
 // ragged batches, seqlensK, both dtypes, head dims 64, 128, and 192, 256 and 192/128 (their own kernel:
 // splitGridCases), the zero-padded 48, 96, 120 (d64, d128), 144, 160 (d192), 240 (not padded: portable), and graph
-// replay equal to eager; the d128 instance in both its forms (FLASHATTN_BACKWARD_LOADER).
+// replay equal to eager; the d128 instance in both its loader forms (FLASHATTN_BACKWARD_LOADER) and, unmasked, in
+// its 80-row form.
 // FLASHATTN_TEST_SLICE=edge runs a few small shapes (for compute-sanitizer). The case setup (strided placement,
 // descriptors, forward then backward) is backward_harness.hpp's, shared with test_gpu_backward.cpp. Deterministic mode
 // on these kernels is covered by test_gpu_backward.cpp's determinism suite.

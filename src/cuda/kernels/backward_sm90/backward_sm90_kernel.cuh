@@ -496,7 +496,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     // the dS tile as stored ([query][key]: K-major), N the block's rows.
     float dq[L::kDqTransposed ? kBlockM / 2 : 32];
     prim::wgmmaFence();
-    if constexpr (L::kDqTransposed) {
+    if constexpr (D == 128) {
       const uint64_t kDesc =
           prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * kBlockN * 128, kBlockN * 128, 1024);
       const uint64_t dsBaseDesc = prim::wgmmaDescriptorSw128(base + L::kDS, 16, 1024);
@@ -504,19 +504,11 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       for (int kk = 0; kk < kBlockN / 16; ++kk) {
         const uint64_t dsDesc =
             prim::wgmmaDescriptorAdvance(dsBaseDesc, uint32_t(kk / 4) * kBlockM * 128 + uint32_t(kk % 4) * 32);
-        prim::WgmmaOp<Element, kBlockM>::template ssTransposed<1, 0>(
-            dq, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048), dsDesc, kk > 0 ? 1u : 0u);
-      }
-    } else if constexpr (D == 128) {
-      const uint64_t kDesc =
-          prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * kBlockN * 128, kBlockN * 128, 1024);
-      const uint64_t dsBaseDesc = prim::wgmmaDescriptorSw128(base + L::kDS, 16, 1024);
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        const uint64_t dsDesc =
-            prim::wgmmaDescriptorAdvance(dsBaseDesc, uint32_t(kk / 4) * kBlockM * 128 + uint32_t(kk % 4) * 32);
-        prim::WgmmaOp<Element, 64>::template ssTransposed<0, 1>(
-            dq, dsDesc, prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
+        const uint64_t kStep = prim::wgmmaDescriptorAdvance(kDesc, uint32_t(kk) * 2048);
+        if constexpr (L::kDqTransposed)
+          prim::WgmmaOp<Element, kBlockM>::template ssTransposed<1, 0>(dq, kStep, dsDesc, kk > 0 ? 1u : 0u);
+        else
+          prim::WgmmaOp<Element, 64>::template ssTransposed<0, 1>(dq, dsDesc, kStep, kk > 0 ? 1u : 0u);
       }
     } else {
       const uint64_t kDesc = prim::wgmmaDescriptorSw128(base + L::kK, kBlockN * 128, 1024);
