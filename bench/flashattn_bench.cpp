@@ -443,7 +443,8 @@ class TensorDesc {
 class AttnDesc {
  public:
   // `sinks` and `dSinks` live in the memory of the handle the descriptor is used with.
-  explicit AttnDesc(bool causal, bool deterministic = false, const float *sinks = nullptr, float *dSinks = nullptr) {
+  explicit AttnDesc(bool causal, bool deterministic = false, const float *sinks = nullptr, float *dSinks = nullptr,
+                    float softcap = 0.f) {
     apiCheck(flashAttnCreateAttentionDescriptor(&d_), "flashAttnCreateAttentionDescriptor");
     flashAttnStatus_t s = FLASHATTN_STATUS_SUCCESS;
     const char *what = "";
@@ -462,6 +463,10 @@ class AttnDesc {
     if (s == FLASHATTN_STATUS_SUCCESS && dSinks) {
       s = flashAttnSetAttentionSinksGradient(d_, dSinks);
       what = "flashAttnSetAttentionSinksGradient";
+    }
+    if (s == FLASHATTN_STATUS_SUCCESS && softcap > 0.f) {
+      s = flashAttnSetAttentionSoftcap(d_, softcap);
+      what = "flashAttnSetAttentionSoftcap";
     }
     if (s != FLASHATTN_STATUS_SUCCESS) {
       flashAttnDestroyAttentionDescriptor(d_);
@@ -656,6 +661,7 @@ struct Row {
   bool vInK = false;  // decode: V is K's first Dv columns (same pointer, K's strides), as absorbed MLA stores it
   bool causal = false;
   bool sinks = false;  // --sinks: the call had attention sinks (and the backward computed dSinks)
+  float softcap = 0.f;  // --softcap: the prefill calls' softcap (0: none)
   int32_t chunks = 0;
   int64_t pageSize = 0;
   bool pagesInOrder = false;  // --pages-in-order: the block table walks the pool in order (else shuffled)
@@ -724,6 +730,7 @@ std::string rowJson(const Row &r) {
     if (r.vInK) j += ", \"v_aliases_k\": true";
   }
   if (r.kind == "chunked") j += ", \"page_size\": " + std::to_string(r.pageSize);
+  if (r.softcap > 0.f) j += ", \"softcap\": " + jsonNumber(r.softcap);
   if (!r.error.empty()) {
     j += ", \"error\": " + jsonString(r.error) + ", \"not_supported\": " + (r.notSupported ? "true" : "false");
   } else {
@@ -768,9 +775,10 @@ std::string shapeText(const Row &r) {
   } else {
     // "D=192/128" where V/O's head dim differs; rows of one head dim keep the text they always had.
     const std::string dims = std::to_string(r.D) + (r.Dv != r.D ? "/" + std::to_string(r.Dv) : "");
-    std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%s%s%s", r.op.c_str(),
+    const std::string softcap = r.softcap > 0.f ? " softcap=" + jsonNumber(r.softcap) : "";
+    std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%s%s%s%s", r.op.c_str(),
                   dtypeName(r.dtype), (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk,
-                  dims.c_str(), r.causal ? " causal" : "", r.sinks ? " sinks" : "");
+                  dims.c_str(), r.causal ? " causal" : "", r.sinks ? " sinks" : "", softcap.c_str());
   }
   return buf;
 }
@@ -818,6 +826,7 @@ struct Options {
   bool check = true;
   bool deterministic = false;  // prefill: also time the deterministic backward (rows "bwd-det")
   bool sinks = false;          // every call with attention sinks, every backward with dSinks
+  float softcap = 0.f;         // every prefill call with this softcap (0: none)
   std::string backend = "auto";
   int device = -1;
   bool demo = true;  // until an option names a shape, an operation or a sweep
@@ -875,6 +884,8 @@ void usage(FILE *f) {
                "  --sinks                     attention sinks (a fixed logit in [-1, 1] per query head) on every\n"
                "                              fwd, bwd, bwd-det and decode call, dSinks from every backward (checked\n"
                "                              against the oracle); rows say \"sinks\": time a run with and one without\n"
+               "  --softcap X                 prefill: softcap X (> 0) on every fwd, bwd and bwd-det call (Gemma 2's\n"
+               "                              30 and 50); rows say \"softcap\": time a run with and one without\n"
                "  --list                      print the rows the other options plan, one per line, and run none;\n"
                "                              --backend cuda|host: that backend's plan, listed without a handle (the\n"
                "                              GPU plan on a machine without a GPU)\n"
@@ -990,6 +1001,13 @@ Options parseOptions(int argc, char **argv) {
       o.deterministic = true;
     else if (a == "--sinks")
       o.sinks = true;
+    else if (a == "--softcap") {
+      const char *v = value();
+      char *end = nullptr;
+      o.softcap = std::strtof(v, &end);
+      if (!end || *end || !(o.softcap > 0.f) || !std::isfinite(o.softcap))
+        throw std::invalid_argument(std::string("--softcap ") + v + ": expected a finite number > 0");
+    }
     else if (a == "--pages-in-order")
       o.pagesInOrder = true;
     else if (a == "--no-check")
@@ -1068,8 +1086,10 @@ Row shapeRow(const char *kind, const char *op, flashAttnDataType_t dtype, int64_
   return r;
 }
 
-Row prefillRow(const PrefillShape &s, const char *op, bool sinks) {
-  return shapeRow("prefill", op, s.dtype, s.B, s.H, s.HK, s.Sq, s.Sk, s.D, s.Dv, s.causal, sinks);
+Row prefillRow(const PrefillShape &s, const char *op, bool sinks, float softcap) {
+  Row r = shapeRow("prefill", op, s.dtype, s.B, s.H, s.HK, s.Sq, s.Sk, s.D, s.Dv, s.causal, sinks);
+  r.softcap = softcap;
+  return r;
 }
 
 Row decodeRow(const DecodeShape &s, bool sinks, bool pagesInOrder) {
@@ -1354,7 +1374,7 @@ std::string pickText(const char *one, const char *many, const Pick &p, int64_t n
 // Prefill: forward and backward
 
 void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
-  Row fwd = prefillRow(s, "fwd", opt_.sinks), bwd = prefillRow(s, "bwd", opt_.sinks);
+  Row fwd = prefillRow(s, "fwd", opt_.sinks, opt_.softcap), bwd = prefillRow(s, "bwd", opt_.sinks, opt_.softcap);
   const size_t es = elementBytes(s.dtype);
   // Q K^T costs D per visible pair and P V costs Dv: 4*B*H*pairs*D when the two head dims agree.
   const double fwdFlops =
@@ -1397,8 +1417,8 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
       sinksPtr = static_cast<const float *>(dsinks->get());
       dSinksPtr = static_cast<float *>(ddsinks->get());
     }
-    attn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr);
-    bwdAttn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr, dSinksPtr);
+    attn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr, nullptr, opt_.softcap);
+    bwdAttn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr, dSinksPtr, opt_.softcap);
     qD = std::make_unique<TensorDesc>(s.dtype, qv);
     kD = std::make_unique<TensorDesc>(s.dtype, kv);
     vD = std::make_unique<TensorDesc>(s.dtype, vv);
@@ -1457,7 +1477,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
         if (useOracle()) {
           bench_oracle::Shape os;
           os.B = batch.count, os.H = heads.q.count, os.HK = heads.kv.count, os.Sq = rows.count, os.Sk = s.Sk;
-          os.D = s.D, os.Dv = s.Dv, os.causal = s.causal;
+          os.D = s.D, os.Dv = s.Dv, os.causal = s.causal, os.softcap = opt_.softcap;
           for (float x : pickSinks(sinks, heads.q)) os.sinks.push_back(x);
           std::vector<double> o, l;
           bench_oracle::forward(os, gather(hq.data(), q1, s.dtype), gather(hk.data(), k1, s.dtype),
@@ -1469,7 +1489,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
               l1D(FLASHATTN_DATA_FP32, lRef);
           // The HOST handle reads host memory, and only the sliced heads' sinks.
           const std::vector<float> sinks1 = pickSinks(sinks, heads.q);
-          const AttnDesc hostAttn(s.causal, false, opt_.sinks ? sinks1.data() : nullptr);
+          const AttnDesc hostAttn(s.causal, false, opt_.sinks ? sinks1.data() : nullptr, nullptr, opt_.softcap);
           size_t hostWs = 0;
           apiCheck(flashAttnForwardGetWorkspaceSize(host_, hostAttn, nullptr, q1D, k1D, v1D, o1D, l1D, &hostWs),
                    "HOST flashAttnForwardGetWorkspaceSize");
@@ -1562,7 +1582,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           if (useOracle()) {
             bench_oracle::Shape os;
             os.B = batch.count, os.H = heads.q.count, os.HK = heads.kv.count, os.Sq = rows.count, os.Sk = keys.count;
-            os.D = s.D, os.Dv = s.Dv, os.causal = s.causal;
+            os.D = s.D, os.Dv = s.Dv, os.causal = s.causal, os.softcap = opt_.softcap;
             std::vector<double> lse(size_t(lRef.elements()));
             for (size_t i = 0; i < lse.size(); ++i) lse[i] = reinterpret_cast<const float *>(lse1.data())[i];
             std::vector<double> gq, gk, gv;
@@ -1578,7 +1598,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
             // With sinks the HOST handle needs their host copy, the sliced heads' only (dSinks is checked below).
             const std::vector<float> sinks1 = pickSinks(sinks, heads.q);
             std::unique_ptr<AttnDesc> sinkAd;
-            if (opt_.sinks) sinkAd = std::make_unique<AttnDesc>(s.causal, false, sinks1.data());
+            if (opt_.sinks) sinkAd = std::make_unique<AttnDesc>(s.causal, false, sinks1.data(), nullptr, opt_.softcap);
             const AttnDesc &hostAd = sinkAd ? *sinkAd : ad;
             size_t hostWs = 0;
             apiCheck(flashAttnBackwardGetWorkspaceSize(host_, hostAd, nullptr, q1D, k1D, v1D, o1D, l1D, &hostWs),
@@ -1695,10 +1715,10 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
   };
   backward(bwd, *bwdAttn);
   if (!opt_.deterministic) return;
-  Row det = prefillRow(s, "bwd-det", opt_.sinks);
+  Row det = prefillRow(s, "bwd-det", opt_.sinks, opt_.softcap);
   std::unique_ptr<AttnDesc> detAttn;
   try {
-    detAttn = std::make_unique<AttnDesc>(s.causal, true, sinksPtr, dSinksPtr);
+    detAttn = std::make_unique<AttnDesc>(s.causal, true, sinksPtr, dSinksPtr, opt_.softcap);
   } catch (const std::exception &e) {
     fail(det, e);
     record(det);
@@ -2203,9 +2223,9 @@ Plan makePlan(const Options &o, bool cuda) {
 std::vector<Row> plannedRows(const Plan &p, const Options &o) {
   std::vector<Row> rows;
   for (const PrefillShape &s : p.prefill) {
-    if (p.fwd) rows.push_back(prefillRow(s, "fwd", o.sinks));
-    if (p.bwd) rows.push_back(prefillRow(s, "bwd", o.sinks));
-    if (p.bwd && p.bwdDet) rows.push_back(prefillRow(s, "bwd-det", o.sinks));
+    if (p.fwd) rows.push_back(prefillRow(s, "fwd", o.sinks, o.softcap));
+    if (p.bwd) rows.push_back(prefillRow(s, "bwd", o.sinks, o.softcap));
+    if (p.bwd && p.bwdDet) rows.push_back(prefillRow(s, "bwd-det", o.sinks, o.softcap));
   }
   for (const DecodeShape &s : p.decode) rows.push_back(decodeRow(s, o.sinks, o.pagesInOrder));
   for (const ChunkedShape &s : p.chunked) {

@@ -31,6 +31,17 @@ double dot(const double *a, const double *b, int64_t n) {
   return sum;
 }
 
+// A logit of the scaled product x (softcap * tanh(x / softcap) with a softcap), and its derivative by x.
+double logitOf(const Shape &s, double x, double *derivative) {
+  if (!(s.softcap > 0)) {
+    *derivative = 1.0;
+    return x;
+  }
+  const double t = std::tanh(x / s.softcap);
+  *derivative = 1.0 - t * t;
+  return s.softcap * t;
+}
+
 }  // namespace
 
 void forward(const Shape &s, const std::vector<double> &q, const std::vector<double> &k, const std::vector<double> &v,
@@ -55,7 +66,9 @@ void forward(const Shape &s, const std::vector<double> &q, const std::vector<dou
         logits.resize(size_t(end));
         double top = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < end; ++j) {
-          logits[size_t(j)] = scale * dot(qi, &k[size_t(rowAt(s.D, s.HK, s.Sk, b, h / group, j))], s.D);
+          double unused;
+          logits[size_t(j)] =
+              logitOf(s, scale * dot(qi, &k[size_t(rowAt(s.D, s.HK, s.Sk, b, h / group, j))], s.D), &unused);
           top = std::max(top, logits[size_t(j)]);
         }
         if (sink) top = std::max(top, sinkLogit);
@@ -91,8 +104,9 @@ void backward(const Shape &s, const std::vector<double> &q, const std::vector<do
         for (int64_t j = 0; j < end; ++j) {
           const size_t ko = size_t(rowAt(s.D, s.HK, s.Sk, b, h / group, j));
           const size_t vo = size_t(rowAt(dimv, s.HK, s.Sk, b, h / group, j));
-          const double p = std::exp(scale * dot(&q[qo], &k[ko], s.D) - rowLse);
-          const double dS = p * (dot(&dO[oo], &v[vo], dimv) - rowD);
+          double derivative;
+          const double p = std::exp(logitOf(s, scale * dot(&q[qo], &k[ko], s.D), &derivative) - rowLse);
+          const double dS = p * (dot(&dO[oo], &v[vo], dimv) - rowD) * derivative;
           for (int64_t d = 0; d < dimv; ++d) dv[vo + size_t(d)] += p * dO[oo + size_t(d)];
           for (int64_t d = 0; d < s.D; ++d) {
             dq[qo + size_t(d)] += scale * dS * k[ko + size_t(d)];

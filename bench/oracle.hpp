@@ -7,6 +7,7 @@
 // head h reads KV head h / (H / HK). Scale 1/sqrt(D), of the Q/K head dim. A causal mask is bottom-right aligned: key j
 // is visible to row i iff j <= i + sk - Sq, with sk the sequence's key count. A row with no visible key has O = 0 and
 // LSE = -inf.
+// Softcap (docs/semantics.md): each logit becomes softcap * tanh(logit / softcap).
 // Attention sinks (docs/semantics.md): a logit s_h per query head that joins every row's softmax denominator without
 // a value, so LSE = log(sum_j exp(logit_ij) + exp(s_h)), and a row with no visible key has O = 0 and LSE = s_h.
 #pragma once
@@ -24,6 +25,7 @@ struct Shape {
   std::vector<int64_t> keyLengths;
   // Sink logit of each query head of the shape (H of them); empty: no sinks.
   std::vector<double> sinks;
+  double softcap = 0;  // 0: none
 };
 
 // O and LSE of softmax(scale Q K^T) V, the sinks in the denominator when the shape has them.
