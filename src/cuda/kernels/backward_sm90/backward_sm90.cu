@@ -81,12 +81,13 @@ bool tmaServes(const AttnProblem &p, const InstanceKey &instance, int blockM) {
   return encodeQueryMaps(b, p.dtype, blockM, &scratch);
 }
 
-// The 80-row form runs a query row about 4% faster than 64-row blocks (d128 bf16 without a mask, 1k-16k rows on an
-// H200) but pads each sequence to a multiple of 80: it pays where its padded rows, so discounted, are fewer (not at 512
-// rows: 560 against 512; not at 64 or fewer). Ragged batches go by their longest sequence.
-bool wideRowsPay(int64_t seqQ) {
+// The 80-row form runs a query row about 4% faster than the instance's narrow blocks (narrowBlockM: d128's 64; bf16
+// without a mask, 1k-16k rows on an H200) but pads each sequence to a multiple of 80: it pays where its padded rows, so
+// discounted, are fewer (not at 512 rows: 560 against 512; not at 64 or fewer). Ragged batches go by their longest
+// sequence.
+bool wideRowsPay(int64_t seqQ, int narrowBlockM) {
   const int64_t wideRows = (seqQ + kWideBlockM - 1) / kWideBlockM * kWideBlockM;
-  const int64_t narrowRows = (seqQ + 63) / 64 * 64;
+  const int64_t narrowRows = (seqQ + narrowBlockM - 1) / narrowBlockM * narrowBlockM;
   return 25 * wideRows <= 26 * narrowRows;
 }
 
@@ -150,8 +151,8 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   if (config.tma) config.warps = tile.warps + 4;
   // 80-row query blocks (hasWideForm) where nothing is masked but the ends of the sequences and the additions are
   // unordered, over the instance's full width, by tensor maps, and the padding leaves the form ahead.
-  const bool wide = config.tma && hasWideForm(instance->headDim) && wideRowsPay(p.seqQ) && p.mask == Mask::None &&
-                    p.windowLeft < 0 && p.windowRight < 0 && !p.deterministic &&
+  const bool wide = config.tma && hasWideForm(instance->headDim) && wideRowsPay(p.seqQ, tile.blockM) &&
+                    p.mask == Mask::None && p.windowLeft < 0 && p.windowRight < 0 && !p.deterministic &&
                     qkWidthFor(instance->headDim, p.headDim) == instance->headDim &&
                     sharedBytesFor(*instance, true) <= dev.smemPerBlockOptin && tmaServes(p, *instance, kWideBlockM);
   if (wide) config.blockM = kWideBlockM;

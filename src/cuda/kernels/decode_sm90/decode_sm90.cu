@@ -155,13 +155,13 @@ Verdict planDecodeSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, 
         concat("the wgmma decode grid would have ", units, " x ", chunks, " CTAs, more than one launch addresses"));
   // Chunks of a unit merge in a cluster (no partial states in the workspace, no merge kernel) where the kernel keeps
   // all of O in one warpgroup, the split-KV decode's rule says it pays (pairs) and every unit's cluster is resident at
-  // once; FLASHATTN_DECODE_MERGE=cluster takes it wherever it fits (up to 8 chunks), =kernel or =fused never (this
-  // family has no fused merge).
+  // once; FLASHATTN_DECODE_MERGE=cluster takes it wherever it fits (up to kMostClusterChunks), =kernel or =fused never
+  // (this family has no fused merge).
   const decode::MergeOverride mergeOverride = decode::mergeOverride();
   const bool clusterMerge =
       shape.narrowRows == 0 && splitsKeys(int(inst->headDimV)) && chunks >= 2 &&
       (mergeOverride == decode::MergeOverride::kAuto   ? decode::clusterMergePays(chunks)
-       : mergeOverride == decode::MergeOverride::kCluster ? chunks <= 8
+       : mergeOverride == decode::MergeOverride::kCluster ? chunks <= kMostClusterChunks
                                                           : false) &&
       inst->clusterCapacity(dev.device, int(chunks)) >= units;
 

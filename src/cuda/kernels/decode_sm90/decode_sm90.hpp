@@ -19,6 +19,7 @@ constexpr int kRows = 64;                     // query rows per CTA: one wgmma M
 constexpr int kTileKeys = 64;                 // keys per stage: one wgmma N of S = Q K^T, four k-steps of O += P V
 constexpr int kThreads = 384;                 // a producer warpgroup and two consumer warpgroups
 constexpr std::size_t kSharedLimit = 232448;  // sm90's opt-in shared memory per block (227 KB)
+constexpr int kMostClusterChunks = 8;         // the cluster merge's largest cluster: the portable size, no opt-in
 
 // How the two consumer warpgroups of the wide kernel share a 64-row block. Where one warpgroup holds all of O (V/O up
 // to 128 columns: 64 FP32 registers a thread), they take alternate tiles, each with an online softmax of its own,

@@ -86,9 +86,8 @@ cudaError_t launchDecodeSm90Instance(const DecodeParams &params, bool vFromK, in
 template <typename Element, int DK, int DV>
 int clusterCapacitySm90Instance(int device, int clusterSize) {
   using Layout = SharedLayout<DK, DV, false>;
-  constexpr int kMostCluster = 8;  // the portable cluster size: the planner asks for pairs
-  static std::atomic<int> cache[64][kMostCluster + 1] = {};  // capacity + 1; 0 = not asked
-  if (clusterSize < 1 || clusterSize > kMostCluster) return 0;
+  static std::atomic<int> cache[64][kMostClusterChunks + 1] = {};  // capacity + 1; 0 = not asked
+  if (clusterSize < 1 || clusterSize > kMostClusterChunks) return 0;
   const bool cacheable = device >= 0 && device < 64;
   if (cacheable && cache[device][clusterSize].load() > 0) return cache[device][clusterSize].load() - 1;
   static std::atomic<uint64_t> configured{0};
