@@ -318,7 +318,24 @@ TEST(Choosers, BackwardPicks) {
   alibi.alibiSlopes = slopes;
   const Pick a = pick(kH100, alibi);
   ASSERT_TRUE(a.served) << a.why;
+  // d128's transform form (softcap, ALiBi) runs in the producer form, whose maps need the driver's encoder, which a
+  // process that never touched the GPU does not have: the portable kernel here.
   EXPECT_EQ(a.plan.kernel, KernelId::BackwardMma) << a.plan.description;
+  // d64's transform form copies by cp.async: the wgmma kernel, unordered only.
+  const AttnProblem plain64 = dense(Op::Backward, DType::BF16, 8, 8, 512, 512, 64);
+  if (wgmma && !instanceNotBuilt(pick(kH100, plain64))) {
+    AttnProblem capped = plain64;
+    capped.softcap = 20.f;
+    const Pick c = pick(kH100, capped);
+    ASSERT_TRUE(c.served) << c.why;
+    EXPECT_EQ(c.plan.kernel, KernelId::BackwardWgmma) << c.plan.description;
+    EXPECT_NE(c.plan.description.find("logits with softcap"), std::string::npos) << c.plan.description;
+    capped.deterministic = true;
+    const Pick d = pick(kH100, capped);
+    ASSERT_TRUE(d.served) << d.why;
+    EXPECT_EQ(d.plan.kernel, KernelId::BackwardMma) << d.plan.description;
+    EXPECT_NE(d.plan.description.find("softcap in deterministic mode"), std::string::npos) << d.plan.description;
+  }
   const Pick f = pick(kH100, dense(Op::Backward, DType::FP32, 4, 4, 64, 64, 64));
   ASSERT_TRUE(f.served) << f.why;
   EXPECT_EQ(f.plan.kernel, KernelId::BackwardFfma);

@@ -7,7 +7,7 @@
 // ragged batches, seqlensK, both dtypes, head dims 64, 128, and 192, 256 and 192/128 (their own kernel:
 // splitGridCases), the zero-padded 48, 96, 120 (d64, d128), 144, 160 (d192), 240 (not padded: portable), and graph
 // replay equal to eager; the d128 instance in both its loader forms (FLASHATTN_BACKWARD_LOADER) and, unmasked, in
-// its 80-row form.
+// its 80-row form; softcap and ALiBi (per head and per sequence) on the d64/d128 kernel's transform form.
 // FLASHATTN_TEST_SLICE=edge runs a few small shapes (for compute-sanitizer). The case setup (strided placement,
 // descriptors, forward then backward) is backward_harness.hpp's, shared with test_gpu_backward.cpp. Deterministic mode
 // on these kernels is covered by test_gpu_backward.cpp's determinism suite.
@@ -86,6 +86,19 @@ std::vector<BwdCase> gridCases() {
     add(g, "d96_65x65_seqlensK40_causalTL_mqa");
     g.headDim = 160;  // zero-padded on the split kernel's d192: each warpgroup's column shares cut short
     add(g, "d160_65x65_seqlensK40_causalTL_mqa");
+    BwdCase t;  // the transform kernels: softcap and ALiBi, GQA, a bottom-right mask with fully masked rows
+    t.headDim = 128;
+    t.heads = 4;
+    t.kvHeads = 2;
+    t.sq = 90;
+    t.sk = 70;
+    t.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    t.softcap = 8.f;
+    t.alibi = 1;
+    add(t, "d128_90x70_gqa_softcap_alibi_causalBR");
+    t.headDim = 64;
+    t.dtype = FLASHATTN_DATA_FP16;
+    add(t, "d64_90x70_gqa_softcap_alibi_causalBR");
     return cases;
   }
   const flashAttnDataType_t types[] = {FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16};
@@ -184,6 +197,51 @@ std::vector<BwdCase> gridCases() {
     z.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
     add(z, "d" + std::to_string(d) + "_113x211_gqa6_2_causalBR");
   }
+  // Softcap and ALiBi on the d64/d128 kernel's transform form (full width at d96), in both types.
+  for (flashAttnDataType_t t : types) {
+    BwdCase sc;
+    sc.dtype = t;
+    sc.headDim = 64;
+    sc.heads = 6;
+    sc.kvHeads = 2;
+    sc.sq = 200;
+    sc.sk = 300;
+    sc.softcap = 5.f;
+    sc.inputScale = 3.0;
+    sc.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    add(sc, "d64_200x300_gqa6_2_softcap5_x3_causalBR");
+    BwdCase al;
+    al.dtype = t;
+    al.headDim = 128;
+    al.batch = 2;
+    al.heads = al.kvHeads = 2;
+    al.sq = 300;
+    al.sk = 333;
+    al.alibi = 2;  // per sequence and head
+    al.softcap = 8.f;
+    al.windowLeft = 70;
+    al.windowRight = 5;
+    add(al, "d128_b2_300x333_alibi_per_batch_softcap8_window");
+  }
+  BwdCase ra;
+  ra.headDim = 128;
+  ra.heads = 4;
+  ra.kvHeads = 2;
+  ra.raggedQ = {200, 0, 129};
+  ra.raggedK = {150, 7, 300};
+  ra.sq = 200;
+  ra.sk = 300;
+  ra.alibi = 1;
+  ra.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
+  add(ra, "d128_ragged_alibi_causalTL");
+  BwdCase pad;
+  pad.headDim = 96;  // zero-padded on d128: the transform kernel contracts over all 128 columns
+  pad.heads = 6;
+  pad.kvHeads = 2;
+  pad.sq = 113;
+  pad.sk = 211;
+  pad.softcap = 30.f;
+  add(pad, "d96_113x211_gqa6_2_softcap30");
   // Five 80-row blocks without a mask: the d128 80-row form (producer warpgroup) in both types, with x5 inputs.
   for (flashAttnDataType_t t : types) {
     BwdCase w;
@@ -336,8 +394,14 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
   const int64_t d = c.headDim;
   const bool padded = c.headDimV == 0 && d % 8 == 0 &&
                       ((d >= 48 && d < 64) || (d >= 96 && d < 128) || (d >= 144 && d < 192));
-  const bool served = c.headDimV == 0 ? d == 64 || d == 128 || d == 192 || d == 256 || padded
-                                     : d == 192 && c.headDimV == 128;
+  const char *loader = std::getenv("FLASHATTN_BACKWARD_LOADER");
+  const bool pinnedCpAsync = loader != nullptr && std::string(loader) == "cp.async";
+  // Softcap and ALiBi: the d64/d128 kernel's transform form, unordered, at d128 (and 96-120 on it) the producer form.
+  const bool transform = c.softcap > 0.f || c.alibi != 0;
+  const bool transformServed = c.headDimV == 0 && d <= 128 && !c.deterministic && !(d > 64 && pinnedCpAsync);
+  const bool served = (c.headDimV == 0 ? d == 64 || d == 128 || d == 192 || d == 256 || padded
+                                       : d == 192 && c.headDimV == 128) &&
+                      (!transform || transformServed);
   if (served)
     EXPECT_NE(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
   else
@@ -345,14 +409,12 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
   if (served && c.headDim > 128) {
     EXPECT_NE(described.find("tile 64x64"), std::string::npos) << c.name << ": " << described;
   }
-  if (padded) EXPECT_NE(described.find("zero-padded"), std::string::npos) << c.name << ": " << described;
+  if (served && padded) EXPECT_NE(described.find("zero-padded"), std::string::npos) << c.name << ": " << described;
   // d96 takes the d128 kernel whose S^T and dP^T contract over 96 columns only (trimmedQKWidth).
-  EXPECT_EQ(described.find("S^T and dP^T over 96 columns") != std::string::npos, served && d == 96)
+  EXPECT_EQ(described.find("S^T and dP^T over 96 columns") != std::string::npos, served && d == 96 && !transform)
       << c.name << ": " << described;
   // The d128 instance's producer-warpgroup form serves dense and ragged layouts (every served case's strides encode),
   // unless FLASHATTN_BACKWARD_LOADER pins the cp.async form (this suite runs under both: tests/gpu/CMakeLists.txt).
-  const char *loader = std::getenv("FLASHATTN_BACKWARD_LOADER");
-  const bool pinnedCpAsync = loader != nullptr && std::string(loader) == "cp.async";
   const bool producerForm = served && c.headDimV == 0 && d > 64 && d <= 128 && !pinnedCpAsync;
   EXPECT_EQ(described.find("producer warpgroup") != std::string::npos, producerForm) << c.name << ": " << described;
   runAndCheckAgainstOracle(h, c, *s);
@@ -396,12 +458,14 @@ TEST(BackwardSm90, OutOfScopeRoutesToPortable) {
   BwdCase c;
   c.headDim = 128;
   c.sq = c.sk = 64;
+  c.deterministic = true;
   c.softcap = 30.f;
-  expectPortable(c, "softcap");
+  expectPortable(c, "softcap in deterministic mode");
   c.softcap = 0.f;
   c.alibi = 1;
-  expectPortable(c, "ALiBi");
+  expectPortable(c, "ALiBi in deterministic mode");
   c.alibi = 0;
+  c.deterministic = false;
   c.headDim = 80;  // zero columns would be more than a quarter of the d128 kernel's products
   expectPortable(c, "headDim 80");
   c.headDim = 192;

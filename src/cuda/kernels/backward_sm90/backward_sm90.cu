@@ -132,8 +132,14 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
                          kSm90Instances.headDims(p.dtype),
                          "; Q/K / V/O where they differ; equal head dims within three quarters of an instance "
                          "zero-padded on it)"));
-  if (p.softcap > 0.f) return refuse(concat("softcap ", p.softcap, " runs on the portable backward kernel"));
-  if (p.alibiSlopes != nullptr) return refuse("ALiBi slopes run on the portable backward kernel");
+  // Softcap and ALiBi: the d64/d128 kernel's transform form, unordered (hasTransformForm).
+  const bool transform = p.softcap > 0.f || p.alibiSlopes != nullptr;
+  const char *const transformName =
+      p.softcap > 0.f ? (p.alibiSlopes != nullptr ? "softcap and ALiBi" : "softcap") : "ALiBi";
+  if (transform && !hasTransformForm(instance->headDim))
+    return refuse(concat(transformName, " at head dim ", instance->headDim, " runs on the portable backward kernel"));
+  if (transform && p.deterministic)
+    return refuse(concat(transformName, " in deterministic mode runs on the portable backward kernel"));
   if (p.paged) return refuse("paged K/V caches are not supported by the backward kernels");
   const std::size_t sharedBytes = sharedBytesFor(*instance);
   if (sharedBytes > dev.smemPerBlockOptin)
@@ -149,9 +155,13 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.dqPaneled = dqPaneledFor(*instance);
   config.tma = tmaServes(p, *instance, tile.blockM);
   if (config.tma) config.warps = tile.warps + 4;
+  if (transform && config.tma != hasTmaForm(instance->headDim))
+    return refuse(concat(transformName, " at head dim ", instance->headDim,
+                         " runs in the producer-warpgroup form only (the Q and dO tensor maps of this call do not "
+                         "encode, or FLASHATTN_BACKWARD_LOADER pins cp.async): the portable backward kernel"));
   // 80-row query blocks (hasWideForm) where nothing is masked but the ends of the sequences and the additions are
   // unordered, over the instance's full width, by tensor maps, and the padding leaves the form ahead.
-  const bool wide = config.tma && hasWideForm(instance->headDim) && wideRowsPay(p.seqQ, tile.blockM) &&
+  const bool wide = config.tma && !transform && hasWideForm(instance->headDim) && wideRowsPay(p.seqQ, tile.blockM) &&
                     p.mask == Mask::None && p.windowLeft < 0 && p.windowRight < 0 && !p.deterministic &&
                     qkWidthFor(instance->headDim, p.headDim) == instance->headDim &&
                     sharedBytesFor(*instance, true) <= dev.smemPerBlockOptin && tmaServes(p, *instance, kWideBlockM);
@@ -159,10 +169,11 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.groupsPerSection = groupsPerSectionFor(p);
   const Verdict verdict =
       backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
-  // The launch takes the same width (backward_sm90_launch.cuh launchD64D128Form).
+  // The launch takes the same width (backward_sm90_launch.cuh launchD64D128Form); the transform kernel the full one.
   const int qkWidth = qkWidthFor(instance->headDim, p.headDim);
-  if (verdict == Verdict::Served && !runsSplitKernel(instance->headDim) && qkWidth < instance->headDim)
+  if (verdict == Verdict::Served && !transform && !runsSplitKernel(instance->headDim) && qkWidth < instance->headDim)
     plan->description += concat("; S^T and dP^T over ", qkWidth, " columns");
+  if (verdict == Verdict::Served && transform) plan->description += concat("; logits with ", transformName);
   return verdict;
 }
 

@@ -37,6 +37,9 @@
 // 80-row form (BlockM = kWideBlockM; d128, producer form, no mask, unordered): 80-row query blocks in two stages; dQ
 // is computed transposed, dQ^T = K^T dS^T (warpgroup g: its 64 head-dim columns over the 80 rows), staged per
 // warpgroup and added by one bulk reduce-add per warpgroup and step; dV's product lands before dQ^T's is issued.
+// Transform (softcap, ALiBi; hasTransformForm): P^T from the forward's logits, softcap * tanh(S^T * scale / softcap)
+// minus the ALiBi slope times the key's distance to the row's diagonal, computed element by element as on masked
+// blocks, and dS^T = P^T (dP^T - D) * scale * (1 - tanh^2) (softcap's derivative; 1 without it).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -137,6 +140,30 @@ __device__ __forceinline__ void completeDqAdditions(int lane) {
   }
 }
 
+// Softcap and ALiBi (Transform kernels): a product's log2-domain logit, with the same operations as the forward's
+// (forward_sm90_kernel.cuh transformLogits), so that P = exp2(logit - LSE * log2 e) is the forward's probability; and
+// the derivative of the logit by (product * scale): 1 - tanh^2 with softcap, else 1. Row i's ALiBi distance to key j
+// is |j - (i + shift)|, shift = seqK - seqQ of the sequence (the bottom-right diagonal).
+struct LogitTransform {
+  float softcapLog2;       // softcap * log2(e), or 0 without softcap
+  float scaleOverSoftcap;  // scale / softcap
+  float scaleLog2;         // scale * log2(e)
+  float slopeLog2;         // the step's query head: ALiBi slope * log2(e), or 0
+  int32_t shift;
+  __device__ __forceinline__ float logitLog2(float x, int32_t i, int32_t j, float *derivative) const {
+    if (softcapLog2 > 0.f) {
+      const float t = tanhf(x * scaleOverSoftcap);
+      x = softcapLog2 * t;
+      *derivative = 1.f - t * t;
+    } else {
+      x = x * scaleLog2;
+      *derivative = 1.f;
+    }
+    x -= slopeLog2 * fabsf(float(j - (i + shift)));
+    return x;
+  }
+};
+
 // The producer form's setmaxnreg: 384 threads x 168 registers at entry = 2 x 128 x 240 + 128 x 24.
 constexpr int kConsumerRegisters = 240;
 constexpr int kProducerRegisters = 24;
@@ -146,14 +173,18 @@ constexpr int kProducerRegisters = 24;
 // (kp's maps), else every thread copies its share of each step (kp.b only).
 // QKWidth: the columns S^T = K Q^T and dP^T = V dO^T contract over (D, or trimmedQKWidth where the problem's columns
 // past it are zeros; every other product keeps the instance's width).
-// BlockM: the query rows of a step (sm90BackwardTileFor's, or kWideBlockM: the 80-row form).
+// BlockM: the query rows of a step (sm90BackwardTileFor's, or kWideBlockM: the 80-row form). Transform: softcap and
+// ALiBi (LogitTransform).
 template <typename Element, int D, bool Deterministic, bool Tma, int QKWidth = D,
-          int BlockM = sm90BackwardTileFor(D).blockM>
+          int BlockM = sm90BackwardTileFor(D).blockM, bool Transform = false>
 __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const __grid_constant__ Sm90KernelParams kp) {
   using L = SharedLayout<D, BlockM>;
   static_assert(QKWidth % 16 == 0 && QKWidth <= D, "S^T and dP^T contract over whole k-steps of the instance");
   static_assert(!L::kDqTransposed || (Tma && !Deterministic && QKWidth == D),
                 "the 80-row form: producer warpgroup, unordered additions, the instance's full width");
+  static_assert(!Transform || (hasTransformForm(D) && Tma == hasTmaForm(D) && !Deterministic && QKWidth == D &&
+                               BlockM == sm90BackwardTileFor(D).blockM),
+                "the transform kernel: hasTmaForm's form, unordered additions, full width, the instance's tile");
   constexpr int kBlockM = L::kBlockM;
   constexpr int kBlockN = L::kBlockN;
   static_assert(!Tma || hasTmaForm(D), "the producer form is compiled where hasTmaForm says");
@@ -275,6 +306,14 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   }
 
   const float scaleLog2 = p.scale * prim::kLog2e;
+  [[maybe_unused]] LogitTransform transform{};
+  if constexpr (Transform) {
+    transform.softcapLog2 = p.softcap * prim::kLog2e;
+    transform.scaleOverSoftcap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
+    transform.scaleLog2 = scaleLog2;
+    transform.slopeLog2 = 0.f;
+    transform.shift = sk - sq;
+  }
   // Descriptors: this warpgroup's 64 K / V rows as A (K-major); Q / dO as B (K-major) for S^T, dP^T and as MN-major B
   // (leading byte offset = slab stride) for dK, dV.
   const uint64_t kRowsDesc = prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * 64 * 128, 16, 1024);
@@ -285,7 +324,8 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   // runs, dV's product is issued once P is there and runs while dS is computed (+3% measured), and dK's right after
   // dS, both under the dS hand-over. d128: one batch for S^T and dP^T (splitting it measured 0.92-0.99x), dV after dS
   // and dK after dQ, so that dQ's additions run under dK's product (1.03-1.08x at d128, 0.91-0.95x at d64 measured).
-  constexpr bool kPipelined = kBlockM == 128;
+  // The transform kernel takes d128's order at d64 too: dS needs the softcap's derivative, which is known beside P.
+  constexpr bool kPipelined = kBlockM == 128 && !Transform;
   constexpr int kCols = kBlockM / 2;     // accumulator floats per thread of S^T, dP^T (64 keys x kBlockM queries)
   constexpr int kQuerySteps = kBlockM / 16;
 
@@ -303,6 +343,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     if (!Tma || raggedTail(m0)) prim::fenceProxyAsyncShared();
 
     const int32_t h = headBase + sb.head;
+    if constexpr (Transform) transform.slopeLog2 = backward::alibiSlope(p, w.batch, h) * prim::kLog2e;
     const uint32_t qTile = base + L::kQ + stage * L::kQBytes;
     const uint32_t dOTile = base + L::kDO + stage * L::kQBytes;
 
@@ -404,8 +445,8 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
         }
       }
     } else {
-      // d128: P and dS in one pass per column pair (both products have landed).
-      if (fullyVisible) {
+      // d128 (and the transform kernel): P and dS in one pass per column pair (both products have landed).
+      if (!Transform && fullyVisible) {
 #pragma unroll
         for (int j = 0; j < kBlockM / 8; ++j) {
           const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
@@ -436,9 +477,17 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
               const int32_t key = key0 + 8 * hh;
               const bool visible = rowValid && key >= r.lo && key <= r.hi;
               const int idx = 4 * j + 2 * hh + ee;
-              const float pv = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
-              s[idx] = pv;
-              dp[idx] = visible && !oneKey ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale : 0.f;
+              if constexpr (Transform) {
+                float derivative;
+                const float logit = transform.logitLog2(s[idx], i, key, &derivative);
+                const float pv = visible ? prim::exp2Fast(logit - (ee ? lse.y : lse.x)) : 0.f;
+                s[idx] = pv;
+                dp[idx] = visible && !oneKey ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale * derivative : 0.f;
+              } else {
+                const float pv = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
+                s[idx] = pv;
+                dp[idx] = visible && !oneKey ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale : 0.f;
+              }
             }
           }
         }

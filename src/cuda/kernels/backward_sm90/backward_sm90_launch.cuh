@@ -59,6 +59,23 @@ cudaError_t launchWide(const Sm90KernelParams &kp, int device, cudaStream_t stre
   }
 }
 
+// Softcap or ALiBi (hasTransformForm): the kernel that transforms the logits, in the form hasTmaForm names, unordered,
+// over the instance's full width.
+template <typename Element, int D>
+cudaError_t launchTransform(const Sm90KernelParams &kp, int device, cudaStream_t stream) {
+  if constexpr (hasTransformForm(D)) {
+    using L = SharedLayout<D>;
+    constexpr bool kTma = hasTmaForm(D);
+    static std::atomic<uint64_t> configuredDevices{0};
+    if (kp.b.deterministic) return cudaErrorInvalidValue;
+    return launchPerKeyBlock(backwardSm90Kernel<Element, D, false, kTma, D, L::kBlockM, true>,
+                             kTma ? L::kThreads + 128 : L::kThreads, L::kDynamicBytes, kp, kp.b, device,
+                             configuredDevices, stream);
+  } else {
+    return cudaErrorInvalidValue;
+  }
+}
+
 // The kernel with the trimmed S^T / dP^T contraction where the problem's head dim ends within it.
 template <typename Element, int D, bool Tma>
 cudaError_t launchD64D128Form(const Sm90KernelParams &kp, int device, cudaStream_t stream) {
@@ -78,15 +95,20 @@ cudaError_t launchD64D128(const backward::BackwardParams &params, bool tma, bool
   if (!params.dqPaneled || params.headDim > D || params.headDimV != params.headDim) return cudaErrorInvalidValue;
   Sm90KernelParams kp;
   kp.b = params;
+  // Plans ask for each form only where the instance has it, and for the transform kernel only in hasTmaForm's form.
+  const bool transform = params.softcap > 0.f || params.alibiSlopes != nullptr;
+  if (transform && (wide || tma != hasTmaForm(D))) return cudaErrorInvalidValue;
   if constexpr (hasTmaForm(D)) {
     if (tma) {
       constexpr DType kDtype = std::is_same_v<Element, __half> ? DType::FP16 : DType::BF16;
       if (!encodeQueryMaps(params, kDtype, wide ? kWideBlockM : SharedLayout<D>::kBlockM, &kp))
         return cudaErrorInvalidValue;
+      if (transform) return launchTransform<Element, D>(kp, device, stream);
       return wide ? launchWide<Element, D>(kp, device, stream) : launchD64D128Form<Element, D, true>(kp, device, stream);
     }
   }
-  if (tma || wide) return cudaErrorInvalidValue;  // plans ask for the forms only where the instance has them
+  if (tma || wide) return cudaErrorInvalidValue;
+  if (transform) return launchTransform<Element, D>(kp, device, stream);
   return launchD64D128Form<Element, D, false>(kp, device, stream);
 }
 
@@ -99,6 +121,7 @@ cudaError_t launchSplit(const backward::BackwardParams &params, int device, cuda
   const bool exact = params.headDim == D && params.headDimV == DV;
   const bool padded = L::kBulkDq && D == DV && params.headDim == params.headDimV && params.headDim < D;
   if (params.dqPaneled != L::kBulkDq || !(exact || padded)) return cudaErrorInvalidValue;
+  if (params.softcap > 0.f || params.alibiSlopes != nullptr) return cudaErrorInvalidValue;  // no transform here
   static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
   return params.deterministic
              ? launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, true>, L::kThreads, L::kDynamicBytes, params,
