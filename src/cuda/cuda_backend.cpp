@@ -87,9 +87,10 @@ cuda::DeviceInfo probeCurrentDevice() {
   return info;
 }
 
-// The kernels fold scale * log2(e), softcap * log2(e) and scale / softcap into FP32 constants once per launch and
-// compute every logit from them (exp2 of fmaf(dot, scale * log2 e, -max)). Where one of those constants is not a
-// finite float (scale above FLT_MAX / log2 e ~ 2.36e38, or scale / softcap past FLT_MAX for a tiny softcap), a zero
+// The kernels fold scale * log2(e), softcap * log2(e) and scale / softcap (times 2 log2(e) in the Hopper kernels'
+// tanh) into FP32 constants once per launch and compute every logit from them (exp2 of fmaf(dot, scale * log2 e,
+// -max)). Where one of those constants is not a finite float (scale above FLT_MAX / log2 e ~ 2.36e38, or
+// scale / softcap past FLT_MAX / (2 log2 e) for a tiny softcap), a zero
 // dot product gives 0 * inf = NaN and every other logit +-inf: no kernel can serve the problem, so it is refused
 // rather than answered with NaN. The HOST backend computes in double and serves these scales.
 void requireFiniteLogitConstants(float scale, float softcap) {
@@ -99,7 +100,7 @@ void requireFiniteLogitConstants(float scale, float softcap) {
     fail(FLASHATTN_STATUS_NOT_SUPPORTED, "scale ", scale,
          ": the CUDA kernels fold scale * log2(e) into an FP32 constant, which is infinite above ~2.36e38 "
          "(fold part of the scale into Q, or use the HOST backend)");
-  if (softcap > 0.f && (!finite(softcap * kLog2e) || !finite(scale / softcap)))
+  if (softcap > 0.f && (!finite(softcap * kLog2e) || !finite(scale / softcap * (2.f * kLog2e))))
     fail(FLASHATTN_STATUS_NOT_SUPPORTED, "softcap ", softcap, " with scale ", scale,
          ": the CUDA kernels fold softcap * log2(e) and scale / softcap into FP32 constants, and one of them is "
          "infinite (use the HOST backend)");

@@ -146,13 +146,13 @@ __device__ __forceinline__ void completeDqAdditions(int lane) {
 // is |j - (i + shift)|, shift = seqK - seqQ of the sequence (the bottom-right diagonal).
 struct LogitTransform {
   float softcapLog2;       // softcap * log2(e), or 0 without softcap
-  float scaleOverSoftcap;  // scale / softcap
+  float tanhScale;         // scale / softcap * 2 log2(e): prim::tanhOfExp2Arg's argument per unit of product
   float scaleLog2;         // scale * log2(e)
   float slopeLog2;         // the step's query head: ALiBi slope * log2(e), or 0
   int32_t shift;
   __device__ __forceinline__ float logitLog2(float x, int32_t i, int32_t j, float *derivative) const {
     if (softcapLog2 > 0.f) {
-      const float t = tanhf(x * scaleOverSoftcap);
+      const float t = prim::tanhOfExp2Arg(x * tanhScale);
       x = softcapLog2 * t;
       *derivative = 1.f - t * t;
     } else {
@@ -309,7 +309,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   [[maybe_unused]] LogitTransform transform{};
   if constexpr (Transform) {
     transform.softcapLog2 = p.softcap * prim::kLog2e;
-    transform.scaleOverSoftcap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
+    transform.tanhScale = p.softcap > 0.f ? p.scale / p.softcap * (2.f * prim::kLog2e) : 0.f;
     transform.scaleLog2 = scaleLog2;
     transform.slopeLog2 = 0.f;
     transform.shift = sk - sq;

@@ -146,7 +146,7 @@ __device__ __forceinline__ void maskBlock(float (&s)[BlockN / 2], int n0, int ro
 // runs with a unit scale. Row i's ALiBi distance to key j is |j - i'|, i' = i + shift (the bottom-right diagonal).
 struct LogitTransform {
   float softcapLog2;       // softcap * log2(e), or 0 without softcap
-  float scaleOverSoftcap;  // scale / softcap
+  float tanhScale;         // scale / softcap * 2 log2(e): prim::tanhOfExp2Arg's argument per unit of product
   float scaleLog2;         // scale * log2(e)
   float slopeLog2;         // ALiBi slope * log2(e), 0 without ALiBi
   int shift;               // seqK - seqQ of the sequence
@@ -156,7 +156,7 @@ template <int BlockN>
 __device__ __forceinline__ void transformLogits(float (&s)[BlockN / 2], int n0, int row0, int quad,
                                                 const LogitTransform &t) {
   forEachElement<BlockN>(s, n0, row0, quad, [&](float &x, int i, int j) {
-    x = t.softcapLog2 > 0.f ? t.softcapLog2 * tanhf(x * t.scaleOverSoftcap) : x * t.scaleLog2;
+    x = t.softcapLog2 > 0.f ? t.softcapLog2 * prim::tanhOfExp2Arg(x * t.tanhScale) : x * t.scaleLog2;
     x -= t.slopeLog2 * fabsf(float(j - (i + t.shift)));
   });
 }
@@ -678,7 +678,7 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
       LogitTransform logits{};
       if constexpr (TransformLogits) {
         logits.softcapLog2 = p.softcap * prim::kLog2e;
-        logits.scaleOverSoftcap = p.softcap > 0.f ? p.scale / p.softcap : 0.f;
+        logits.tanhScale = p.softcap > 0.f ? p.scale / p.softcap * (2.f * prim::kLog2e) : 0.f;
         logits.scaleLog2 = p.scale * prim::kLog2e;
         logits.slopeLog2 = forward::alibiSlope(p, t.work.batch, t.work.head) * prim::kLog2e;
         logits.shift = t.seq.seqK - t.seq.seqQ;
