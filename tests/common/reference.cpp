@@ -187,6 +187,73 @@ void backward(const Problem &p, const std::vector<double> &q, const std::vector<
   for (auto &x : dV) x = roundTo(r, x);
 }
 
+void backwardKernelRounding(const Problem &p, const std::vector<double> &q, const std::vector<double> &k,
+                            const std::vector<double> &v, const std::vector<double> &dO, std::vector<double> &dQ,
+                            std::vector<double> &dK, std::vector<double> &dV, Rounding r) {
+  const Index ix{p};
+  dQ.assign(p.qSize(), 0.0);
+  dK.assign(p.kSize(), 0.0);
+  dV.assign(p.vSize(), 0.0);
+  std::vector<double> s, o(size_t(p.headDimV));
+  std::vector<char> seen;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads; ++h)
+      for (int64_t i = 0; i < p.seqQ(b); ++i) {
+        const int64_t sq = p.seqQ(b), sk = p.seqK(b);
+        const bool sink = !p.sinks.empty();
+        s.assign(size_t(sk), 0.0);
+        seen.assign(size_t(sk), 0);
+        double mx = sink ? p.sinks[size_t(h)] : kNegInf;
+        int64_t visibleKeys = 0;
+        for (int64_t j = 0; j < sk; ++j) {
+          if (!visible(p, i, j, sq, sk)) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < p.headDim; ++d) dot += q[ix.q(b, h, i) + size_t(d)] * k[ix.k(b, h, j) + size_t(d)];
+          s[size_t(j)] = logit(p, dot, b, h, i, j, sq, sk, nullptr);
+          seen[size_t(j)] = 1;
+          mx = std::max(mx, s[size_t(j)]);
+          ++visibleKeys;
+        }
+        if (visibleKeys == 0) continue;  // O = 0 and no gradient, with or without a sink
+        double sum = sink ? std::exp(p.sinks[size_t(h)] - mx) : 0.0;
+        std::fill(o.begin(), o.end(), 0.0);
+        for (int64_t j = 0; j < sk; ++j) {
+          if (!seen[size_t(j)]) continue;
+          const double e = std::exp(s[size_t(j)] - mx);
+          sum += e;
+          const double pr = roundTo(r, e);
+          for (int64_t d = 0; d < p.headDimV; ++d) o[size_t(d)] += pr * v[ix.v(b, h, j) + size_t(d)];
+        }
+        const double rowLse = mx + std::log(sum);
+        double rowDot = 0;
+        for (int64_t d = 0; d < p.headDimV; ++d) rowDot += dO[ix.o(b, h, i) + size_t(d)] * roundTo(r, o[size_t(d)] / sum);
+        const bool oneKey = visibleKeys == 1 && !sink;
+        for (int64_t j = 0; j < sk; ++j) {
+          if (!seen[size_t(j)]) continue;
+          const double pij = std::exp(s[size_t(j)] - rowLse);
+          const double pr = roundTo(r, pij);
+          double dp = 0;
+          for (int64_t d = 0; d < p.headDimV; ++d) {
+            dV[ix.v(b, h, j) + size_t(d)] += pr * dO[ix.o(b, h, i) + size_t(d)];
+            dp += dO[ix.o(b, h, i) + size_t(d)] * v[ix.v(b, h, j) + size_t(d)];
+          }
+          if (oneKey) continue;
+          double dot = 0;
+          for (int64_t d = 0; d < p.headDim; ++d) dot += q[ix.q(b, h, i) + size_t(d)] * k[ix.k(b, h, j) + size_t(d)];
+          double dLogitDDot = 0;
+          logit(p, dot, b, h, i, j, sq, sk, &dLogitDDot);
+          const double ds = roundTo(r, pij * (dp - rowDot) * dLogitDDot);
+          for (int64_t d = 0; d < p.headDim; ++d) {
+            dQ[ix.q(b, h, i) + size_t(d)] += ds * k[ix.k(b, h, j) + size_t(d)];
+            dK[ix.k(b, h, j) + size_t(d)] += ds * q[ix.q(b, h, i) + size_t(d)];
+          }
+        }
+      }
+  for (auto &x : dQ) x = roundTo(r, x);
+  for (auto &x : dK) x = roundTo(r, x);
+  for (auto &x : dV) x = roundTo(r, x);
+}
+
 void merge(int64_t states, int64_t rows, int64_t headDimV, const std::vector<double> &partialO,
            const std::vector<double> &partialLse, std::vector<double> &o, std::vector<double> &lse) {
   o.assign(size_t(rows * headDimV), 0.0);

@@ -54,6 +54,16 @@ void backward(const Problem &p, const std::vector<double> &q, const std::vector<
               std::vector<double> *dSinks = nullptr);
 
 // Merge of S partial states (canonical [s][b][h][i][dv] and [s][b][h][i]).
+// Gradients in FP16/BF16 arithmetic rounded where FlashAttention's kernels round, a second low-precision variant for
+// the normwise floor of the gradients: logits and dP from unrounded products; the forward's unnormalised P rounded
+// for P V, O rounded once; the backward's P = exp(logit - LSE) rounded for dV = P^T dO only; dS = P (dP - D)
+// d(logit)/d(dot) rounded for dQ = dS K and dK = dS^T Q; D = dO . O with that O; a row that sees one key (and has no
+// sink) gets dS = 0; gradients rounded once. The oracle's variant above rounds at other points (logits, P, dP), so
+// on a problem with few nonzero gradient rows either can land above the other (test_support.hpp).
+void backwardKernelRounding(const Problem &p, const std::vector<double> &q, const std::vector<double> &k,
+                            const std::vector<double> &v, const std::vector<double> &dO, std::vector<double> &dQ,
+                            std::vector<double> &dK, std::vector<double> &dV, Rounding r);
+
 void merge(int64_t states, int64_t rows, int64_t headDimV, const std::vector<double> &partialO,
            const std::vector<double> &partialLse, std::vector<double> &o, std::vector<double> &lse);
 
