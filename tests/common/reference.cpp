@@ -51,6 +51,23 @@ struct Index {
   size_t row(int64_t b, int64_t h, int64_t i) const { return size_t((b * p.heads + h) * p.maxSq + i); }
 };
 
+// Q_i . K_j of query head h (its KV head's K row).
+double qkDot(const Problem &p, const Index &ix, const std::vector<double> &q, const std::vector<double> &k, int64_t b,
+             int64_t h, int64_t i, int64_t j) {
+  double dot = 0;
+  for (int64_t d = 0; d < p.headDim; ++d) dot += q[ix.q(b, h, i) + size_t(d)] * k[ix.k(b, h, j) + size_t(d)];
+  return dot;
+}
+
+// dQ_i += dS K_j and dK_j += dS Q_i.
+void addDs(const Problem &p, const Index &ix, const std::vector<double> &q, const std::vector<double> &k,
+           std::vector<double> &dQ, std::vector<double> &dK, int64_t b, int64_t h, int64_t i, int64_t j, double ds) {
+  for (int64_t d = 0; d < p.headDim; ++d) {
+    dQ[ix.q(b, h, i) + size_t(d)] += ds * k[ix.k(b, h, j) + size_t(d)];
+    dK[ix.k(b, h, j) + size_t(d)] += ds * q[ix.q(b, h, i) + size_t(d)];
+  }
+}
+
 // Probabilities of one query row (rounded like a kernel rounds P), and the row's LSE.
 double rowSoftmax(const Problem &p, const std::vector<double> &q, const std::vector<double> &k, int64_t b, int64_t h,
                   int64_t i, Rounding r, std::vector<double> &prob) {
@@ -63,9 +80,7 @@ double rowSoftmax(const Problem &p, const std::vector<double> &q, const std::vec
       prob[size_t(j)] = kNegInf;
       continue;
     }
-    double dot = 0;
-    for (int64_t d = 0; d < p.headDim; ++d) dot += q[ix.q(b, h, i) + size_t(d)] * k[ix.k(b, h, j) + size_t(d)];
-    const double s = logit(p, roundTo(r, dot), b, h, i, j, sq, sk, nullptr);
+    const double s = logit(p, roundTo(r, qkDot(p, ix, q, k, b, h, i, j)), b, h, i, j, sq, sk, nullptr);
     prob[size_t(j)] = s;
     mx = std::max(mx, s);
   }
@@ -171,20 +186,13 @@ void backward(const Problem &p, const std::vector<double> &q, const std::vector<
           const double pij = prob[size_t(j)];
           if (pij == 0 && !visible(p, i, j, sq, sk)) continue;
           for (int64_t d = 0; d < p.headDimV; ++d) dV[ix.v(b, h, j) + size_t(d)] += pij * dO[ix.o(b, h, i) + size_t(d)];
-          double dot = 0;
-          for (int64_t d = 0; d < p.headDim; ++d) dot += q[ix.q(b, h, i) + size_t(d)] * k[ix.k(b, h, j) + size_t(d)];
           double dLogitDDot = 0;
-          logit(p, roundTo(r, dot), b, h, i, j, sq, sk, &dLogitDDot);
-          const double ds = roundTo(r, pij * (dp[size_t(j)] - rowDot) * dLogitDDot);
-          for (int64_t d = 0; d < p.headDim; ++d) {
-            dQ[ix.q(b, h, i) + size_t(d)] += ds * k[ix.k(b, h, j) + size_t(d)];
-            dK[ix.k(b, h, j) + size_t(d)] += ds * q[ix.q(b, h, i) + size_t(d)];
-          }
+          logit(p, roundTo(r, qkDot(p, ix, q, k, b, h, i, j)), b, h, i, j, sq, sk, &dLogitDDot);
+          addDs(p, ix, q, k, dQ, dK, b, h, i, j, roundTo(r, pij * (dp[size_t(j)] - rowDot) * dLogitDDot));
         }
       }
-  for (auto &x : dQ) x = roundTo(r, x);
-  for (auto &x : dK) x = roundTo(r, x);
-  for (auto &x : dV) x = roundTo(r, x);
+  for (auto *g : {&dQ, &dK, &dV})
+    for (auto &x : *g) x = roundTo(r, x);
 }
 
 void backwardKernelRounding(const Problem &p, const std::vector<double> &q, const std::vector<double> &k,
@@ -207,9 +215,7 @@ void backwardKernelRounding(const Problem &p, const std::vector<double> &q, cons
         int64_t visibleKeys = 0;
         for (int64_t j = 0; j < sk; ++j) {
           if (!visible(p, i, j, sq, sk)) continue;
-          double dot = 0;
-          for (int64_t d = 0; d < p.headDim; ++d) dot += q[ix.q(b, h, i) + size_t(d)] * k[ix.k(b, h, j) + size_t(d)];
-          s[size_t(j)] = logit(p, dot, b, h, i, j, sq, sk, nullptr);
+          s[size_t(j)] = logit(p, qkDot(p, ix, q, k, b, h, i, j), b, h, i, j, sq, sk, nullptr);
           seen[size_t(j)] = 1;
           mx = std::max(mx, s[size_t(j)]);
           ++visibleKeys;
@@ -238,20 +244,13 @@ void backwardKernelRounding(const Problem &p, const std::vector<double> &q, cons
             dp += dO[ix.o(b, h, i) + size_t(d)] * v[ix.v(b, h, j) + size_t(d)];
           }
           if (oneKey) continue;
-          double dot = 0;
-          for (int64_t d = 0; d < p.headDim; ++d) dot += q[ix.q(b, h, i) + size_t(d)] * k[ix.k(b, h, j) + size_t(d)];
           double dLogitDDot = 0;
-          logit(p, dot, b, h, i, j, sq, sk, &dLogitDDot);
-          const double ds = roundTo(r, pij * (dp - rowDot) * dLogitDDot);
-          for (int64_t d = 0; d < p.headDim; ++d) {
-            dQ[ix.q(b, h, i) + size_t(d)] += ds * k[ix.k(b, h, j) + size_t(d)];
-            dK[ix.k(b, h, j) + size_t(d)] += ds * q[ix.q(b, h, i) + size_t(d)];
-          }
+          logit(p, qkDot(p, ix, q, k, b, h, i, j), b, h, i, j, sq, sk, &dLogitDDot);
+          addDs(p, ix, q, k, dQ, dK, b, h, i, j, roundTo(r, pij * (dp - rowDot) * dLogitDDot));
         }
       }
-  for (auto &x : dQ) x = roundTo(r, x);
-  for (auto &x : dK) x = roundTo(r, x);
-  for (auto &x : dV) x = roundTo(r, x);
+  for (auto *g : {&dQ, &dK, &dV})
+    for (auto &x : *g) x = roundTo(r, x);
 }
 
 void merge(int64_t states, int64_t rows, int64_t headDimV, const std::vector<double> &partialO,
