@@ -442,9 +442,9 @@ class TensorDesc {
 
 class AttnDesc {
  public:
-  // `sinks` and `dSinks` live in the memory of the handle the descriptor is used with.
+  // `sinks`, `dSinks` and `alibiSlopes` live in the memory of the handle the descriptor is used with.
   explicit AttnDesc(bool causal, bool deterministic = false, const float *sinks = nullptr, float *dSinks = nullptr,
-                    float softcap = 0.f) {
+                    float softcap = 0.f, const float *alibiSlopes = nullptr) {
     apiCheck(flashAttnCreateAttentionDescriptor(&d_), "flashAttnCreateAttentionDescriptor");
     flashAttnStatus_t s = FLASHATTN_STATUS_SUCCESS;
     const char *what = "";
@@ -467,6 +467,10 @@ class AttnDesc {
     if (s == FLASHATTN_STATUS_SUCCESS && softcap > 0.f) {
       s = flashAttnSetAttentionSoftcap(d_, softcap);
       what = "flashAttnSetAttentionSoftcap";
+    }
+    if (s == FLASHATTN_STATUS_SUCCESS && alibiSlopes) {
+      s = flashAttnSetAttentionAlibiSlopes(d_, alibiSlopes, 0);
+      what = "flashAttnSetAttentionAlibiSlopes";
     }
     if (s != FLASHATTN_STATUS_SUCCESS) {
       flashAttnDestroyAttentionDescriptor(d_);
@@ -560,11 +564,20 @@ std::vector<float> sinkLogits(int64_t heads) {
   }
   return out;
 }
-// The sinks of the query heads a check slice picks, in the slice's head order; none without --sinks.
-std::vector<float> pickSinks(const std::vector<float> &all, const Pick &heads) {
+// The per-head values (sinks, ALiBi slopes) of the query heads a check slice picks, in the slice's head order; none
+// where `all` is empty (no --sinks, no --alibi).
+std::vector<float> pickPerHead(const std::vector<float> &all, const Pick &heads) {
   if (all.empty()) return {};
   std::vector<float> out(size_t(heads.count));
   for (int64_t i = 0; i < heads.count; ++i) out[size_t(i)] = all[size_t(heads.start + i * heads.step)];
+  return out;
+}
+
+// --alibi: the ALiBi paper's slopes for H heads, 2^(-8 (h + 1) / H) (the geometric sequence it defines for a power of
+// two; the same formula for any H).
+std::vector<float> alibiSlopes(int64_t heads) {
+  std::vector<float> out(static_cast<size_t>(heads));
+  for (int64_t h = 0; h < heads; ++h) out[size_t(h)] = float(std::exp2(-8.0 * double(h + 1) / double(heads)));
   return out;
 }
 
@@ -662,6 +675,7 @@ struct Row {
   bool causal = false;
   bool sinks = false;  // --sinks: the call had attention sinks (and the backward computed dSinks)
   float softcap = 0.f;  // --softcap: the prefill calls' softcap (0: none)
+  bool alibi = false;   // --alibi: the prefill calls had ALiBi slopes
   int32_t chunks = 0;
   int64_t pageSize = 0;
   bool pagesInOrder = false;  // --pages-in-order: the block table walks the pool in order (else shuffled)
@@ -731,6 +745,7 @@ std::string rowJson(const Row &r) {
   }
   if (r.kind == "chunked") j += ", \"page_size\": " + std::to_string(r.pageSize);
   if (r.softcap > 0.f) j += ", \"softcap\": " + jsonNumber(r.softcap);
+  if (r.alibi) j += ", \"alibi\": true";
   if (!r.error.empty()) {
     j += ", \"error\": " + jsonString(r.error) + ", \"not_supported\": " + (r.notSupported ? "true" : "false");
   } else {
@@ -775,7 +790,8 @@ std::string shapeText(const Row &r) {
   } else {
     // "D=192/128" where V/O's head dim differs; rows of one head dim keep the text they always had.
     const std::string dims = std::to_string(r.D) + (r.Dv != r.D ? "/" + std::to_string(r.Dv) : "");
-    const std::string softcap = r.softcap > 0.f ? " softcap=" + jsonNumber(r.softcap) : "";
+    const std::string softcap =
+        (r.softcap > 0.f ? " softcap=" + jsonNumber(r.softcap) : "") + (r.alibi ? " alibi" : "");
     std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%s%s%s%s", r.op.c_str(),
                   dtypeName(r.dtype), (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk,
                   dims.c_str(), r.causal ? " causal" : "", r.sinks ? " sinks" : "", softcap.c_str());
@@ -827,6 +843,7 @@ struct Options {
   bool deterministic = false;  // prefill: also time the deterministic backward (rows "bwd-det")
   bool sinks = false;          // every call with attention sinks, every backward with dSinks
   float softcap = 0.f;         // every prefill call with this softcap (0: none)
+  bool alibi = false;          // every prefill call with ALiBi slopes
   std::string backend = "auto";
   int device = -1;
   bool demo = true;  // until an option names a shape, an operation or a sweep
@@ -886,6 +903,8 @@ void usage(FILE *f) {
                "                              against the oracle); rows say \"sinks\": time a run with and one without\n"
                "  --softcap X                 prefill: softcap X (> 0) on every fwd, bwd and bwd-det call (Gemma 2's\n"
                "                              30 and 50); rows say \"softcap\": time a run with and one without\n"
+               "  --alibi                     prefill: ALiBi on every fwd, bwd and bwd-det call (slopes\n"
+               "                              2^(-8 (h+1) / H)); rows say \"alibi\": time a run with and one without\n"
                "  --list                      print the rows the other options plan, one per line, and run none;\n"
                "                              --backend cuda|host: that backend's plan, listed without a handle (the\n"
                "                              GPU plan on a machine without a GPU)\n"
@@ -1001,6 +1020,8 @@ Options parseOptions(int argc, char **argv) {
       o.deterministic = true;
     else if (a == "--sinks")
       o.sinks = true;
+    else if (a == "--alibi")
+      o.alibi = true;
     else if (a == "--softcap") {
       const char *v = value();
       char *end = nullptr;
@@ -1086,9 +1107,10 @@ Row shapeRow(const char *kind, const char *op, flashAttnDataType_t dtype, int64_
   return r;
 }
 
-Row prefillRow(const PrefillShape &s, const char *op, bool sinks, float softcap) {
+Row prefillRow(const PrefillShape &s, const char *op, bool sinks, float softcap, bool alibi) {
   Row r = shapeRow("prefill", op, s.dtype, s.B, s.H, s.HK, s.Sq, s.Sk, s.D, s.Dv, s.causal, sinks);
   r.softcap = softcap;
+  r.alibi = alibi;
   return r;
 }
 
@@ -1374,7 +1396,8 @@ std::string pickText(const char *one, const char *many, const Pick &p, int64_t n
 // Prefill: forward and backward
 
 void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
-  Row fwd = prefillRow(s, "fwd", opt_.sinks, opt_.softcap), bwd = prefillRow(s, "bwd", opt_.sinks, opt_.softcap);
+  Row fwd = prefillRow(s, "fwd", opt_.sinks, opt_.softcap, opt_.alibi),
+      bwd = prefillRow(s, "bwd", opt_.sinks, opt_.softcap, opt_.alibi);
   const size_t es = elementBytes(s.dtype);
   // Q K^T costs D per visible pair and P V costs Dv: 4*B*H*pairs*D when the two head dims agree.
   const double fwdFlops =
@@ -1399,6 +1422,12 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
   std::unique_ptr<Buffer> dsinks, ddsinks;
   const float *sinksPtr = nullptr;
   float *dSinksPtr = nullptr;
+  // --alibi: the slopes on the host and in the handle's memory. With them a check slices contiguous tails of the rows
+  // and keys: the distance to the bottom-right diagonal is then the full problem's (spread picks would move it).
+  const std::vector<float> slopes = opt_.alibi ? alibiSlopes(s.H) : std::vector<float>();
+  std::unique_ptr<Buffer> dslopes;
+  const float *slopesPtr = nullptr;
+  const bool tails = s.causal || opt_.alibi;
 
   auto fail = [&](Row &row, const std::exception &e) {
     row.error = e.what();
@@ -1417,8 +1446,15 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
       sinksPtr = static_cast<const float *>(dsinks->get());
       dSinksPtr = static_cast<float *>(ddsinks->get());
     }
-    attn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr, nullptr, opt_.softcap);
-    bwdAttn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr, dSinksPtr, opt_.softcap);
+    if (opt_.alibi) {
+      HostBlock hs(slopes.size() * 4);
+      std::memcpy(hs.data(), slopes.data(), hs.bytes());
+      dslopes = std::make_unique<Buffer>(mem_, hs.bytes());
+      dslopes->upload(hs);
+      slopesPtr = static_cast<const float *>(dslopes->get());
+    }
+    attn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr, nullptr, opt_.softcap, slopesPtr);
+    bwdAttn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr, dSinksPtr, opt_.softcap, slopesPtr);
     qD = std::make_unique<TensorDesc>(s.dtype, qv);
     kD = std::make_unique<TensorDesc>(s.dtype, kv);
     vD = std::make_unique<TensorDesc>(s.dtype, vv);
@@ -1465,7 +1501,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           const SliceChoice c =
               chooseSlice(s.H, s.HK, pairOfHeads(s.H, s.HK), s.Sq, double(s.Sk) * (s.D + s.Dv) * 2, budgetFlops());
           heads = c.heads;
-          rows = s.causal ? tail(s.Sq, c.count) : spread(s.Sq, c.count);
+          rows = tails ? tail(s.Sq, c.count) : spread(s.Sq, c.count);
         }
         const View q1 = qv.pick(0, batch).pick(1, heads.q).pick(2, rows);
         const View k1 = kv.pick(0, batch).pick(1, heads.kv);
@@ -1478,7 +1514,8 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           bench_oracle::Shape os;
           os.B = batch.count, os.H = heads.q.count, os.HK = heads.kv.count, os.Sq = rows.count, os.Sk = s.Sk;
           os.D = s.D, os.Dv = s.Dv, os.causal = s.causal, os.softcap = opt_.softcap;
-          for (float x : pickSinks(sinks, heads.q)) os.sinks.push_back(x);
+          for (float x : pickPerHead(sinks, heads.q)) os.sinks.push_back(x);
+          for (float x : pickPerHead(slopes, heads.q)) os.alibi.push_back(x);
           std::vector<double> o, l;
           bench_oracle::forward(os, gather(hq.data(), q1, s.dtype), gather(hk.data(), k1, s.dtype),
                                 gather(hv.data(), v1, s.dtype), o, l);
@@ -1488,8 +1525,9 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), v1D(s.dtype, v1), o1D(s.dtype, oRef),
               l1D(FLASHATTN_DATA_FP32, lRef);
           // The HOST handle reads host memory, and only the sliced heads' sinks.
-          const std::vector<float> sinks1 = pickSinks(sinks, heads.q);
-          const AttnDesc hostAttn(s.causal, false, opt_.sinks ? sinks1.data() : nullptr, nullptr, opt_.softcap);
+          const std::vector<float> sinks1 = pickPerHead(sinks, heads.q), slopes1 = pickPerHead(slopes, heads.q);
+          const AttnDesc hostAttn(s.causal, false, opt_.sinks ? sinks1.data() : nullptr, nullptr, opt_.softcap,
+                                  opt_.alibi ? slopes1.data() : nullptr);
           size_t hostWs = 0;
           apiCheck(flashAttnForwardGetWorkspaceSize(host_, hostAttn, nullptr, q1D, k1D, v1D, o1D, l1D, &hostWs),
                    "HOST flashAttnForwardGetWorkspaceSize");
@@ -1583,6 +1621,7 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
             bench_oracle::Shape os;
             os.B = batch.count, os.H = heads.q.count, os.HK = heads.kv.count, os.Sq = rows.count, os.Sk = keys.count;
             os.D = s.D, os.Dv = s.Dv, os.causal = s.causal, os.softcap = opt_.softcap;
+            for (float x : pickPerHead(slopes, heads.q)) os.alibi.push_back(x);
             std::vector<double> lse(size_t(lRef.elements()));
             for (size_t i = 0; i < lse.size(); ++i) lse[i] = reinterpret_cast<const float *>(lse1.data())[i];
             std::vector<double> gq, gk, gv;
@@ -1595,11 +1634,14 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
           } else {
             TensorDesc q1D(s.dtype, q1), k1D(s.dtype, k1), v1D(s.dtype, v1), o1D(s.dtype, o1),
                 l1D(FLASHATTN_DATA_FP32, lRef), qRD(s.dtype, qRef), kRD(s.dtype, kRef), vRD(s.dtype, vRef);
-            // With sinks the HOST handle needs their host copy, the sliced heads' only (dSinks is checked below).
-            const std::vector<float> sinks1 = pickSinks(sinks, heads.q);
-            std::unique_ptr<AttnDesc> sinkAd;
-            if (opt_.sinks) sinkAd = std::make_unique<AttnDesc>(s.causal, false, sinks1.data(), nullptr, opt_.softcap);
-            const AttnDesc &hostAd = sinkAd ? *sinkAd : ad;
+            // With sinks or ALiBi the HOST handle needs their host copies, the sliced heads' only (dSinks is checked
+            // below).
+            const std::vector<float> sinks1 = pickPerHead(sinks, heads.q), slopes1 = pickPerHead(slopes, heads.q);
+            std::unique_ptr<AttnDesc> hostOwnAd;
+            if (opt_.sinks || opt_.alibi)
+              hostOwnAd = std::make_unique<AttnDesc>(s.causal, false, opt_.sinks ? sinks1.data() : nullptr, nullptr,
+                                                     opt_.softcap, opt_.alibi ? slopes1.data() : nullptr);
+            const AttnDesc &hostAd = hostOwnAd ? *hostOwnAd : ad;
             size_t hostWs = 0;
             apiCheck(flashAttnBackwardGetWorkspaceSize(host_, hostAd, nullptr, q1D, k1D, v1D, o1D, l1D, &hostWs),
                      "HOST flashAttnBackwardGetWorkspaceSize");
@@ -1634,9 +1676,9 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
               chooseSlice(s.H, s.HK, pairOfHeads(s.H, s.HK), s.Sq, double(s.Sk) * perPair, budgetFlops());
           const SliceChoice k =
               chooseSlice(s.H, s.HK, lastGroup(s.H, s.HK), s.Sk, double(s.Sq) * perPair, budgetFlops());
-          hostBackward(batch, r.heads, s.causal ? tail(s.Sq, r.count) : spread(s.Sq, r.count), allOf(s.Sk), true,
+          hostBackward(batch, r.heads, tails ? tail(s.Sq, r.count) : spread(s.Sq, r.count), allOf(s.Sk), true,
                        false);
-          hostBackward(batch, k.heads, allOf(s.Sq), s.causal ? tail(s.Sk, k.count) : spread(s.Sk, k.count), false,
+          hostBackward(batch, k.heads, allOf(s.Sq), tails ? tail(s.Sk, k.count) : spread(s.Sk, k.count), false,
                        true);
         }
         // dSinks sums over every batch and row, so a slice cannot check it; the full sum costs only a pass over O
@@ -1715,10 +1757,10 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
   };
   backward(bwd, *bwdAttn);
   if (!opt_.deterministic) return;
-  Row det = prefillRow(s, "bwd-det", opt_.sinks, opt_.softcap);
+  Row det = prefillRow(s, "bwd-det", opt_.sinks, opt_.softcap, opt_.alibi);
   std::unique_ptr<AttnDesc> detAttn;
   try {
-    detAttn = std::make_unique<AttnDesc>(s.causal, true, sinksPtr, dSinksPtr, opt_.softcap);
+    detAttn = std::make_unique<AttnDesc>(s.causal, true, sinksPtr, dSinksPtr, opt_.softcap, slopesPtr);
   } catch (const std::exception &e) {
     fail(det, e);
     record(det);
@@ -1872,7 +1914,7 @@ void Bench::decode(const DecodeShape &s) {
         bench_oracle::Shape os;
         os.B = batch.count, os.H = heads.q.count, os.HK = heads.kv.count, os.Sq = s.T, os.Sk = s.L, os.D = s.D;
         os.Dv = Dv, os.causal = s.causal;
-        for (float x : pickSinks(sinks, heads.q)) os.sinks.push_back(x);
+        for (float x : pickPerHead(sinks, heads.q)) os.sinks.push_back(x);
         std::vector<double> ck(size_t(os.B * os.HK * os.Sk * os.D)), cv2(size_t(os.B * os.HK * os.Sk * Dv));
         auto rowAt = [&](const View &v, int64_t b, int64_t h, int64_t t) {
           return paged ? v.offset + pageIds[b * pagesPerSeq + t / s.pageSize] * v.strides[0] +
@@ -1901,7 +1943,7 @@ void Bench::decode(const DecodeShape &s) {
         if (paged)
           apiCheck(flashAttnSetSeqPaged(hostSeq, batch.count, pageIds, pagesPerSeq), "HOST flashAttnSetSeqPaged");
         // The HOST handle reads host memory, and only the sliced heads' sinks.
-        const std::vector<float> sinks1 = pickSinks(sinks, heads.q);
+        const std::vector<float> sinks1 = pickPerHead(sinks, heads.q);
         const AttnDesc hostAttn(s.causal, false, opt_.sinks ? sinks1.data() : nullptr);
         size_t hostWs = 0;
         apiCheck(
@@ -2223,9 +2265,9 @@ Plan makePlan(const Options &o, bool cuda) {
 std::vector<Row> plannedRows(const Plan &p, const Options &o) {
   std::vector<Row> rows;
   for (const PrefillShape &s : p.prefill) {
-    if (p.fwd) rows.push_back(prefillRow(s, "fwd", o.sinks, o.softcap));
-    if (p.bwd) rows.push_back(prefillRow(s, "bwd", o.sinks, o.softcap));
-    if (p.bwd && p.bwdDet) rows.push_back(prefillRow(s, "bwd-det", o.sinks, o.softcap));
+    if (p.fwd) rows.push_back(prefillRow(s, "fwd", o.sinks, o.softcap, o.alibi));
+    if (p.bwd) rows.push_back(prefillRow(s, "bwd", o.sinks, o.softcap, o.alibi));
+    if (p.bwd && p.bwdDet) rows.push_back(prefillRow(s, "bwd-det", o.sinks, o.softcap, o.alibi));
   }
   for (const DecodeShape &s : p.decode) rows.push_back(decodeRow(s, o.sinks, o.pagesInOrder));
   for (const ChunkedShape &s : p.chunked) {

@@ -31,15 +31,18 @@ double dot(const double *a, const double *b, int64_t n) {
   return sum;
 }
 
-// A logit of the scaled product x (softcap * tanh(x / softcap) with a softcap), and its derivative by x.
-double logitOf(const Shape &s, double x, double *derivative) {
-  if (!(s.softcap > 0)) {
-    *derivative = 1.0;
-    return x;
+// The logit of row i and key j of sequence b, head h, from the scaled product x (softcap * tanh(x / softcap) with a
+// softcap, minus the ALiBi term with slopes), and its derivative by x.
+double logitOf(const Shape &s, double x, int64_t b, int64_t h, int64_t i, int64_t j, double *derivative) {
+  double logit = x;
+  *derivative = 1.0;
+  if (s.softcap > 0) {
+    const double t = std::tanh(x / s.softcap);
+    *derivative = 1.0 - t * t;
+    logit = s.softcap * t;
   }
-  const double t = std::tanh(x / s.softcap);
-  *derivative = 1.0 - t * t;
-  return s.softcap * t;
+  if (!s.alibi.empty()) logit -= s.alibi[size_t(h)] * std::fabs(double(j - (i + keysOf(s, b) - s.Sq)));
+  return logit;
 }
 
 }  // namespace
@@ -67,8 +70,8 @@ void forward(const Shape &s, const std::vector<double> &q, const std::vector<dou
         double top = -std::numeric_limits<double>::infinity();
         for (int64_t j = 0; j < end; ++j) {
           double unused;
-          logits[size_t(j)] =
-              logitOf(s, scale * dot(qi, &k[size_t(rowAt(s.D, s.HK, s.Sk, b, h / group, j))], s.D), &unused);
+          const double x = scale * dot(qi, &k[size_t(rowAt(s.D, s.HK, s.Sk, b, h / group, j))], s.D);
+          logits[size_t(j)] = logitOf(s, x, b, h, i, j, &unused);
           top = std::max(top, logits[size_t(j)]);
         }
         if (sink) top = std::max(top, sinkLogit);
@@ -105,7 +108,7 @@ void backward(const Shape &s, const std::vector<double> &q, const std::vector<do
           const size_t ko = size_t(rowAt(s.D, s.HK, s.Sk, b, h / group, j));
           const size_t vo = size_t(rowAt(dimv, s.HK, s.Sk, b, h / group, j));
           double derivative;
-          const double p = std::exp(logitOf(s, scale * dot(&q[qo], &k[ko], s.D), &derivative) - rowLse);
+          const double p = std::exp(logitOf(s, scale * dot(&q[qo], &k[ko], s.D), b, h, i, j, &derivative) - rowLse);
           const double dS = p * (dot(&dO[oo], &v[vo], dimv) - rowD) * derivative;
           for (int64_t d = 0; d < dimv; ++d) dv[vo + size_t(d)] += p * dO[oo + size_t(d)];
           for (int64_t d = 0; d < s.D; ++d) {

@@ -8,6 +8,8 @@
 // is visible to row i iff j <= i + sk - Sq, with sk the sequence's key count. A row with no visible key has O = 0 and
 // LSE = -inf.
 // Softcap (docs/semantics.md): each logit becomes softcap * tanh(logit / softcap).
+// ALiBi (docs/semantics.md): each logit minus slope_h * |j - (i + sk - Sq)|, the key's distance to the row's
+// bottom-right diagonal.
 // Attention sinks (docs/semantics.md): a logit s_h per query head that joins every row's softmax denominator without
 // a value, so LSE = log(sum_j exp(logit_ij) + exp(s_h)), and a row with no visible key has O = 0 and LSE = s_h.
 #pragma once
@@ -26,6 +28,8 @@ struct Shape {
   // Sink logit of each query head of the shape (H of them); empty: no sinks.
   std::vector<double> sinks;
   double softcap = 0;  // 0: none
+  // ALiBi slope of each query head of the shape (H of them); empty: no ALiBi.
+  std::vector<double> alibi;
 };
 
 // O and LSE of softmax(scale Q K^T) V, the sinks in the denominator when the shape has them.
