@@ -53,6 +53,33 @@ __device__ __forceinline__ float maxCorrection(float oldMax, float newMaxScaled,
   return exp2Fast(__fmul_rn(oldMax, scaleLog2) - newMaxScaled);
 }
 
+// Softcap and ALiBi as the Hopper kernels apply them to a product x = q . k: the log2-domain logit,
+// softcap * tanh(x * scale / softcap) * log2 e (or x * scale * log2 e) minus slope * log2 e * |j - (i + shift)|, and
+// its derivative by x * scale (1 - tanh^2 with softcap, else 1). One definition for the forward (transformLogits) and
+// the backward's transform form, so that the backward's P = exp2(logit - LSE log2 e) is the forward's probability.
+struct LogitTransform {
+  float softcapLog2;  // softcap * log2(e), or 0 without softcap
+  float tanhScale;    // scale / softcap * 2 log2(e): tanhOfExp2Arg's argument per unit of product
+  float scaleLog2;    // scale * log2(e)
+  float slopeLog2;    // the query head's ALiBi slope * log2(e), or 0 (the caller sets it per head)
+  int32_t shift;      // seqK - seqQ of the sequence: row i's diagonal is key i + shift (bottom-right)
+  static __device__ __forceinline__ LogitTransform of(float scale, float softcap, int32_t seqQ, int32_t seqK) {
+    return {softcap * kLog2e, softcap > 0.f ? scale / softcap * (2.f * kLog2e) : 0.f, scale * kLog2e, 0.f,
+            seqK - seqQ};
+  }
+  __device__ __forceinline__ float logitLog2(float x, int32_t i, int32_t j, float *derivative) const {
+    if (softcapLog2 > 0.f) {
+      const float t = tanhOfExp2Arg(x * tanhScale);
+      x = softcapLog2 * t;
+      *derivative = 1.f - t * t;
+    } else {
+      x = x * scaleLog2;
+      *derivative = 1.f;
+    }
+    return x - slopeLog2 * fabsf(float(j - (i + shift)));
+  }
+};
+
 // Packs (lo, hi) rounded to nearest into one 32-bit register, lo in the low half: the element order of mma fragments
 // and of memory (lo at the lower address).
 template <typename Element>

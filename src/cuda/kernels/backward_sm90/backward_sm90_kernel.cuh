@@ -140,30 +140,6 @@ __device__ __forceinline__ void completeDqAdditions(int lane) {
   }
 }
 
-// Softcap and ALiBi (Transform kernels): a product's log2-domain logit, with the same operations as the forward's
-// (forward_sm90_kernel.cuh transformLogits), so that P = exp2(logit - LSE * log2 e) is the forward's probability; and
-// the derivative of the logit by (product * scale): 1 - tanh^2 with softcap, else 1. Row i's ALiBi distance to key j
-// is |j - (i + shift)|, shift = seqK - seqQ of the sequence (the bottom-right diagonal).
-struct LogitTransform {
-  float softcapLog2;       // softcap * log2(e), or 0 without softcap
-  float tanhScale;         // scale / softcap * 2 log2(e): prim::tanhOfExp2Arg's argument per unit of product
-  float scaleLog2;         // scale * log2(e)
-  float slopeLog2;         // the step's query head: ALiBi slope * log2(e), or 0
-  int32_t shift;
-  __device__ __forceinline__ float logitLog2(float x, int32_t i, int32_t j, float *derivative) const {
-    if (softcapLog2 > 0.f) {
-      const float t = prim::tanhOfExp2Arg(x * tanhScale);
-      x = softcapLog2 * t;
-      *derivative = 1.f - t * t;
-    } else {
-      x = x * scaleLog2;
-      *derivative = 1.f;
-    }
-    x -= slopeLog2 * fabsf(float(j - (i + shift)));
-    return x;
-  }
-};
-
 // The producer form's setmaxnreg: 384 threads x 168 registers at entry = 2 x 128 x 240 + 128 x 24.
 constexpr int kConsumerRegisters = 240;
 constexpr int kProducerRegisters = 24;
@@ -174,7 +150,7 @@ constexpr int kProducerRegisters = 24;
 // QKWidth: the columns S^T = K Q^T and dP^T = V dO^T contract over (D, or trimmedQKWidth where the problem's columns
 // past it are zeros; every other product keeps the instance's width).
 // BlockM: the query rows of a step (sm90BackwardTileFor's, or kWideBlockM: the 80-row form). Transform: softcap and
-// ALiBi (LogitTransform).
+// ALiBi (prim::LogitTransform).
 template <typename Element, int D, bool Deterministic, bool Tma, int QKWidth = D,
           int BlockM = sm90BackwardTileFor(D).blockM, bool Transform = false>
 __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const __grid_constant__ Sm90KernelParams kp) {
@@ -306,14 +282,8 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   }
 
   const float scaleLog2 = p.scale * prim::kLog2e;
-  [[maybe_unused]] LogitTransform transform{};
-  if constexpr (Transform) {
-    transform.softcapLog2 = p.softcap * prim::kLog2e;
-    transform.tanhScale = p.softcap > 0.f ? p.scale / p.softcap * (2.f * prim::kLog2e) : 0.f;
-    transform.scaleLog2 = scaleLog2;
-    transform.slopeLog2 = 0.f;
-    transform.shift = sk - sq;
-  }
+  [[maybe_unused]] prim::LogitTransform transform{};
+  if constexpr (Transform) transform = prim::LogitTransform::of(p.scale, p.softcap, sq, sk);
   // Descriptors: this warpgroup's 64 K / V rows as A (K-major); Q / dO as B (K-major) for S^T, dP^T and as MN-major B
   // (leading byte offset = slab stride) for dK, dV.
   const uint64_t kRowsDesc = prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(group) * 64 * 128, 16, 1024);

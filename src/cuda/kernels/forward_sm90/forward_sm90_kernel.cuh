@@ -142,22 +142,14 @@ __device__ __forceinline__ void maskBlock(float (&s)[BlockN / 2], int n0, int ro
   }
 }
 
-// Softcap and ALiBi (the TransformLogits kernels): S becomes log2-domain logits, so that the softmax that follows
-// runs with a unit scale. Row i's ALiBi distance to key j is |j - i'|, i' = i + shift (the bottom-right diagonal).
-struct LogitTransform {
-  float softcapLog2;       // softcap * log2(e), or 0 without softcap
-  float tanhScale;         // scale / softcap * 2 log2(e): prim::tanhOfExp2Arg's argument per unit of product
-  float scaleLog2;         // scale * log2(e)
-  float slopeLog2;         // ALiBi slope * log2(e), 0 without ALiBi
-  int shift;               // seqK - seqQ of the sequence
-};
-
+// Softcap and ALiBi (the TransformLogits kernels): S becomes log2-domain logits (prim::LogitTransform), so that the
+// softmax that follows runs with a unit scale.
 template <int BlockN>
 __device__ __forceinline__ void transformLogits(float (&s)[BlockN / 2], int n0, int row0, int quad,
-                                                const LogitTransform &t) {
+                                                const prim::LogitTransform &t) {
   forEachElement<BlockN>(s, n0, row0, quad, [&](float &x, int i, int j) {
-    x = t.softcapLog2 > 0.f ? t.softcapLog2 * prim::tanhOfExp2Arg(x * t.tanhScale) : x * t.scaleLog2;
-    x -= t.slopeLog2 * fabsf(float(j - (i + t.shift)));
+    float unused;
+    x = t.logitLog2(x, i, j, &unused);
   });
 }
 
@@ -675,13 +667,10 @@ __global__ void __launch_bounds__((ConsumerGroups + 1) * 128, 1)
       const Diagonals diagonals = forward::diagonalsOf(p, t.seq.seqQ, t.seq.seqK);
       const int allLo = t.allRows.lo;
       const int allHi = t.allRows.hi;
-      LogitTransform logits{};
+      prim::LogitTransform logits{};
       if constexpr (TransformLogits) {
-        logits.softcapLog2 = p.softcap * prim::kLog2e;
-        logits.tanhScale = p.softcap > 0.f ? p.scale / p.softcap * (2.f * prim::kLog2e) : 0.f;
-        logits.scaleLog2 = p.scale * prim::kLog2e;
+        logits = prim::LogitTransform::of(p.scale, p.softcap, t.seq.seqQ, t.seq.seqK);
         logits.slopeLog2 = forward::alibiSlope(p, t.work.batch, t.work.head) * prim::kLog2e;
-        logits.shift = t.seq.seqK - t.seq.seqQ;
       }
 
       float o[DV / 2];
