@@ -311,6 +311,15 @@ class Buffer {
   size_t bytes_;
 };
 
+// A copy of `values` (per-head sinks, ALiBi slopes) in the handle's memory.
+std::unique_ptr<Buffer> uploadFloats(Memory &mem, const std::vector<float> &values) {
+  HostBlock h(values.size() * 4);
+  std::memcpy(h.data(), values.data(), h.bytes());
+  auto buffer = std::make_unique<Buffer>(mem, h.bytes());
+  buffer->upload(h);
+  return buffer;
+}
+
 // ---------------------------------------------------------------------------------------------------------------------
 // Strided views: a full tensor, or a slice of one that shares its storage
 
@@ -1438,19 +1447,13 @@ void Bench::prefill(const PrefillShape &s, bool doFwd, bool doBwd) {
   bool forwardOk = false;
   try {
     if (opt_.sinks) {
-      HostBlock hs(sinks.size() * 4);
-      std::memcpy(hs.data(), sinks.data(), hs.bytes());
-      dsinks = std::make_unique<Buffer>(mem_, hs.bytes());
-      ddsinks = std::make_unique<Buffer>(mem_, hs.bytes());
-      dsinks->upload(hs);
+      dsinks = uploadFloats(mem_, sinks);
+      ddsinks = std::make_unique<Buffer>(mem_, dsinks->bytes());
       sinksPtr = static_cast<const float *>(dsinks->get());
       dSinksPtr = static_cast<float *>(ddsinks->get());
     }
     if (opt_.alibi) {
-      HostBlock hs(slopes.size() * 4);
-      std::memcpy(hs.data(), slopes.data(), hs.bytes());
-      dslopes = std::make_unique<Buffer>(mem_, hs.bytes());
-      dslopes->upload(hs);
+      dslopes = uploadFloats(mem_, slopes);
       slopesPtr = static_cast<const float *>(dslopes->get());
     }
     attn = std::make_unique<AttnDesc>(s.causal, false, sinksPtr, nullptr, opt_.softcap, slopesPtr);
