@@ -57,6 +57,9 @@ __device__ __forceinline__ float maxCorrection(float oldMax, float newMaxScaled,
 // softcap * tanh(x * scale / softcap) * log2 e (or x * scale * log2 e) minus slope * log2 e * |j - (i + shift)|, and
 // its derivative by x * scale (1 - tanh^2 with softcap, else 1). One definition for the forward (transformLogits) and
 // the backward's transform form, so that the backward's P = exp2(logit - LSE log2 e) is the forward's probability.
+// Callers pass the distance j - (i + shift) in FP32, formed from one conversion per row or step plus a constant per
+// element: an int-to-float conversion per element would take the unit that exp2 and tanh's SFU operations share
+// (exact below 2^24 keys of distance).
 struct LogitTransform {
   float softcapLog2;  // softcap * log2(e), or 0 without softcap
   float tanhScale;    // scale / softcap * 2 log2(e): tanhOfExp2Arg's argument per unit of product
@@ -67,7 +70,7 @@ struct LogitTransform {
     return {softcap * kLog2e, softcap > 0.f ? scale / softcap * (2.f * kLog2e) : 0.f, scale * kLog2e, 0.f,
             seqK - seqQ};
   }
-  __device__ __forceinline__ float logitLog2(float x, int32_t i, int32_t j, float *derivative) const {
+  __device__ __forceinline__ float logitLog2(float x, float distance, float *derivative) const {
     if (softcapLog2 > 0.f) {
       const float t = tanhOfExp2Arg(x * tanhScale);
       x = softcapLog2 * t;
@@ -76,7 +79,7 @@ struct LogitTransform {
       x = x * scaleLog2;
       *derivative = 1.f;
     }
-    return x - slopeLog2 * fabsf(float(j - (i + shift)));
+    return x - slopeLog2 * fabsf(distance);
   }
 };
 

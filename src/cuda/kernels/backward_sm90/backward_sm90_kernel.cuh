@@ -355,6 +355,8 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     const float *dotRow = sRowDot + stage * kBlockM + 2 * quad;
     const bool fullyVisible = backward::blockFullyVisible(diagonals, m0, n0, kBlockM, kBlockN, sq, sk);
     const int32_t key0 = n0 + 64 * group + keyInGroup;
+    // The transform's ALiBi distance of element (j, hh, ee): this one plus 8 hh - 8 j - ee (prim::LogitTransform).
+    [[maybe_unused]] const float distance0 = Transform ? float(key0 - (m0 + 2 * quad + transform.shift)) : 0.f;
     const uint64_t dODesc = prim::wgmmaDescriptorSw128(dOTile, kBlockM * 128, 1024);
     const uint64_t qDesc = prim::wgmmaDescriptorSw128(qTile, kBlockM * 128, 1024);
     uint32_t pA[kQuerySteps][4];
@@ -449,7 +451,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
               const int idx = 4 * j + 2 * hh + ee;
               if constexpr (Transform) {
                 float derivative;
-                const float logit = transform.logitLog2(s[idx], i, key, &derivative);
+                const float logit = transform.logitLog2(s[idx], distance0 + float(8 * hh - 8 * j - ee), &derivative);
                 const float pv = visible ? prim::exp2Fast(logit - (ee ? lse.y : lse.x)) : 0.f;
                 s[idx] = pv;
                 dp[idx] = visible && !oneKey ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale * derivative : 0.f;

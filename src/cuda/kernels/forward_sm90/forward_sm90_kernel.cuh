@@ -112,18 +112,6 @@ __device__ __forceinline__ void issuePV(float (&o)[D / 2], const uint32_t (&p)[B
     prim::WgmmaOp<Element, D>::rsTransB(o, p[kk], prim::wgmmaDescriptorAdvance(vDescriptor, uint32_t(kk) * 2048));
 }
 
-// f(x, row, key) on every element of this thread's S accumulator: rows row0 (h = 0) and row0 + 8 (h = 1), keys
-// n0 + 8 * nt + 2 * quad + e.
-template <int BlockN, typename F>
-__device__ __forceinline__ void forEachElement(float (&s)[BlockN / 2], int n0, int row0, int quad, F &&f) {
-#pragma unroll
-  for (int nt = 0; nt < BlockN / 8; ++nt)
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-#pragma unroll
-      for (int e = 0; e < 2; ++e) f(s[4 * nt + 2 * h + e], row0 + 8 * h, n0 + nt * 8 + 2 * quad + e);
-}
-
 // The mask rule's diagonal form (core/mask.hpp) per element. Row i sees the keys [lo, hi] of keysOnDiagonals; this
 // thread's element (nt, e) of the row holds key n0 + 2 quad + 8 nt + e, so with the row's bounds taken relative to
 // n0 + 2 quad once, each element costs two compares against a constant (instead of its distance and three compares).
@@ -147,10 +135,18 @@ __device__ __forceinline__ void maskBlock(float (&s)[BlockN / 2], int n0, int ro
 template <int BlockN>
 __device__ __forceinline__ void transformLogits(float (&s)[BlockN / 2], int n0, int row0, int quad,
                                                 const prim::LogitTransform &t) {
-  forEachElement<BlockN>(s, n0, row0, quad, [&](float &x, int i, int j) {
-    float unused;
-    x = t.logitLog2(x, i, j, &unused);
-  });
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    // Element (nt, e)'s distance: row row0 + 8h's to key n0 + 2 quad, plus 8 nt + e.
+    const float distance0 = float(n0 + 2 * quad - (row0 + 8 * h + t.shift));
+#pragma unroll
+    for (int nt = 0; nt < BlockN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float unused;
+        s[4 * nt + 2 * h + e] = t.logitLog2(s[4 * nt + 2 * h + e], distance0 + float(8 * nt + e), &unused);
+      }
+  }
 }
 
 // Online softmax of one block: new row maxima, the factor for what was accumulated so far, P = exp2(S * scale - max)
