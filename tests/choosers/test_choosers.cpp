@@ -336,6 +336,25 @@ TEST(Choosers, BackwardPicks) {
     EXPECT_EQ(d.plan.kernel, KernelId::BackwardMma) << d.plan.description;
     EXPECT_NE(d.plan.description.find("softcap in deterministic mode"), std::string::npos) << d.plan.description;
   }
+  // The split kernel's head dims (192, 256, Q/K 192 with V/O 128) copy by cp.async too: their transform form serves
+  // softcap and ALiBi, unordered.
+  for (const AttnProblem &wide : {dense(Op::Backward, DType::BF16, 8, 2, 300, 300, 192),
+                                  withHeadDimV(dense(Op::Backward, DType::FP16, 8, 8, 300, 300, 192), 128)}) {
+    if (!wgmma || instanceNotBuilt(pick(kH100, wide))) continue;
+    AttnProblem capped = wide;
+    capped.softcap = 30.f;
+    capped.alibiSlopes = slopes;
+    const Pick c = pick(kH100, capped);
+    ASSERT_TRUE(c.served) << c.why;
+    EXPECT_EQ(c.plan.kernel, KernelId::BackwardWgmma) << c.plan.description;
+    EXPECT_NE(c.plan.description.find("logits with softcap and ALiBi"), std::string::npos) << c.plan.description;
+    capped.deterministic = true;
+    const Pick d = pick(kH100, capped);
+    ASSERT_TRUE(d.served) << d.why;
+    EXPECT_EQ(d.plan.kernel, KernelId::BackwardMma) << d.plan.description;
+    EXPECT_NE(d.plan.description.find("softcap and ALiBi in deterministic mode"), std::string::npos)
+        << d.plan.description;
+  }
   const Pick f = pick(kH100, dense(Op::Backward, DType::FP32, 4, 4, 64, 64, 64));
   ASSERT_TRUE(f.served) << f.why;
   EXPECT_EQ(f.plan.kernel, KernelId::BackwardFfma);

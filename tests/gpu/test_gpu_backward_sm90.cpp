@@ -7,7 +7,7 @@
 // ragged batches, seqlensK, both dtypes, head dims 64, 128, and 192, 256 and 192/128 (their own kernel:
 // splitGridCases), the zero-padded 48, 96, 120 (d64, d128), 144, 160 (d192), 240 (not padded: portable), and graph
 // replay equal to eager; the d128 instance in both its loader forms (FLASHATTN_BACKWARD_LOADER) and, unmasked, in
-// its 80-row form; softcap and ALiBi (per head and per sequence) on the d64/d128 kernel's transform form.
+// its 80-row form; softcap and ALiBi (per head and per sequence) on every kernel's transform form.
 // FLASHATTN_TEST_SLICE=edge runs a few small shapes (for compute-sanitizer). The case setup (strided placement,
 // descriptors, forward then backward) is backward_harness.hpp's, shared with test_gpu_backward.cpp. Deterministic mode
 // on these kernels is covered by test_gpu_backward.cpp's determinism suite.
@@ -294,6 +294,15 @@ std::vector<BwdCase> splitGridCases(int64_t headDim, int64_t headDimV) {
     g.usedK = {40};
     g.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
     add(g, "65x65_seqlensK40_causalTL");
+    BwdCase t;  // the transform kernel: softcap and ALiBi, GQA, a bottom-right mask with fully masked rows
+    t.heads = 4;
+    t.kvHeads = 2;
+    t.sq = 90;
+    t.sk = 70;
+    t.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    t.softcap = 8.f;
+    t.alibi = 1;
+    add(t, "90x70_gqa_softcap_alibi_causalBR");
     return cases;
   }
   const flashAttnDataType_t types[] = {FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16};
@@ -329,6 +338,29 @@ std::vector<BwdCase> splitGridCases(int64_t headDim, int64_t headDimV) {
     stress.mask = FLASHATTN_MASK_NONE;
     stress.inputScale = 5.0;
     add(stress, "384_stress_x5");
+    // The transform kernel: softcap on x3 inputs (logits past the cap) with GQA and fully masked rows; ALiBi per
+    // sequence and head under a window, with softcap.
+    BwdCase sc;
+    sc.dtype = t;
+    sc.heads = 6;
+    sc.kvHeads = 2;
+    sc.sq = 200;
+    sc.sk = 150;
+    sc.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    sc.softcap = 5.f;
+    sc.inputScale = 3.0;
+    add(sc, "200x150_gqa6_2_softcap5_x3_causalBR");
+    BwdCase al;
+    al.dtype = t;
+    al.batch = 2;
+    al.heads = al.kvHeads = 2;
+    al.sq = 300;
+    al.sk = 333;
+    al.windowLeft = 70;
+    al.windowRight = 5;
+    al.alibi = 2;  // per sequence and head
+    al.softcap = 8.f;
+    add(al, "b2_300x333_alibi_per_batch_softcap8_window");
   }
   struct Shape {
     int64_t q, k;
@@ -396,9 +428,9 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
                       ((d >= 48 && d < 64) || (d >= 96 && d < 128) || (d >= 144 && d < 192));
   const char *loader = std::getenv("FLASHATTN_BACKWARD_LOADER");
   const bool pinnedCpAsync = loader != nullptr && std::string(loader) == "cp.async";
-  // Softcap and ALiBi: the d64/d128 kernel's transform form, unordered, at d128 (and 96-120 on it) the producer form.
+  // Softcap and ALiBi: every kernel's transform form, unordered; at d128 (and 96-120 on it) the producer form only.
   const bool transform = c.softcap > 0.f || c.alibi != 0;
-  const bool transformServed = c.headDimV == 0 && d <= 128 && !c.deterministic && !(d > 64 && pinnedCpAsync);
+  const bool transformServed = !c.deterministic && !(c.headDimV == 0 && d > 64 && d <= 128 && pinnedCpAsync);
   const bool served = (c.headDimV == 0 ? d == 64 || d == 128 || d == 192 || d == 256 || padded
                                        : d == 192 && c.headDimV == 128) &&
                       (!transform || transformServed);
@@ -475,9 +507,10 @@ TEST(BackwardSm90, OutOfScopeRoutesToPortable) {
   // The portable kernel's d256 result for a problem the d256 wgmma kernel refuses is still checked.
   c.headDim = 256;
   c.softcap = 30.f;
-  expectPortable(c, "softcap");
+  c.deterministic = true;
+  expectPortable(c, "softcap in deterministic mode");
   if (edgeSliceOnly()) return;
-  c.name = "bf16_d256_97x130_softcap_causalBR";
+  c.name = "bf16_d256_97x130_softcap_causalBR_det";
   c.sq = 97;
   c.sk = 130;
   c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;

@@ -132,7 +132,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
                          kSm90Instances.headDims(p.dtype),
                          "; Q/K / V/O where they differ; equal head dims within three quarters of an instance "
                          "zero-padded on it)"));
-  // Softcap and ALiBi: the d64/d128 kernel's transform form, unordered (hasTransformForm).
+  // Softcap and ALiBi: the kernels' transform form, unordered (hasTransformForm).
   const bool transform = p.softcap > 0.f || p.alibiSlopes != nullptr;
   const char *const transformName =
       p.softcap > 0.f ? (p.alibiSlopes != nullptr ? "softcap and ALiBi" : "softcap") : "ALiBi";

@@ -53,11 +53,12 @@ constexpr bool hasWideForm(int headDim) { return headDim == 128; }
 // keeps the form where every consumer thread issues its share of the copies: its 128-row steps need all 255 registers.
 constexpr bool hasTmaForm(int headDim) { return headDim == 128; }
 
-// Softcap and ALiBi: the d64/d128 kernel is also compiled with the forward's logit transform (its Transform flag), in
-// the form hasTmaForm names, unordered, over the instance's full width, with 64-row blocks at d128 (d64 then computes
-// P and dS in one pass, as d128 does: dS needs the softcap's derivative beside P). Deterministic mode, the other forms
-// and the split kernel's head dims leave these problems to the portable kernel.
-constexpr bool hasTransformForm(int headDim) { return headDim == 64 || headDim == 128; }
+// Softcap and ALiBi: every instance is also compiled with the forward's logit transform (the kernels' Transform
+// flag), unordered. The d64/d128 kernel's in the form hasTmaForm names, over the instance's full width, with 64-row
+// blocks at d128 (d64 then computes P and dS in one pass, as d128 does: dS needs the softcap's derivative beside P);
+// the split kernel's likewise computes P^T and dS^T in one pass once both products have landed. Deterministic mode
+// and the d128 kernel's cp.async form leave these problems to the portable kernel.
+constexpr bool hasTransformForm(int headDim) { return headDim == 64 || headDim == 128 || runsSplitKernel(headDim); }
 
 // The narrower contraction of S^T and dP^T the d64/d128 kernel of a head dim is also compiled with (0: none), for
 // zero-padded problems whose columns end within it: D96 on d128 (its two products over the head dim were a quarter

@@ -121,8 +121,13 @@ cudaError_t launchSplit(const backward::BackwardParams &params, int device, cuda
   const bool exact = params.headDim == D && params.headDimV == DV;
   const bool padded = L::kBulkDq && D == DV && params.headDim == params.headDimV && params.headDim < D;
   if (params.dqPaneled != L::kBulkDq || !(exact || padded)) return cudaErrorInvalidValue;
-  if (params.softcap > 0.f || params.alibiSlopes != nullptr) return cudaErrorInvalidValue;  // no transform here
-  static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
+  static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0}, configuredTransform{0};
+  // Softcap or ALiBi (hasTransformForm): the transform kernel, unordered only (plans keep deterministic ones off it).
+  if (params.softcap > 0.f || params.alibiSlopes != nullptr)
+    return params.deterministic
+               ? cudaErrorInvalidValue
+               : launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, false, true>, L::kThreads,
+                                   L::kDynamicBytes, params, params, device, configuredTransform, stream);
   return params.deterministic
              ? launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, true>, L::kThreads, L::kDynamicBytes, params,
                                  params, device, configuredDeterministic, stream)

@@ -22,7 +22,9 @@
 // buffer, issued right after S^T / dP^T so the tensor cores start first (shared memory at 256: K, V 64 KB + Q, dO
 // 2 x 64 KB + P^T, dS^T 16 KB = 209 KB; 1 CTA per SM). Two CTA barriers per query block: after the copies land, and
 // after the P^T / dS^T stores (each warpgroup's products read the other's query columns).
-// Masking, GQA, ragged and seqlensK follow backward_common.cuh exactly as the d128 kernel does.
+// Masking, GQA, ragged and seqlensK follow backward_common.cuh exactly as the d128 kernel does. Softcap and ALiBi
+// (Transform, unordered only): P^T and dS^T in one pass once both S^T and dP^T have landed, since dS^T needs the
+// softcap's derivative, which is known beside P (prim::LogitTransform, as the d64/d128 kernel's transform form).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -115,8 +117,8 @@ constexpr uint32_t kCtaBarrier = 1;
 }  // namespace split
 
 // One warpgroup's walk over the CTA's query blocks. Group >= 0: the body of that warpgroup (uneven shares); Group < 0:
-// the body of both (even shares; `group` tells them apart at run time).
-template <typename Element, int D, int DV, bool Deterministic, int Group>
+// the body of both (even shares; `group` tells them apart at run time). Transform: softcap and ALiBi.
+template <typename Element, int D, int DV, bool Deterministic, int Group, bool Transform>
 __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base, unsigned char *baseGeneric,
                                           int group) {
   using L = split::Layout<D, DV>;
@@ -169,6 +171,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
   prim::cpAsyncCommit();
 
   const float scaleLog2 = p.scale * prim::kLog2e;
+  [[maybe_unused]] prim::LogitTransform transform = prim::LogitTransform::of(p.scale, p.softcap, sq, sk);
   const uint64_t kRowsDesc = prim::wgmmaDescriptorSw128(base + L::kK, 16, 1024);
   const uint64_t vRowsDesc = prim::wgmmaDescriptorSw128(base + L::kV, 16, 1024);
   // The MN-major B operands of this warpgroup's output columns start at a slab (leading byte offset = slab).
@@ -193,6 +196,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     const StepBlock sb = stepBlock<Deterministic>(order, t);
     const int32_t m0 = sb.mBlock * kBlockM;
     const int32_t h = headBase + sb.head;
+    if constexpr (Transform) transform.slopeLog2 = backward::alibiSlope(p, w.batch, h) * prim::kLog2e;
     const uint32_t qTile = base + L::kQ + stage * L::kTileBytes;
     const uint32_t dOTile = base + L::kDO + stage * L::kTileBytesV;
 
@@ -222,67 +226,99 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     const float *lseRow = sLse + stage * kBlockM + queryCol0;
     const float *dotRow = sRowDot + stage * kBlockM + queryCol0;
     const bool fullyVisible = backward::blockFullyVisible(diagonals, m0, n0, kBlockM, kBlockN, sq, sk);
-    // P^T while dP^T is still in flight.
-    prim::wgmmaWaitGroup<1>();
-    prim::wgmmaFenceOperands(s);
-    if (fullyVisible) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          s[4 * j + 2 * hh] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh], scaleLog2, -lse.x));
-          s[4 * j + 2 * hh + 1] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh + 1], scaleLog2, -lse.y));
-        }
-      }
-    } else {
+    if constexpr (Transform) {
+      prim::wgmmaWaitGroup<0>();
+      prim::wgmmaFenceOperands(s);
+      prim::wgmmaFenceOperands(dp);
       const int32_t key0 = n0 + keyInTile;
+      // Element (j, hh, ee)'s ALiBi distance: this one plus 8 hh - 8 j - ee.
+      const float distance0 = float(key0 - (m0 + queryCol0 + transform.shift));
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
+        const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
 #pragma unroll
         for (int ee = 0; ee < 2; ++ee) {
           const int32_t i = m0 + queryCol0 + 8 * j + ee;
           const backward::RowKeys r = backward::rowKeys(diagonals, i, sk);
           const bool rowValid = i < sq;
+          const bool oneKey = r.lo == r.hi && p.sinks == nullptr;  // dS exactly 0 (below)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
             const int32_t key = key0 + 8 * hh;
             const bool visible = rowValid && key >= r.lo && key <= r.hi;
             const int idx = 4 * j + 2 * hh + ee;
-            s[idx] = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
+            float derivative;
+            const float logit = transform.logitLog2(s[idx], distance0 + float(8 * hh - 8 * j - ee), &derivative);
+            const float pv = visible ? prim::exp2Fast(logit - (ee ? lse.y : lse.x)) : 0.f;
+            s[idx] = pv;
+            dp[idx] = visible && !oneKey ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale * derivative : 0.f;
           }
         }
       }
-    }
-    prim::wgmmaWaitGroup<0>();
-    prim::wgmmaFenceOperands(dp);
-    if (fullyVisible) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-          dp[4 * j + 2 * hh] = s[4 * j + 2 * hh] * (dp[4 * j + 2 * hh] - dot.x) * p.scale;
-          dp[4 * j + 2 * hh + 1] = s[4 * j + 2 * hh + 1] * (dp[4 * j + 2 * hh + 1] - dot.y) * p.scale;
-        }
-      }
     } else {
+      // P^T while dP^T is still in flight.
+      prim::wgmmaWaitGroup<1>();
+      prim::wgmmaFenceOperands(s);
+      if (fullyVisible) {
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
-#pragma unroll
-        for (int ee = 0; ee < 2; ++ee) {
-          const int32_t i = m0 + queryCol0 + 8 * j + ee;
-          const backward::RowKeys r = backward::rowKeys(diagonals, i, sk);
-          // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero; dP - D would instead
-          // leave the difference of two dot products accumulated apart (wgmma's and the preprocess's). Masked
-          // entries already have P = 0.
-          const bool oneKey = r.lo == r.hi && p.sinks == nullptr;  // a sink shares the row's softmax: P < 1
+        for (int j = 0; j < 4; ++j) {
+          const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            const int idx = 4 * j + 2 * hh + ee;
-            dp[idx] = oneKey ? 0.f : s[idx] * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale;
+            s[4 * j + 2 * hh] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh], scaleLog2, -lse.x));
+            s[4 * j + 2 * hh + 1] = prim::exp2Fast(fmaf(s[4 * j + 2 * hh + 1], scaleLog2, -lse.y));
+          }
+        }
+      } else {
+        const int32_t key0 = n0 + keyInTile;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 lse = *reinterpret_cast<const float2 *>(lseRow + 8 * j);
+#pragma unroll
+          for (int ee = 0; ee < 2; ++ee) {
+            const int32_t i = m0 + queryCol0 + 8 * j + ee;
+            const backward::RowKeys r = backward::rowKeys(diagonals, i, sk);
+            const bool rowValid = i < sq;
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const int32_t key = key0 + 8 * hh;
+              const bool visible = rowValid && key >= r.lo && key <= r.hi;
+              const int idx = 4 * j + 2 * hh + ee;
+              s[idx] = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
+            }
+          }
+        }
+      }
+      prim::wgmmaWaitGroup<0>();
+      prim::wgmmaFenceOperands(dp);
+      if (fullyVisible) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
+#pragma unroll
+          for (int hh = 0; hh < 2; ++hh) {
+            dp[4 * j + 2 * hh] = s[4 * j + 2 * hh] * (dp[4 * j + 2 * hh] - dot.x) * p.scale;
+            dp[4 * j + 2 * hh + 1] = s[4 * j + 2 * hh + 1] * (dp[4 * j + 2 * hh + 1] - dot.y) * p.scale;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
+#pragma unroll
+          for (int ee = 0; ee < 2; ++ee) {
+            const int32_t i = m0 + queryCol0 + 8 * j + ee;
+            const backward::RowKeys r = backward::rowKeys(diagonals, i, sk);
+            // A row that sees one key has P = 1 whatever its logit, so its dS is exactly zero; dP - D would instead
+            // leave the difference of two dot products accumulated apart (wgmma's and the preprocess's). Masked
+            // entries already have P = 0.
+            const bool oneKey = r.lo == r.hi && p.sinks == nullptr;  // a sink shares the row's softmax: P < 1
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+              const int idx = 4 * j + 2 * hh + ee;
+              dp[idx] = oneKey ? 0.f : s[idx] * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale;
+            }
           }
         }
       }
@@ -396,9 +432,11 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
   }
 }
 
-// Deterministic: the dQ additions of one query block are ordered by key block (sm90_bwd_order.cuh).
-template <typename Element, int D, int DV, bool Deterministic>
+// Deterministic: the dQ additions of one query block are ordered by key block (sm90_bwd_order.cuh). Transform:
+// softcap and ALiBi, unordered.
+template <typename Element, int D, int DV, bool Deterministic, bool Transform = false>
 __global__ void __launch_bounds__(256, 1) backwardSm90SplitKernel(const __grid_constant__ BackwardParams p) {
+  static_assert(!(Transform && Deterministic), "the transform kernel adds dQ unordered");
   extern __shared__ unsigned char sm90BwdSplitShared[];
   const uint32_t base = (prim::smemAddress(sm90BwdSplitShared) + 1023u) & ~1023u;
   unsigned char *const baseGeneric = sm90BwdSplitShared + (base - prim::smemAddress(sm90BwdSplitShared));
@@ -406,11 +444,11 @@ __global__ void __launch_bounds__(256, 1) backwardSm90SplitKernel(const __grid_c
   // knows it: the wgmma descriptors built from it then stay in uniform registers.
   const int group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if constexpr (split::evenSplit(D, DV)) {
-    splitWalk<Element, D, DV, Deterministic, -1>(p, base, baseGeneric, group);
+    splitWalk<Element, D, DV, Deterministic, -1, Transform>(p, base, baseGeneric, group);
   } else if (group == 0) {
-    splitWalk<Element, D, DV, Deterministic, 0>(p, base, baseGeneric, 0);
+    splitWalk<Element, D, DV, Deterministic, 0, Transform>(p, base, baseGeneric, 0);
   } else {
-    splitWalk<Element, D, DV, Deterministic, 1>(p, base, baseGeneric, 1);
+    splitWalk<Element, D, DV, Deterministic, 1, Transform>(p, base, baseGeneric, 1);
   }
 }
 
