@@ -140,9 +140,13 @@ __device__ __forceinline__ void completeDqAdditions(int lane) {
   }
 }
 
-// The producer form's setmaxnreg: 384 threads x 168 registers at entry = 2 x 128 x 240 + 128 x 24.
-constexpr int kConsumerRegisters = 240;
-constexpr int kProducerRegisters = 24;
+// The producer form's setmaxnreg: what the producer warpgroup releases from the 168 registers a thread has at entry
+// (384 threads) is what the consumers take, so 2 x consumer + producer = 3 x 168 (multiples of 8). The 80-row form
+// needs 240 per consumer (at 232 ptxas spilled 528 bytes); the 64-row forms fit in 232, which leaves the producer 40:
+// at 24 its loop spilled 12 bytes every step.
+constexpr int consumerRegisters(int blockM) { return blockM == kWideBlockM ? 240 : 232; }
+constexpr int producerRegisters(int blockM) { return 3 * 168 - 2 * consumerRegisters(blockM); }
+static_assert(producerRegisters(kWideBlockM) == 24 && producerRegisters(64) == 40, "setmaxnreg takes multiples of 8");
 
 // Deterministic = true orders the dQ additions (backward_common.cuh's turn counters) and walks the query blocks in the
 // order that keeps the ordering cheap (stepBlock); false is the unordered kernel. Tma: the producer-warpgroup form
@@ -212,7 +216,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   auto raggedTail = [&](int32_t m0) { return p.ragged && m0 + kBlockM > sq; };
   if constexpr (Tma) {
     if (group == 2) {
-      prim::setMaxRegistersDecrease<kProducerRegisters>();
+      prim::setMaxRegistersDecrease<producerRegisters(kBlockM)>();
       const int pt = thread - 256;
       if (pt == 0) {
         prim::prefetchTensorMap(&kp.qMap);
@@ -253,7 +257,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       }
       return;
     }
-    prim::setMaxRegistersIncrease<kConsumerRegisters>();
+    prim::setMaxRegistersIncrease<consumerRegisters(kBlockM)>();
   }
 
   float dv[D / 2], dk[D / 2];
