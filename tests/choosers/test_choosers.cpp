@@ -2,12 +2,15 @@
 // The choosers of src/cuda/family.hpp on fake device descriptions: every operation's pick, by KernelId, for the GPUs
 // the library targets. No kernel runs: on a machine without a GPU the occupancy queries answer their defaults, and the
 // tensor-map encoder is absent (so decode plans keep to cp.async there, and the decode assertions below hold for both).
+// A check that needs an instance this build left out (FLASHATTN_DTYPES, FLASHATTN_HEAD_DIMS) is left out, or its test
+// skipped where every check needs it: tests/common/built_instances.hpp, from the build's instance lists.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <string>
 
+#include "built_instances.hpp"
 #include "core/plan.hpp"
 #include "core/problem.hpp"
 #include "cuda/family.hpp"
@@ -22,6 +25,9 @@ using flashattn::Mask;
 using flashattn::Op;
 using flashattn::Plan;
 using flashattn::cuda::DeviceInfo;
+using fa_test::Family;
+using fa_test::partBuilt;
+using fa_test::partBuiltAtLeast;
 
 DeviceInfo fakeDevice(const char *name, int major, int minor, int sms, std::size_t smemOptin, int codeArch) {
   DeviceInfo d;
@@ -79,15 +85,13 @@ struct Pick {
   std::string why;
 };
 
+// The C API's name of a storage type (the same values), which the instance lists use.
+flashAttnDataType_t apiType(DType t) { return static_cast<flashAttnDataType_t>(t); }
+
 Pick pick(const DeviceInfo &dev, const AttnProblem &p) {
   Pick r;
   r.served = flashattn::cuda::choose(dev, p, &r.plan, &r.why);
   return r;
-}
-
-// A refusal for an instance head dim this build left out (FLASHATTN_HEAD_DIMS; the dev preset has 64 and 128 only).
-bool instanceNotBuilt(const Pick &r) {
-  return !r.served && r.why.find("this build does not have") != std::string::npos;
 }
 
 TEST(Choosers, RegistryHasEveryOperation) {
@@ -98,34 +102,44 @@ TEST(Choosers, RegistryHasEveryOperation) {
 
 TEST(Choosers, ForwardPicks) {
   const AttnProblem bf16 = dense(Op::Forward, DType::BF16, 16, 4, 1024, 1024, 128);
-  for (const DeviceInfo *dev : {&kA100, &kL4}) {
-    const Pick r = pick(*dev, bf16);
-    ASSERT_TRUE(r.served) << dev->name << ": " << r.why;
-    EXPECT_EQ(r.plan.kernel, KernelId::ForwardMma) << dev->name << ": " << r.plan.description;
-    EXPECT_EQ(r.plan.as<flashattn::ForwardConfig>().instance.headDim, 128);
+  if (partBuilt(Family::Forward, FLASHATTN_DATA_BF16, 128)) {
+    for (const DeviceInfo *dev : {&kA100, &kL4}) {
+      const Pick r = pick(*dev, bf16);
+      ASSERT_TRUE(r.served) << dev->name << ": " << r.why;
+      EXPECT_EQ(r.plan.kernel, KernelId::ForwardMma) << dev->name << ": " << r.plan.description;
+      EXPECT_EQ(r.plan.as<flashattn::ForwardConfig>().instance.headDim, 128);
+    }
   }
-  const Pick fp32 = pick(kA100, dense(Op::Forward, DType::FP32, 8, 8, 100, 100, 64));
-  ASSERT_TRUE(fp32.served) << fp32.why;
-  EXPECT_EQ(fp32.plan.kernel, KernelId::ForwardFfma);
+  if (partBuiltAtLeast(Family::Forward, FLASHATTN_DATA_FP32, 64)) {
+    const Pick fp32 = pick(kA100, dense(Op::Forward, DType::FP32, 8, 8, 100, 100, 64));
+    ASSERT_TRUE(fp32.served) << fp32.why;
+    EXPECT_EQ(fp32.plan.kernel, KernelId::ForwardFfma);
+  }
   // A head dim between instances runs padded on the next one.
-  const Pick padded = pick(kA100, dense(Op::Forward, DType::FP16, 8, 8, 100, 100, 40));
-  ASSERT_TRUE(padded.served) << padded.why;
-  EXPECT_GE(padded.plan.as<flashattn::ForwardConfig>().instance.headDim, 40);
-  EXPECT_NE(padded.plan.description.find("zero-padded"), std::string::npos) << padded.plan.description;
+  if (partBuiltAtLeast(Family::Forward, FLASHATTN_DATA_FP16, 40)) {
+    const Pick padded = pick(kA100, dense(Op::Forward, DType::FP16, 8, 8, 100, 100, 40));
+    ASSERT_TRUE(padded.served) << padded.why;
+    EXPECT_GE(padded.plan.as<flashattn::ForwardConfig>().instance.headDim, 40);
+    EXPECT_NE(padded.plan.description.find("zero-padded"), std::string::npos) << padded.plan.description;
+  }
   // Any width up to 256 (element loads where rows are not whole 16-byte vectors), Q/K's and V/O's apart.
-  const Pick odd = pick(kA100, dense(Op::Forward, DType::BF16, 8, 8, 100, 100, 59));
-  ASSERT_TRUE(odd.served) << odd.why;
-  EXPECT_EQ(odd.plan.kernel, KernelId::ForwardMma) << odd.plan.description;
-  EXPECT_EQ(odd.plan.as<flashattn::ForwardConfig>().instance.headDim, 64) << odd.plan.description;
-  const Pick mla = pick(kL4, withHeadDimV(dense(Op::Forward, DType::BF16, 16, 16, 512, 512, 192), 128));
-  if (!instanceNotBuilt(mla)) {
+  if (partBuilt(Family::Forward, FLASHATTN_DATA_BF16, 64)) {
+    const Pick odd = pick(kA100, dense(Op::Forward, DType::BF16, 8, 8, 100, 100, 59));
+    ASSERT_TRUE(odd.served) << odd.why;
+    EXPECT_EQ(odd.plan.kernel, KernelId::ForwardMma) << odd.plan.description;
+    EXPECT_EQ(odd.plan.as<flashattn::ForwardConfig>().instance.headDim, 64) << odd.plan.description;
+  }
+  if (partBuilt(Family::Forward, FLASHATTN_DATA_BF16, 192)) {
+    const Pick mla = pick(kL4, withHeadDimV(dense(Op::Forward, DType::BF16, 16, 16, 512, 512, 192), 128));
     ASSERT_TRUE(mla.served) << mla.why;
     EXPECT_EQ(mla.plan.as<flashattn::ForwardConfig>().instance.headDim, 192) << mla.plan.description;
     EXPECT_NE(mla.plan.description.find("headDimV 128"), std::string::npos) << mla.plan.description;
   }
-  const Pick narrowV = pick(kA100, withHeadDimV(dense(Op::Forward, DType::FP16, 8, 2, 300, 300, 128), 64));
-  ASSERT_TRUE(narrowV.served) << narrowV.why;
-  EXPECT_EQ(narrowV.plan.as<flashattn::ForwardConfig>().instance.headDim, 128) << narrowV.plan.description;
+  if (partBuilt(Family::Forward, FLASHATTN_DATA_FP16, 128)) {
+    const Pick narrowV = pick(kA100, withHeadDimV(dense(Op::Forward, DType::FP16, 8, 2, 300, 300, 128), 64));
+    ASSERT_TRUE(narrowV.served) << narrowV.why;
+    EXPECT_EQ(narrowV.plan.as<flashattn::ForwardConfig>().instance.headDim, 128) << narrowV.plan.description;
+  }
   const Pick wideV = pick(kA100, withHeadDimV(dense(Op::Forward, DType::BF16, 8, 8, 100, 100, 64), 512));
   EXPECT_FALSE(wideV.served);
   EXPECT_NE(wideV.why.find("headDimV 512"), std::string::npos) << wideV.why;
@@ -156,10 +170,15 @@ AttnProblem pagedCache(AttnProblem p, int64_t pageSize, int64_t pagesPerSeq, boo
 
 TEST(Choosers, ForwardOnHopper) {
   AttnProblem p = dense(Op::Forward, DType::BF16, 16, 4, 1024, 1024, 128);
+  SKIP_UNLESS_BUILT_AT_LEAST(Family::Forward, FLASHATTN_DATA_BF16, 128);
   const Pick r = pick(kH100, p);
   ASSERT_TRUE(r.served) << r.why;
   if (flashattn::cuda::findFamily(KernelId::ForwardWgmma) == nullptr)
     GTEST_SKIP() << "this build has no sm_90a forward family";
+  // The wgmma picks below are of its bf16 d128 instance (d96 zero-padded on it).
+  if (!flashattn::cuda::portableOnly()) {
+    SKIP_UNLESS_BUILT(Family::ForwardSm90, FLASHATTN_DATA_BF16, 128);
+  }
   EXPECT_EQ(r.plan.kernel, flashattn::cuda::portableOnly() ? KernelId::ForwardMma : KernelId::ForwardWgmma)
       << r.plan.description;
   // Head dims between the wgmma instances run zero-padded on the next one (96 on 128).
@@ -172,8 +191,11 @@ TEST(Choosers, ForwardOnHopper) {
   }
   // DeepSeek-style Q/K 192, V/O 128: the instance compiled for the pair (no zero columns of V).
   const Pick mla = pick(kH100, withHeadDimV(dense(Op::Forward, DType::BF16, 16, 16, 4096, 4096, 192), 128));
-  if (!instanceNotBuilt(mla)) ASSERT_TRUE(mla.served) << mla.why;
-  if (mla.served && !flashattn::cuda::portableOnly()) {
+  if (partBuiltAtLeast(Family::Forward, FLASHATTN_DATA_BF16, 192)) {
+    ASSERT_TRUE(mla.served) << mla.why;
+  }
+  if (mla.served && !flashattn::cuda::portableOnly() &&
+      partBuilt(Family::ForwardSm90, FLASHATTN_DATA_BF16, 192, 128)) {
     EXPECT_EQ(mla.plan.kernel, KernelId::ForwardWgmma) << mla.plan.description;
     EXPECT_EQ(mla.plan.as<flashattn::ForwardConfig>().instance.headDim, 192) << mla.plan.description;
     EXPECT_EQ(mla.plan.as<flashattn::ForwardConfig>().instance.widthV(), 128) << mla.plan.description;
@@ -213,6 +235,7 @@ TEST(Choosers, ForwardOnHopper) {
                         {"unaligned pointers", unaligned, "16-byte aligned"},
                         {"Q row stride", oddStride, "Q row stride"}};
   for (const Case &c : cases) {
+    if (!partBuiltAtLeast(Family::Forward, apiType(c.problem.dtype), c.problem.headDim)) continue;
     const Pick q = pick(kH100, c.problem);
     ASSERT_TRUE(q.served) << c.name << ": " << q.why;
     EXPECT_NE(q.plan.kernel, KernelId::ForwardWgmma) << c.name << ": " << q.plan.description;
@@ -229,6 +252,11 @@ TEST(Choosers, ForwardOnHopper) {
 // page, row and head strides are whole 16-byte vectors; its plan says so.
 TEST(Choosers, PagedForwardPicks) {
   const AttnProblem base = dense(Op::Forward, DType::BF16, 32, 8, 512, 4096, 128);
+  SKIP_UNLESS_BUILT_AT_LEAST(Family::Forward, FLASHATTN_DATA_BF16, 128);
+  const bool wgmma = flashattn::cuda::findFamily(KernelId::ForwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
+  // The wgmma family's picks are of its bf16 d128 instance.
+  const bool wgmmaBuilt = wgmma && partBuilt(Family::ForwardSm90, FLASHATTN_DATA_BF16, 128);
+  const bool fp32Built = partBuiltAtLeast(Family::Forward, FLASHATTN_DATA_FP32, 64);
   for (const bool ragged : {false, true}) {
     const AttnProblem p = pagedCache(base, 16, 256, ragged);
     for (const DeviceInfo *dev : {&kA100, &kL4}) {
@@ -238,19 +266,24 @@ TEST(Choosers, PagedForwardPicks) {
       EXPECT_NE(r.plan.description.find("paged"), std::string::npos) << r.plan.description;
       EXPECT_EQ(r.plan.workspaceBytes, 0u);
     }
-    AttnProblem fp32 = pagedCache(dense(Op::Forward, DType::FP32, 8, 2, 100, 300, 64), 3, 100, ragged);
-    const Pick f = pick(kA100, fp32);
-    ASSERT_TRUE(f.served) << f.why;
-    EXPECT_EQ(f.plan.kernel, KernelId::ForwardFfma) << f.plan.description;
+    if (fp32Built) {
+      AttnProblem fp32 = pagedCache(dense(Op::Forward, DType::FP32, 8, 2, 100, 300, 64), 3, 100, ragged);
+      const Pick f = pick(kA100, fp32);
+      ASSERT_TRUE(f.served) << f.why;
+      EXPECT_EQ(f.plan.kernel, KernelId::ForwardFfma) << f.plan.description;
+    }
     const Pick h = pick(kH100, p);
     ASSERT_TRUE(h.served) << h.why;
-    const bool wgmma = flashattn::cuda::findFamily(KernelId::ForwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
-    EXPECT_EQ(h.plan.kernel, wgmma ? KernelId::ForwardWgmma : KernelId::ForwardMma) << h.plan.description;
+    if (!wgmma || wgmmaBuilt) {
+      EXPECT_EQ(h.plan.kernel, wgmma ? KernelId::ForwardWgmma : KernelId::ForwardMma) << h.plan.description;
+    }
     // A page stride of an odd element count: the wgmma kernel's 16-byte copies cannot walk it, the portable one can.
     const Pick odd = pick(kH100, pagedCache(base, 16, 256, ragged, 3));
     ASSERT_TRUE(odd.served) << odd.why;
     EXPECT_EQ(odd.plan.kernel, KernelId::ForwardMma) << odd.plan.description;
-    if (wgmma) EXPECT_NE(odd.plan.description.find("K batch stride"), std::string::npos) << odd.plan.description;
+    if (wgmmaBuilt) {
+      EXPECT_NE(odd.plan.description.find("K batch stride"), std::string::npos) << odd.plan.description;
+    }
   }
   // A capacity past the kernels' 32-bit key indices is refused by name.
   const Pick huge = pick(kA100, pagedCache(base, 1 << 16, 1 << 16, false));
@@ -263,6 +296,8 @@ TEST(Choosers, PagedForwardPicks) {
 TEST(Choosers, DecodePastSixteenQueriesRunsAsForward) {
   AttnProblem p = dense(Op::DecodeChunk, DType::BF16, 32, 8, 16, 4096, 128);
   p.numChunks = 8;
+  SKIP_UNLESS_BUILT_AT_LEAST(Family::Decode, FLASHATTN_DATA_BF16, 128);
+  SKIP_UNLESS_BUILT_AT_LEAST(Family::Forward, FLASHATTN_DATA_BF16, 128);
   const Pick split = pick(kA100, p);
   ASSERT_TRUE(split.served) << split.why;
   EXPECT_EQ(split.plan.kernel, KernelId::DecodeSplitKv);
@@ -284,6 +319,7 @@ TEST(Choosers, DecodePastSixteenQueriesRunsAsForward) {
   // Head dims the split-KV kernels do not take run as the forward too, at any query count.
   for (const AttnProblem &q : {withHeadDimV(dense(Op::DecodeChunk, DType::BF16, 16, 16, 1, 4096, 128), 64),
                                dense(Op::DecodeChunk, DType::FP16, 8, 2, 2, 4096, 36)}) {
+    if (!partBuiltAtLeast(Family::Forward, apiType(q.dtype), q.headDim, q.headDimV)) continue;
     const Pick r = pick(kA100, q);
     ASSERT_TRUE(r.served) << r.why;
     EXPECT_EQ(r.plan.kernel, KernelId::DecodeAsForward) << r.plan.description;
@@ -296,34 +332,38 @@ TEST(Choosers, DecodePastSixteenQueriesRunsAsForward) {
 }
 
 TEST(Choosers, BackwardPicks) {
-  const AttnProblem p = dense(Op::Backward, DType::FP16, 16, 4, 2048, 2048, 128);
-  for (const DeviceInfo *dev : {&kA100, &kL4}) {
-    const Pick r = pick(*dev, p);
-    ASSERT_TRUE(r.served) << dev->name << ": " << r.why;
-    EXPECT_EQ(r.plan.kernel, KernelId::BackwardMma) << dev->name;
-    EXPECT_GT(r.plan.workspaceBytes, 0u);
-    EXPECT_STREQ(r.plan.regions[3].name, "FP32 dQ");
-  }
-  // The L4's 99 KB per block takes a smaller tile than the A100's 163 KB.
-  EXPECT_LE(pick(kL4, p).plan.as<flashattn::BackwardConfig>().blockM *
-                pick(kL4, p).plan.as<flashattn::BackwardConfig>().blockN,
-            pick(kA100, p).plan.as<flashattn::BackwardConfig>().blockM *
-                pick(kA100, p).plan.as<flashattn::BackwardConfig>().blockN);
-  const Pick h = pick(kH100, p);
-  ASSERT_TRUE(h.served) << h.why;
   const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
-  EXPECT_EQ(h.plan.kernel, wgmma ? KernelId::BackwardWgmma : KernelId::BackwardMma) << h.plan.description;
-  AttnProblem alibi = p;
   static const float slopes[16] = {};
-  alibi.alibiSlopes = slopes;
-  const Pick a = pick(kH100, alibi);
-  ASSERT_TRUE(a.served) << a.why;
-  // d128's transform form (softcap, ALiBi) runs in the producer form, whose maps need the driver's encoder, which a
-  // process that never touched the GPU does not have: the portable kernel here.
-  EXPECT_EQ(a.plan.kernel, KernelId::BackwardMma) << a.plan.description;
+  if (partBuilt(Family::Backward, FLASHATTN_DATA_FP16, 128)) {
+    const AttnProblem p = dense(Op::Backward, DType::FP16, 16, 4, 2048, 2048, 128);
+    for (const DeviceInfo *dev : {&kA100, &kL4}) {
+      const Pick r = pick(*dev, p);
+      ASSERT_TRUE(r.served) << dev->name << ": " << r.why;
+      EXPECT_EQ(r.plan.kernel, KernelId::BackwardMma) << dev->name;
+      EXPECT_GT(r.plan.workspaceBytes, 0u);
+      EXPECT_STREQ(r.plan.regions[3].name, "FP32 dQ");
+    }
+    // The L4's 99 KB per block takes a smaller tile than the A100's 163 KB.
+    EXPECT_LE(pick(kL4, p).plan.as<flashattn::BackwardConfig>().blockM *
+                  pick(kL4, p).plan.as<flashattn::BackwardConfig>().blockN,
+              pick(kA100, p).plan.as<flashattn::BackwardConfig>().blockM *
+                  pick(kA100, p).plan.as<flashattn::BackwardConfig>().blockN);
+    const Pick h = pick(kH100, p);
+    ASSERT_TRUE(h.served) << h.why;
+    if (!wgmma || partBuilt(Family::BackwardSm90, FLASHATTN_DATA_FP16, 128)) {
+      EXPECT_EQ(h.plan.kernel, wgmma ? KernelId::BackwardWgmma : KernelId::BackwardMma) << h.plan.description;
+    }
+    AttnProblem alibi = p;
+    alibi.alibiSlopes = slopes;
+    const Pick a = pick(kH100, alibi);
+    ASSERT_TRUE(a.served) << a.why;
+    // d128's transform form (softcap, ALiBi) runs in the producer form, whose maps need the driver's encoder, which a
+    // process that never touched the GPU does not have: the portable kernel here.
+    EXPECT_EQ(a.plan.kernel, KernelId::BackwardMma) << a.plan.description;
+  }
   // d64's transform form copies by cp.async: the wgmma kernel, unordered only.
   const AttnProblem plain64 = dense(Op::Backward, DType::BF16, 8, 8, 512, 512, 64);
-  if (wgmma && !instanceNotBuilt(pick(kH100, plain64))) {
+  if (wgmma && partBuilt(Family::BackwardSm90, FLASHATTN_DATA_BF16, 64)) {
     AttnProblem capped = plain64;
     capped.softcap = 20.f;
     const Pick c = pick(kH100, capped);
@@ -340,7 +380,7 @@ TEST(Choosers, BackwardPicks) {
   // softcap and ALiBi, unordered.
   for (const AttnProblem &wide : {dense(Op::Backward, DType::BF16, 8, 2, 300, 300, 192),
                                   withHeadDimV(dense(Op::Backward, DType::FP16, 8, 8, 300, 300, 192), 128)}) {
-    if (!wgmma || instanceNotBuilt(pick(kH100, wide))) continue;
+    if (!wgmma || !partBuilt(Family::BackwardSm90, apiType(wide.dtype), wide.headDim, wide.headDimV)) continue;
     AttnProblem capped = wide;
     capped.softcap = 30.f;
     capped.alibiSlopes = slopes;
@@ -355,35 +395,40 @@ TEST(Choosers, BackwardPicks) {
     EXPECT_NE(d.plan.description.find("softcap and ALiBi in deterministic mode"), std::string::npos)
         << d.plan.description;
   }
-  const Pick f = pick(kH100, dense(Op::Backward, DType::FP32, 4, 4, 64, 64, 64));
-  ASSERT_TRUE(f.served) << f.why;
-  EXPECT_EQ(f.plan.kernel, KernelId::BackwardFfma);
+  if (partBuiltAtLeast(Family::Backward, FLASHATTN_DATA_FP32, 64)) {
+    const Pick f = pick(kH100, dense(Op::Backward, DType::FP32, 4, 4, 64, 64, 64));
+    ASSERT_TRUE(f.served) << f.why;
+    EXPECT_EQ(f.plan.kernel, KernelId::BackwardFfma);
+  }
   // Q/K 192, V/O 128: the wgmma backward's d192v128 instance on sm90, the portable kernel's d192 instance elsewhere; a
   // narrower V without an instance of its own on the instance of Q/K.
-  const Pick narrowV = pick(kH100, withHeadDimV(dense(Op::Backward, DType::FP16, 8, 2, 300, 300, 128), 64));
-  ASSERT_TRUE(narrowV.served) << narrowV.why;
-  EXPECT_EQ(narrowV.plan.kernel, KernelId::BackwardMma) << narrowV.plan.description;
-  EXPECT_NE(narrowV.plan.description.find("headDimV 64"), std::string::npos) << narrowV.plan.description;
+  if (partBuiltAtLeast(Family::Backward, FLASHATTN_DATA_FP16, 128)) {
+    const Pick narrowV = pick(kH100, withHeadDimV(dense(Op::Backward, DType::FP16, 8, 2, 300, 300, 128), 64));
+    ASSERT_TRUE(narrowV.served) << narrowV.why;
+    EXPECT_EQ(narrowV.plan.kernel, KernelId::BackwardMma) << narrowV.plan.description;
+    EXPECT_NE(narrowV.plan.description.find("headDimV 64"), std::string::npos) << narrowV.plan.description;
+  }
   for (const DeviceInfo *dev : {&kA100, &kH100}) {
+    if (!partBuilt(Family::Backward, FLASHATTN_DATA_BF16, 192)) break;
+    const bool onWgmma = dev == &kH100 && wgmma;
+    if (onWgmma && !partBuilt(Family::BackwardSm90, FLASHATTN_DATA_BF16, 192, 128)) continue;
     const Pick m = pick(*dev, withHeadDimV(dense(Op::Backward, DType::BF16, 16, 16, 1024, 1024, 192), 128));
-    if (instanceNotBuilt(m)) continue;
     ASSERT_TRUE(m.served) << dev->name << ": " << m.why;
-    EXPECT_EQ(m.plan.kernel, dev == &kH100 && wgmma ? KernelId::BackwardWgmma : KernelId::BackwardMma)
-        << m.plan.description;
+    EXPECT_EQ(m.plan.kernel, onWgmma ? KernelId::BackwardWgmma : KernelId::BackwardMma) << m.plan.description;
     EXPECT_EQ(m.plan.as<flashattn::BackwardConfig>().instance.headDim, 192) << m.plan.description;
   }
   // Equal head dims without an instance of their own: on sm90 the next instance up with zero columns where they are
   // at most a quarter of its products (96 on d128, 160 on d192), the portable kernel below that (80).
+  if (!partBuiltAtLeast(Family::Backward, FLASHATTN_DATA_BF16, 96)) return;
   const Pick d96 = pick(kH100, dense(Op::Backward, DType::BF16, 8, 8, 1024, 1024, 96));
-  if (instanceNotBuilt(d96)) return;
   ASSERT_TRUE(d96.served) << d96.why;
-  if (wgmma && !instanceNotBuilt(pick(kH100, dense(Op::Backward, DType::BF16, 8, 8, 1024, 1024, 128)))) {
+  if (wgmma && partBuilt(Family::BackwardSm90, FLASHATTN_DATA_BF16, 128)) {
     EXPECT_EQ(d96.plan.kernel, KernelId::BackwardWgmma) << d96.plan.description;
     EXPECT_EQ(d96.plan.as<flashattn::BackwardConfig>().instance.headDim, 128) << d96.plan.description;
     EXPECT_NE(d96.plan.description.find("zero-padded"), std::string::npos) << d96.plan.description;
   }
   const Pick d160 = pick(kH100, dense(Op::Backward, DType::BF16, 8, 8, 1024, 1024, 160));
-  if (wgmma && !instanceNotBuilt(pick(kH100, dense(Op::Backward, DType::BF16, 8, 8, 1024, 1024, 192)))) {
+  if (wgmma && partBuilt(Family::BackwardSm90, FLASHATTN_DATA_BF16, 192)) {
     EXPECT_EQ(d160.plan.kernel, KernelId::BackwardWgmma) << d160.plan.description;
     EXPECT_EQ(d160.plan.as<flashattn::BackwardConfig>().instance.headDim, 192) << d160.plan.description;
   }
@@ -397,8 +442,9 @@ TEST(Choosers, BackwardPicks) {
 TEST(Choosers, BackwardSectionsUnderMasks) {
   const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
   AttnProblem p = dense(Op::Backward, DType::BF16, 16, 16, 8192, 8192, 128);  // batch 2: 32 groups of 8 MB
+  if (!wgmma) GTEST_SKIP() << "no wgmma backward family in this build (or FLASHATTN_KERNEL_FAMILIES=portable)";
+  SKIP_UNLESS_BUILT(Family::BackwardSm90, FLASHATTN_DATA_BF16, 128);
   const Pick plain = pick(kH100, p);
-  if (!wgmma || instanceNotBuilt(plain)) GTEST_SKIP() << "no wgmma backward d128 instance in this build";
   ASSERT_TRUE(plain.served) << plain.why;
   ASSERT_EQ(plain.plan.kernel, KernelId::BackwardWgmma) << plain.plan.description;
   EXPECT_EQ(plain.plan.as<flashattn::BackwardConfig>().groupsPerSection, 1);
@@ -423,8 +469,9 @@ TEST(Choosers, BackwardWideBlocks) {
   (void)cudaFree(nullptr);
   const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
   AttnProblem p = dense(Op::Backward, DType::BF16, 16, 16, 4096, 4096, 128);
+  if (!wgmma) GTEST_SKIP() << "no wgmma backward family in this build (or FLASHATTN_KERNEL_FAMILIES=portable)";
+  SKIP_UNLESS_BUILT(Family::BackwardSm90, FLASHATTN_DATA_BF16, 128);
   const Pick plain = pick(kH100, p);
-  if (!wgmma || instanceNotBuilt(plain)) GTEST_SKIP() << "no wgmma backward d128 instance in this build";
   ASSERT_TRUE(plain.served) << plain.why;
   const auto &config = plain.plan.as<flashattn::BackwardConfig>();
   if (!config.tma) GTEST_SKIP() << "no tensor-map encoder here: " << plain.plan.description;
@@ -464,6 +511,7 @@ TEST(Choosers, RefusalsNameTheArgument) {
 // no tensor-map loader and no cluster merge (their code is compiled out there, and planning them traps the kernel).
 TEST(Choosers, DecodeFollowsTheCompiledArch) {
   AttnProblem p = dense(Op::DecodeChunk, DType::FP16, 8, 8, 2, 4096, 128);
+  SKIP_UNLESS_BUILT_AT_LEAST(Family::Decode, FLASHATTN_DATA_FP16, 128);
   p.batch = 6;
   for (int chunks : {2, 64, 133}) {
     p.numChunks = chunks;
@@ -487,20 +535,25 @@ TEST(Choosers, DecodeFollowsTheCompiledArch) {
 TEST(Choosers, DecodeStagesFitTheDevice) {
   for (DType dtype : {DType::FP16, DType::BF16}) {
     AttnProblem p = dense(Op::DecodeChunk, dtype, 32, 8, 1, 8192, 128);
-    const Pick l4 = pick(kL4, p);
-    ASSERT_TRUE(l4.served) << l4.why;
-    EXPECT_EQ(l4.plan.as<flashattn::DecodeConfig>().stages, 2) << l4.plan.description;
-    EXPECT_EQ(l4.plan.as<flashattn::DecodeConfig>().loader, 0) << l4.plan.description;
-    const Pick a100 = pick(kA100, p);
-    ASSERT_TRUE(a100.served) << a100.why;
-    EXPECT_EQ(a100.plan.as<flashattn::DecodeConfig>().stages, 3) << a100.plan.description;
+    if (partBuilt(Family::Decode, apiType(dtype), 128)) {
+      const Pick l4 = pick(kL4, p);
+      ASSERT_TRUE(l4.served) << l4.why;
+      EXPECT_EQ(l4.plan.as<flashattn::DecodeConfig>().stages, 2) << l4.plan.description;
+      EXPECT_EQ(l4.plan.as<flashattn::DecodeConfig>().loader, 0) << l4.plan.description;
+      const Pick a100 = pick(kA100, p);
+      ASSERT_TRUE(a100.served) << a100.why;
+      EXPECT_EQ(a100.plan.as<flashattn::DecodeConfig>().stages, 3) << a100.plan.description;
+    }
     // Head dim 64 fits three stages everywhere.
-    const Pick narrow = pick(kL4, dense(Op::DecodeChunk, dtype, 32, 8, 1, 8192, 64));
-    ASSERT_TRUE(narrow.served) << narrow.why;
-    EXPECT_EQ(narrow.plan.as<flashattn::DecodeConfig>().stages, 3) << narrow.plan.description;
+    if (partBuilt(Family::Decode, apiType(dtype), 64)) {
+      const Pick narrow = pick(kL4, dense(Op::DecodeChunk, dtype, 32, 8, 1, 8192, 64));
+      ASSERT_TRUE(narrow.served) << narrow.why;
+      EXPECT_EQ(narrow.plan.as<flashattn::DecodeConfig>().stages, 3) << narrow.plan.description;
+    }
   }
   // FP32 head dim 128, 64 rows per KV head (GQA 8, 8 tokens): two stages and four row tiles still take 100 KB, so a
   // CTA takes two of them on the L4; the A100 keeps four.
+  if (!partBuilt(Family::Decode, FLASHATTN_DATA_FP32, 128)) return;
   const AttnProblem wide = dense(Op::DecodeChunk, DType::FP32, 32, 4, 8, 4096, 128);
   const Pick l4 = pick(kL4, wide);
   ASSERT_TRUE(l4.served) << l4.why;
@@ -519,6 +572,7 @@ TEST(Choosers, DecodeStagesFitTheDevice) {
 TEST(Choosers, WgmmaDecodeOnHopper) {
   if (flashattn::cuda::findFamily(KernelId::DecodeWgmma) == nullptr || flashattn::cuda::portableOnly())
     GTEST_SKIP() << "this build has no sm90 wgmma decode (or FLASHATTN_KERNEL_FAMILIES=portable)";
+  SKIP_UNLESS_BUILT(Family::DecodeSm90, FLASHATTN_DATA_BF16, 128);
   auto noMaps = [](const std::string &text) { return text.find("no tensor map") != std::string::npos; };
   // 4 query tokens of GQA 4: 16 rows per KV head.
   const AttnProblem multi = dense(Op::DecodeChunk, DType::BF16, 32, 8, 4, 65536, 128);
@@ -539,10 +593,9 @@ TEST(Choosers, WgmmaDecodeOnHopper) {
   EXPECT_EQ(a100.plan.kernel, KernelId::DecodeSplitKv) << a100.plan.description;
 
   // Absorbed MLA, one KV head: 16 heads take the narrow kernel, 128 heads 64-row blocks.
+  SKIP_UNLESS_BUILT(Family::DecodeSm90, FLASHATTN_DATA_BF16, 576, 512);
   AttnProblem mla = withHeadDimV(dense(Op::DecodeChunk, DType::BF16, 16, 1, 1, 32768, 576), 512);
   const Pick narrow = pick(kH100, mla);
-  if (!narrow.served && narrow.why.find("576") != std::string::npos && !noMaps(narrow.why))
-    GTEST_SKIP() << "this build has no 576/512 instance: " << narrow.why;
   if (narrow.served) {
     EXPECT_EQ(narrow.plan.kernel, KernelId::DecodeWgmma);
     EXPECT_NE(narrow.plan.description.find("narrow"), std::string::npos) << narrow.plan.description;
@@ -575,6 +628,8 @@ TEST(Choosers, WorkspaceRegionsAreDisjointAndCovered) {
   sinks.sinks = fakeSinks;
   sinks.dSinks = fakeDSinks;
   for (const AttnProblem &p : {d, b, sinks}) {
+    const Family family = p.op == Op::Backward ? Family::Backward : Family::Decode;
+    if (!partBuiltAtLeast(family, apiType(p.dtype), p.headDim)) continue;
     const Pick r = pick(kA100, p);
     ASSERT_TRUE(r.served) << r.why;
     std::size_t end = 0;
