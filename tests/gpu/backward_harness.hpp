@@ -49,6 +49,14 @@ struct BwdCase {
   int64_t dimV() const { return headDimV > 0 ? headDimV : headDim; }
 };
 
+// What this build lacks for the case, "" when nothing: the portable forward (O and LSE) and backward instances as
+// wide as its head dims, of its storage type, which serve it wherever the wgmma family does not
+// (FLASHATTN_DTYPES, FLASHATTN_HEAD_DIMS). A test of the wgmma family asks for its instance on top.
+inline std::string notBuiltFor(const BwdCase &c) {
+  const std::string forward = notBuiltAtLeast(Family::Forward, c.dtype, c.headDim, c.dimV());
+  return forward.empty() ? notBuiltAtLeast(Family::Backward, c.dtype, c.headDim, c.dimV()) : forward;
+}
+
 // Worst gate figures per storage type, printed when the test program ends.
 struct WorstErrors {
   std::mutex lock;

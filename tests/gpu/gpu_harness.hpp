@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Device-side helpers shared by the GPU tests: buffers with one cudaMalloc each (so compute-sanitizer sees every
 // overrun), upload/download of HostTensors, NaN poisoning, graph-capture replay, the sm90 device check and a status
-// check that throws.
+// check that throws; built_instances.hpp says which kernel instances the build has.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "built_instances.hpp"
 #include "reference.hpp"
 #include "tensors.hpp"
 #include "test_support.hpp"
@@ -105,15 +106,19 @@ void captureAndReplay(cudaStream_t stream, F &&enqueue) {
 }
 
 // flashAttnForward captured into a graph on a non-blocking stream and replayed writes exactly the bytes of the eager
-// call (O and LSE), for each storage type: a BSHD GQA problem with `mask` and `sq` query rows against 517 keys.
+// call (O and LSE), for each storage type: a BSHD GQA problem with `mask` and `sq` query rows against 517 keys. A
+// storage type without a forward instance of head dim 128 in this build is left out (all of them: the test skips).
 inline void expectForwardGraphReplayBitwise(std::initializer_list<flashAttnDataType_t> types, int64_t sqRows,
                                             flashAttnMaskMode_t mask, uint64_t seed) {
   fa_test::Handle handle(FLASHATTN_BACKEND_CUDA);
   cudaStream_t stream = nullptr;
   FA_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   ASSERT_EQ(flashAttnSetStream(handle, stream), FLASHATTN_STATUS_SUCCESS);
+  int checkedTypes = 0;
   for (flashAttnDataType_t t : types) {
     const int64_t b = 2, h = 4, kvh = 2, sq = sqRows, sk = 517, d = 128;
+    if (!partBuiltAtLeast(Family::Forward, t, d)) continue;
+    ++checkedTypes;
     std::mt19937_64 rng(seed);
     HostTensor tq = fa_test::pack4(fa_test::randomValues(rng, size_t(b * h * sq * d), t), t, b, h, sq, d,
                                    fa_test::Order::BSHD);
@@ -160,6 +165,7 @@ inline void expectForwardGraphReplayBitwise(std::initializer_list<flashAttnDataT
   }
   flashAttnSetStream(handle, nullptr);
   cudaStreamDestroy(stream);
+  if (checkedTypes == 0) GTEST_SKIP() << "no storage type with a forward instance of head dim 128: " << kNotInThisBuild;
 }
 
 // Random ALiBi slopes in [0.01, 0.5), `count` of them ([heads] or [batch, heads]), as the device buffer takes them;

@@ -10,7 +10,8 @@
 // its 80-row form; softcap and ALiBi (per head and per sequence) on every kernel's transform form.
 // FLASHATTN_TEST_SLICE=edge runs a few small shapes (for compute-sanitizer). The case setup (strided placement,
 // descriptors, forward then backward) is backward_harness.hpp's, shared with test_gpu_backward.cpp. Deterministic mode
-// on these kernels is covered by test_gpu_backward.cpp's determinism suite.
+// on these kernels is covered by test_gpu_backward.cpp's determinism suite. A case whose instances this build left out
+// (FLASHATTN_DTYPES, FLASHATTN_HEAD_DIMS: the portable ones, and the wgmma one it is meant for) skips.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -419,6 +420,7 @@ class BackwardSm90Grid : public ::testing::TestWithParam<BwdCase> {};
 TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
   if (!deviceIsSm90()) GTEST_SKIP() << "the wgmma backward runs on sm90 only";
   const BwdCase &c = GetParam();
+  SKIP_IF_NOT_BUILT(notBuiltFor(c));
   Handle h(FLASHATTN_BACKEND_CUDA);
   auto s = build(c);
   const std::string described = describeBackward(h, *s);
@@ -434,6 +436,11 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
   const bool served = (c.headDimV == 0 ? d == 64 || d == 128 || d == 192 || d == 256 || padded
                                        : d == 192 && c.headDimV == 128) &&
                       (!transform || transformServed);
+  // The wgmma instance it is meant for: its own head dims, or the next one up where padded.
+  const int64_t instance = c.headDimV != 0 || !padded ? d : d < 64 ? 64 : d < 128 ? 128 : 192;
+  if (served) {
+    SKIP_UNLESS_BUILT(Family::BackwardSm90, c.dtype, instance, c.headDimV);
+  }
   if (served)
     EXPECT_NE(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
   else
@@ -459,6 +466,7 @@ INSTANTIATE_TEST_SUITE_P(Cuda, BackwardSm90Grid, ::testing::ValuesIn(allGridCase
 // gradient element is checked to be finite.
 TEST(BackwardSm90, GraphReplayMatchesEager) {
   if (!deviceIsSm90()) GTEST_SKIP() << "the wgmma backward runs on sm90 only";
+  int checked = 0;
   for (auto [headDim, headDimV] : {std::pair<int64_t, int64_t>{128, 0}, {256, 0}, {192, 128}}) {
     BwdCase c;
     c.name = "bf16_d" + std::to_string(headDim) + (headDimV ? "v" + std::to_string(headDimV) : "") + "_b2_gqa4_2_causalBR";
@@ -470,45 +478,60 @@ TEST(BackwardSm90, GraphReplayMatchesEager) {
     c.sq = edgeSliceOnly() ? 70 : 700;
     c.sk = edgeSliceOnly() ? 90 : 900;
     c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+    if (const std::string missing = notBuiltFor(c); !missing.empty()) {
+      leaveOutPart(c.name + ": " + missing);
+      continue;
+    }
+    if (!partBuilt(Family::BackwardSm90, c.dtype, headDim, headDimV)) continue;
+    ++checked;
     SCOPED_TRACE(c.name);
     expectGraphReplayMatchesEager(c, "cuda.bwd.wgmma");
   }
+  if (checked == 0) GTEST_SKIP() << "none of its wgmma backward instances is in this build";
 }
 
 // Problems outside the family's scope stay on the portable kernel (chooser names it), on every device; on sm90 the
 // description also says why the wgmma kernel was not used.
 TEST(BackwardSm90, OutOfScopeRoutesToPortable) {
   Handle h(FLASHATTN_BACKEND_CUDA);
-  auto expectPortable = [&](const BwdCase &c, const std::string &reason) {
+  // False where the case is left out: its portable instances are not in this build. A reason given at the wgmma
+  // instance of head dim `wgmmaInstance` (0: any of the storage type) is checked where that instance is built.
+  auto expectPortable = [&](const BwdCase &c, const std::string &reason, int64_t wgmmaInstance) {
+    if (const std::string missing = notBuiltFor(c); !missing.empty()) {
+      leaveOutPart(reason + ": " + missing);
+      return false;
+    }
     auto s = build(c);
     const std::string described = describeBackward(h, *s);
     EXPECT_EQ(described.find("cuda.bwd.wgmma"), std::string::npos) << described;
-    if (deviceIsSm90()) {
+    if (deviceIsSm90() && (wgmmaInstance == 0 ? builtDtype(Family::BackwardSm90, c.dtype)
+                                              : partBuilt(Family::BackwardSm90, c.dtype, wgmmaInstance))) {
       EXPECT_NE(described.find("wgmma kernel not used: " + reason), std::string::npos) << described;
     }
+    return true;
   };
   BwdCase c;
   c.headDim = 128;
   c.sq = c.sk = 64;
   c.deterministic = true;
   c.softcap = 30.f;
-  expectPortable(c, "softcap in deterministic mode");
+  expectPortable(c, "softcap in deterministic mode", 128);
   c.softcap = 0.f;
   c.alibi = 1;
-  expectPortable(c, "ALiBi in deterministic mode");
+  expectPortable(c, "ALiBi in deterministic mode", 128);
   c.alibi = 0;
   c.deterministic = false;
   c.headDim = 80;  // zero columns would be more than a quarter of the d128 kernel's products
-  expectPortable(c, "headDim 80");
+  expectPortable(c, "headDim 80", 0);
   c.headDim = 192;
   c.headDimV = 64;
-  expectPortable(c, "headDim 192 / headDimV 64");
+  expectPortable(c, "headDim 192 / headDimV 64", 0);
   c.headDimV = 0;
   // The portable kernel's d256 result for a problem the d256 wgmma kernel refuses is still checked.
   c.headDim = 256;
   c.softcap = 30.f;
   c.deterministic = true;
-  expectPortable(c, "softcap in deterministic mode");
+  if (!expectPortable(c, "softcap in deterministic mode", 256)) return;
   if (edgeSliceOnly()) return;
   c.name = "bf16_d256_97x130_softcap_causalBR_det";
   c.sq = 97;
