@@ -10,8 +10,8 @@
 // checked; 1 and 3 chunks and the automatic count, each run twice (bitwise repeatable); outputs NaN-poisoned first.
 //
 // flashAttnCheckSupport must say SUCCESS exactly when the run (and its size query) succeeds, and a refused call writes
-// nothing. On an sm90 GPU whose build compiled the sm_90a MLA instances of the dtype (tests/gpu/CMakeLists.txt passes
-// which: FLASHATTN_TEST_MLA_DTYPES) a refusal of any case here is a failure: the wgmma decode is meant to serve them
+// nothing. On an sm90 GPU whose build compiled the sm_90a MLA instance of the dtype (built_instances.hpp, from the
+// build's instance lists) a refusal of any case here is a failure: the wgmma decode is meant to serve them
 // all. Elsewhere (other GPUs, the portable families of the *_portable variant, builds without those instances) a
 // refusal is allowed, but must be consistent. Softcap, which that kernel does not take, must be refused by both
 // CheckSupport and DecodeChunk with a message naming it, and write nothing.
@@ -36,22 +36,15 @@
 #include "tensors.hpp"
 #include "test_support.hpp"
 
-#ifndef FLASHATTN_TEST_MLA_DTYPES
-#define FLASHATTN_TEST_MLA_DTYPES ""
-#endif
-
 using namespace fa_test;
 
 namespace {
 
 constexpr int64_t kDimQK = 576, kDimV = 512;
 
-// Whether this build compiled the sm_90a absorbed-MLA decode instance of `t` (the generator's list, read at configure
-// time): only then must an sm90 GPU serve the cases.
-bool buildHasMlaInstance(flashAttnDataType_t t) {
-  const std::string list = std::string(",") + FLASHATTN_TEST_MLA_DTYPES + ",";
-  return list.find(std::string(",") + typeName(t) + ",") != std::string::npos;
-}
+// Whether this build compiled the sm_90a absorbed-MLA decode instance of `t` (head dims 576 and 512 in
+// FLASHATTN_HEAD_DIMS, an sm90 architecture): only then must an sm90 GPU serve the cases.
+bool buildHasMlaInstance(flashAttnDataType_t t) { return builtInstance(Family::DecodeSm90, t, kDimQK, kDimV); }
 
 bool mustBeServed(flashAttnDataType_t t) { return deviceIsSm90() && buildHasMlaInstance(t); }
 
