@@ -7,6 +7,8 @@
 //     argument of the call itself (workspace size, description, handle) is untouched,
 //   - the caller's CUDA error state is clean afterwards.
 // A valid call of every operation (the baseline tests) shows that each case fails because of its one bad argument.
+// On CUDA those valid calls are FP16 of head dim 64: a build without such instances (FLASHATTN_DTYPES,
+// FLASHATTN_HEAD_DIMS; tests/common/built_instances.hpp) skips every case there.
 // FLASHATTN_BAD_INPUT_VERBOSE=1 in the environment prints every case with its status and message.
 //
 // Destroyed handles and descriptors: the library keeps a registry of live objects and never dereferences a pointer
@@ -34,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "built_instances.hpp"
 #include "core/half.hpp"
 #include "raw_enum_calls.h"
 #include "reference.hpp"
@@ -339,6 +342,12 @@ class BadInput : public ::testing::Test {
                    << fa_test::lastError();
     }
     casesAtStart_ = g_totalCases;
+    // Every case starts from valid FP16 problems of head dim D, which on CUDA need those instances in this build.
+    if (onCuda()) {
+      for (const fa_test::Family f : {fa_test::Family::Forward, fa_test::Family::Backward, fa_test::Family::Decode}) {
+        SKIP_UNLESS_BUILT_AT_LEAST(f, kFp16, D);
+      }
+    }
     ASSERT_EQ(flashAttnSetAttentionWindow(sentinel_, kSentinelWindow, 0), kBadParam);
     buildDense();
     buildDecode();
@@ -2127,6 +2136,9 @@ TEST_F(BadInput, DecodeAgreesWithForwardAtExtremeLogits) {
        1.0 / 1024, 1.0},
   };
   for (const flashAttnDataType_t dtype : {kFp32, kFp16}) {
+    if (onCuda() && (!fa_test::partBuiltAtLeast(fa_test::Family::Forward, dtype, kD) ||
+                     !fa_test::partBuiltAtLeast(fa_test::Family::Decode, dtype, kD)))
+      continue;
     auto qd = makeDesc(dtype, {1, 1, 1, kD});
     auto kvd = makeDesc(dtype, {1, 1, kN, kD});
     auto ld = makeDesc(kFp32, {1, 1, 1});
