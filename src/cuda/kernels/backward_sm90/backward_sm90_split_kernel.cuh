@@ -248,11 +248,8 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
             const int32_t key = key0 + 8 * hh;
             const bool visible = rowValid && key >= r.lo && key <= r.hi;
             const int idx = 4 * j + 2 * hh + ee;
-            float derivative;
-            const float logit = transform.logitLog2(s[idx], distance0 + float(8 * hh - 8 * j - ee), &derivative);
-            const float pv = visible ? prim::exp2Fast(logit - (ee ? lse.y : lse.x)) : 0.f;
-            s[idx] = pv;
-            dp[idx] = visible && !oneKey ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale * derivative : 0.f;
+            transformedGradient(transform, s[idx], dp[idx], distance0 + float(8 * hh - 8 * j - ee),
+                                ee ? lse.y : lse.x, ee ? dot.y : dot.x, p.scale, visible, oneKey);
           }
         }
       }

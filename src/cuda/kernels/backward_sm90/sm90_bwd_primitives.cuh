@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // Instructions the backward family needs beyond src/cuda/primitives (whose wgmma.cuh has the transposed
 // shared-memory forms dQ = dS K uses): the transposing 8x8 matrix store (sm_90) that writes dS^T accumulator fragments
-// as dS rows.
+// as dS rows; and the one element of P^T and dS^T both kernels' softcap/ALiBi forms compute.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+
+#include "cuda/primitives/math.cuh"
 
 namespace flashattn::cuda::backward_sm90 {
 
@@ -18,6 +20,21 @@ __device__ __forceinline__ void stmatrixX4Trans(uint32_t address, uint32_t r0, u
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(r0),
                "r"(r1), "r"(r2), "r"(r3)
                : "memory");
+}
+
+// One element of P^T and dS^T with softcap and ALiBi (the kernels' Transform form), from its S^T and dP^T values (s,
+// dp; replaced by P and dS): P from the forward's own logit (prim::LogitTransform, so that it is the forward's
+// probability) and the row's LSE * log2 e, dS = P (dP - D) scale times softcap's derivative. Zeros where the key is
+// not visible, and dS zero where the row sees one key (P = 1 whatever its logit; dP - D would leave the difference of
+// two dot products accumulated apart).
+__device__ __forceinline__ void transformedGradient(const prim::LogitTransform &transform, float &s, float &dp,
+                                                    float distance, float lseLog2, float rowDot, float scale,
+                                                    bool visible, bool oneKey) {
+  float derivative;
+  const float logit = transform.logitLog2(s, distance, &derivative);
+  const float pv = visible ? prim::exp2Fast(logit - lseLog2) : 0.f;
+  s = pv;
+  dp = visible && !oneKey ? pv * (dp - rowDot) * scale * derivative : 0.f;
 }
 
 }  // namespace flashattn::cuda::backward_sm90
