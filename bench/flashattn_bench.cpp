@@ -799,11 +799,11 @@ std::string shapeText(const Row &r) {
   } else {
     // "D=192/128" where V/O's head dim differs; rows of one head dim keep the text they always had.
     const std::string dims = std::to_string(r.D) + (r.Dv != r.D ? "/" + std::to_string(r.Dv) : "");
-    const std::string softcap =
+    const std::string logits =
         (r.softcap > 0.f ? " softcap=" + jsonNumber(r.softcap) : "") + (r.alibi ? " alibi" : "");
     std::snprintf(buf, sizeof buf, "%-3s %s B=%lld H=%lld/%lld S=%lld/%lld D=%s%s%s%s", r.op.c_str(),
                   dtypeName(r.dtype), (long long)r.B, (long long)r.H, (long long)r.HK, (long long)r.Sq, (long long)r.Sk,
-                  dims.c_str(), r.causal ? " causal" : "", r.sinks ? " sinks" : "", softcap.c_str());
+                  dims.c_str(), r.causal ? " causal" : "", r.sinks ? " sinks" : "", logits.c_str());
   }
   return buf;
 }

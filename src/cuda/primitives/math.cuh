@@ -20,6 +20,7 @@ __device__ __forceinline__ float exp2Fast(float x) {
 }
 
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
 // tanh(y) for a softcapped logit, as 1 - 2 / (2^x + 1) with x = y * 2 log2 e (the caller folds that factor into its
 // scale): two SFU operations and two FP32 ones. Its absolute error is below ~1e-6 over the whole range (2^x overflows
@@ -31,7 +32,6 @@ __device__ __forceinline__ float tanhOfExp2Arg(float x) {
   asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(exp2Fast(x) + 1.f));
   return fmaf(-2.f, r, 1.f);
 }
-constexpr float kLn2 = 0.6931471805599453f;
 
 __device__ __forceinline__ float negInf() { return __int_as_float(0xff800000); }
 
