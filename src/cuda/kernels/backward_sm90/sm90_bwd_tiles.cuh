@@ -20,13 +20,25 @@ namespace flashattn::cuda::backward_sm90 {
 
 // Rows x D elements into the slab stack at `tile` with Threads threads (all 256 of the CTA, or a producer
 // warpgroup's 128); rows >= validRows and columns >= validColumns (a problem narrower than the instance) become zeros
-// and read nothing.
+// and read nothing. Where the threads do not split into whole rows (D 192: 24 chunks a row), slab by slab: each slab
+// is a 64-wide tile whose 8 chunks a row do, so every address is the thread's own plus constants (the copy's generic
+// form divides per chunk, in a loop that does not unroll: ncu put that integer work among the split kernel's top
+// stall sites at Q/K 192). Every thread issues each step's copies here, and has the registers for them.
 template <typename Element, int D, int Rows, int Threads = 256>
 __device__ __forceinline__ void loadTile(uint32_t tile, const Element *rows, int64_t rowStride, int validRows,
                                          int validColumns, int thread, const void *safeAddress) {
-  constexpr int kRowsPerPass = Threads / (D / 8);
-  prim::cpAsyncTileToSlabs<Element, D, Rows, Threads, Rows / kRowsPerPass>(tile, rows, rowStride, validRows, thread,
-                                                                            safeAddress, validColumns / 8);
+  if constexpr (Threads % (D / 8) != 0) {
+    static_assert(Threads % 8 == 0 && Rows % (Threads / 8) == 0, "64-wide slabs split the threads into whole rows");
+#pragma unroll
+    for (int slab = 0; slab < D / 64; ++slab)
+      prim::cpAsyncTileToSlabs<Element, 64, Rows, Threads, Rows / (Threads / 8)>(
+          tile + uint32_t(slab) * Rows * 128, rows + slab * 64, rowStride, validRows, thread, safeAddress,
+          validColumns / 8 - 8 * slab);
+  } else {
+    constexpr int kRowsPerPass = Threads / (D / 8);
+    prim::cpAsyncTileToSlabs<Element, D, Rows, Threads, Rows / kRowsPerPass>(tile, rows, rowStride, validRows, thread,
+                                                                              safeAddress, validColumns / 8);
+  }
 }
 
 // LSE * log2 e and D of the query block's BlockM rows from the workspace into stage `stage` of the two FP32 row
