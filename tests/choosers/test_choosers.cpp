@@ -376,8 +376,8 @@ TEST(Choosers, BackwardPicks) {
     EXPECT_EQ(d.plan.kernel, KernelId::BackwardMma) << d.plan.description;
     EXPECT_NE(d.plan.description.find("softcap in deterministic mode"), std::string::npos) << d.plan.description;
   }
-  // The split kernel's head dims (192, 256, Q/K 192 with V/O 128) copy by cp.async too: their transform form serves
-  // softcap and ALiBi, unordered.
+  // The split kernel's head dims (192, 256, Q/K 192 with V/O 128): its transform form serves softcap and ALiBi,
+  // unordered, in either form (192's producer form where its maps encode, by cp.async here without a driver).
   for (const AttnProblem &wide : {dense(Op::Backward, DType::BF16, 8, 2, 300, 300, 192),
                                   withHeadDimV(dense(Op::Backward, DType::FP16, 8, 8, 300, 300, 192), 128)}) {
     if (!wgmma || !partBuilt(Family::BackwardSm90, apiType(wide.dtype), wide.headDim, wide.headDimV)) continue;

@@ -30,8 +30,8 @@ const InstanceList &kSm90Instances = generated::kBackwardSm90Instances;
 // The dynamic shared memory the launch of an instance's kernel asks for (wide: its 80-row form).
 template <int HD, int HDV>
 constexpr std::size_t instanceSharedBytes(bool wide) {
-  if constexpr (runsSplitKernel(HD))
-    return split::Layout<HD, HDV>::kDynamicBytes;
+  if constexpr (runsSplitKernel(HD))  // the larger of its two forms (the producer form's second P^T / dS^T tiles)
+    return std::max(split::Layout<HD, HDV>::kDynamicBytes, split::Layout<HD, HDV, hasTmaForm(HD)>::kDynamicBytes);
   else if constexpr (hasWideForm(HD))
     return wide ? SharedLayout<HD, kWideBlockM>::kDynamicBytes : SharedLayout<HD>::kDynamicBytes;
   else
@@ -153,9 +153,11 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.warps = tile.warps;
   // Bulk additions of whole 16-row warp tiles need the paneled accumulator; red.global adds row-major.
   config.dqPaneled = dqPaneledFor(*instance);
-  config.tma = tmaServes(p, *instance, tile.blockM);
+  // The split kernel's producer form adds dQ unordered only.
+  config.tma = tmaServes(p, *instance, tile.blockM) && !(runsSplitKernel(instance->headDim) && p.deterministic);
   if (config.tma) config.warps = tile.warps + 4;
-  if (transform && config.tma != hasTmaForm(instance->headDim))
+  // The d64/d128 kernel's transform form is compiled in hasTmaForm's form only; the split kernel's in both.
+  if (transform && !runsSplitKernel(instance->headDim) && config.tma != hasTmaForm(instance->headDim))
     return refuse(concat(transformName, " at head dim ", instance->headDim,
                          " runs in the producer-warpgroup form only (the Q and dO tensor maps of this call do not "
                          "encode, or FLASHATTN_BACKWARD_LOADER pins cp.async): the portable backward kernel"));

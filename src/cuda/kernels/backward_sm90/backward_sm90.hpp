@@ -48,10 +48,20 @@ constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
 constexpr int kWideBlockM = 80;
 constexpr bool hasWideForm(int headDim) { return headDim == 128; }
 
-// Whether the d64/d128 kernel of a head dim has its producer-warpgroup form (Q and dO by tensor-map copies, the row
-// statistics by cp.async, issued by a third warpgroup while the two consumer warpgroups hold 240 registers each). d64
-// keeps the form where every consumer thread issues its share of the copies: its 128-row steps need all 255 registers.
-constexpr bool hasTmaForm(int headDim) { return headDim == 128; }
+// Whether an instance's kernel has its producer form: Q and dO by tensor-map copies and the row statistics by
+// cp.async, issued by a third warpgroup, while the two consumer warpgroups take the registers it leaves. The d64/d128
+// kernel at d128 (d64 keeps the form where every consumer thread issues its share of the copies: its 128-row steps
+// need all 255 registers); the split kernel at 192 (Q/K 192 with V/O 128 included), whose consumers fit in 232
+// registers (d256's need ~246).
+constexpr bool hasTmaForm(int headDim) { return headDim == 128 || headDim == 192; }
+
+// The producer form's setmaxnreg: what the producer warpgroup releases from the 168 registers a thread has at entry
+// (384 threads) is what the consumers take, so 2 x consumer + producer = 3 x 168 (multiples of 8). The d128 80-row
+// form needs 240 per consumer (at 232 ptxas spilled 528 bytes); the 64-row forms (the split kernel's too) fit in 232,
+// which leaves the producer 40: at 24 its loop spilled 12 bytes every step.
+constexpr int consumerRegisters(int blockM) { return blockM == kWideBlockM ? 240 : 232; }
+constexpr int producerRegisters(int blockM) { return 3 * 168 - 2 * consumerRegisters(blockM); }
+static_assert(producerRegisters(kWideBlockM) == 24 && producerRegisters(64) == 40, "setmaxnreg takes multiples of 8");
 
 // Softcap and ALiBi: every instance is also compiled with the forward's logit transform (the kernels' Transform
 // flag), unordered. The d64/d128 kernel's in the form hasTmaForm names, over the instance's full width, with 64-row

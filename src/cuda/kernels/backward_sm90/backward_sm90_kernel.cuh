@@ -140,14 +140,6 @@ __device__ __forceinline__ void completeDqAdditions(int lane) {
   }
 }
 
-// The producer form's setmaxnreg: what the producer warpgroup releases from the 168 registers a thread has at entry
-// (384 threads) is what the consumers take, so 2 x consumer + producer = 3 x 168 (multiples of 8). The 80-row form
-// needs 240 per consumer (at 232 ptxas spilled 528 bytes); the 64-row forms fit in 232, which leaves the producer 40:
-// at 24 its loop spilled 12 bytes every step.
-constexpr int consumerRegisters(int blockM) { return blockM == kWideBlockM ? 240 : 232; }
-constexpr int producerRegisters(int blockM) { return 3 * 168 - 2 * consumerRegisters(blockM); }
-static_assert(producerRegisters(kWideBlockM) == 24 && producerRegisters(64) == 40, "setmaxnreg takes multiples of 8");
-
 // Deterministic = true orders the dQ additions (backward_common.cuh's turn counters) and walks the query blocks in the
 // order that keeps the ordering cheap (stepBlock); false is the unordered kernel. Tma: the producer-warpgroup form
 // (kp's maps), else every thread copies its share of each step (kp.b only).
@@ -217,44 +209,10 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   if constexpr (Tma) {
     if (group == 2) {
       prim::setMaxRegistersDecrease<producerRegisters(kBlockM)>();
-      const int pt = thread - 256;
-      if (pt == 0) {
-        prim::prefetchTensorMap(&kp.qMap);
-        prim::prefetchTensorMap(&kp.dOMap);
-      }
-      for (int32_t t = 0; t < steps; ++t) {
-        const int st = t % L::kStages;
-        if (t >= L::kStages) prim::mbarrierWaitInline(empty + 8 * st, uint32_t(t / L::kStages - 1) & 1u);
-        const StepBlock sb = stepBlock<Deterministic>(order, t);
-        const int32_t m0 = sb.mBlock * kBlockM;
-        const int32_t h = headBase + sb.head;
-        if (raggedTail(m0)) {
-          // The rows past the sequence must be zeros, not the next sequence's: every producer thread copies its share.
-          const Element *const qBase = static_cast<const Element *>(p.q);
-          const Element *const dOBase = static_cast<const Element *>(p.dO);
-          const int64_t row0 = e.qStart + m0;
-          loadTile<Element, D, kBlockM, 128>(base + L::kQ + uint32_t(st) * L::kQBytes,
-                                             qBase + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow, sq - m0,
-                                             p.headDim, pt, qBase);
-          loadTile<Element, D, kBlockM, 128>(base + L::kDO + uint32_t(st) * L::kQBytes,
-                                             dOBase + int64_t(h) * p.dOHead + row0 * p.dORow, p.dORow, sq - m0,
-                                             p.headDimV, pt, dOBase);
-          if (pt == 0) prim::mbarrierArrive(full + 8 * st);  // the arrival that otherwise announces the bytes
-        } else if (pt == 0) {
-          prim::mbarrierArriveExpectTx(full + 8 * st, 2 * L::kQBytes);
-          // Ragged: rows of the packed tokens (tmaServes: 32 bits), in a map whose batch is one.
-          const int32_t row = int32_t(e.qStart) + m0;
-          const int32_t batch = p.ragged ? 0 : w.batch;
-#pragma unroll
-          for (int c = 0; c < D / 64; ++c) {
-            const uint32_t slab = uint32_t(st) * L::kQBytes + uint32_t(c) * kBlockM * 128;
-            prim::tensorCopy4d(base + L::kQ + slab, &kp.qMap, 64 * c, row, h, batch, full + 8 * st);
-            prim::tensorCopy4d(base + L::kDO + slab, &kp.dOMap, 64 * c, row, h, batch, full + 8 * st);
-          }
-        }
-        loadRowStatistics<kBlockM, 128>(p, w.batch, h, e, m0, sq - m0, base, L::kLse, L::kRowDot, st, pt);
-        prim::cpAsyncMbarrierArrive(full + 8 * st);
-      }
+      produceQuerySteps<Element, D, D, kBlockM, L::kStages, Deterministic>(kp, w, e, order, headBase, steps, base,
+                                                                          L::kQ, L::kDO, L::kQBytes, L::kQBytes,
+                                                                          L::kLse, L::kRowDot, full, empty,
+                                                                          thread - 256);
       return;
     }
     prim::setMaxRegistersIncrease<consumerRegisters(kBlockM)>();

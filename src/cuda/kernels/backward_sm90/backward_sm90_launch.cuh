@@ -112,8 +112,35 @@ cudaError_t launchD64D128(const backward::BackwardParams &params, bool tma, bool
   return launchD64D128Form<Element, D, false>(kp, device, stream);
 }
 
+// The split kernel in one form (Producer: kp's maps encoded) over the three kinds of problem.
+template <typename Element, int D, int DV, bool Producer>
+cudaError_t launchSplitForm(const Sm90KernelParams &kp, int device, cudaStream_t stream) {
+  using L = split::Layout<D, DV, Producer>;
+  constexpr int kThreads = Producer ? L::kThreads + 128 : L::kThreads;
+  static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0}, configuredTransform{0};
+  const backward::BackwardParams &params = kp.b;
+  const split::KernelParams<Producer> &kernelParams = split::hostParams<Producer>(kp);
+  // Softcap or ALiBi (hasTransformForm): the transform kernel, unordered only (plans keep deterministic ones off it).
+  if (params.softcap > 0.f || params.alibiSlopes != nullptr)
+    return params.deterministic
+               ? cudaErrorInvalidValue
+               : launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, false, true, Producer>, kThreads,
+                                   L::kDynamicBytes, kernelParams, params, device,
+                                   configuredTransform, stream);
+  if (params.deterministic) {
+    // Deterministic mode keeps the form where every thread copies (plans ask for no other).
+    if constexpr (Producer)
+      return cudaErrorInvalidValue;
+    else
+      return launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, true>, kThreads, L::kDynamicBytes, params,
+                               params, device, configuredDeterministic, stream);
+  }
+  return launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, false, false, Producer>, kThreads,
+                           L::kDynamicBytes, kernelParams, params, device, configuredDevices, stream);
+}
+
 template <typename Element, int D, int DV>
-cudaError_t launchSplit(const backward::BackwardParams &params, int device, cudaStream_t stream) {
+cudaError_t launchSplit(const backward::BackwardParams &params, bool tma, int device, cudaStream_t stream) {
   using L = split::Layout<D, DV>;
   // The kernel adds dQ in the layout the plan chose for it (paneled where it adds by bulk reduce) and stores the
   // problem's columns: D and DV, or (an instance of equal head dims that adds dQ in whole 64-column panels) fewer of
@@ -121,18 +148,17 @@ cudaError_t launchSplit(const backward::BackwardParams &params, int device, cuda
   const bool exact = params.headDim == D && params.headDimV == DV;
   const bool padded = L::kBulkDq && D == DV && params.headDim == params.headDimV && params.headDim < D;
   if (params.dqPaneled != L::kBulkDq || !(exact || padded)) return cudaErrorInvalidValue;
-  static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0}, configuredTransform{0};
-  // Softcap or ALiBi (hasTransformForm): the transform kernel, unordered only (plans keep deterministic ones off it).
-  if (params.softcap > 0.f || params.alibiSlopes != nullptr)
-    return params.deterministic
-               ? cudaErrorInvalidValue
-               : launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, false, true>, L::kThreads,
-                                   L::kDynamicBytes, params, params, device, configuredTransform, stream);
-  return params.deterministic
-             ? launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, true>, L::kThreads, L::kDynamicBytes, params,
-                                 params, device, configuredDeterministic, stream)
-             : launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, false>, L::kThreads, L::kDynamicBytes,
-                                 params, params, device, configuredDevices, stream);
+  Sm90KernelParams kp;
+  kp.b = params;
+  if constexpr (hasTmaForm(D)) {
+    if (tma) {
+      constexpr DType kDtype = std::is_same_v<Element, __half> ? DType::FP16 : DType::BF16;
+      if (!encodeQueryMaps(params, kDtype, L::kBlockM, &kp)) return cudaErrorInvalidValue;
+      return launchSplitForm<Element, D, DV, true>(kp, device, stream);
+    }
+  }
+  if (tma) return cudaErrorInvalidValue;
+  return launchSplitForm<Element, D, DV, false>(kp, device, stream);
 }
 
 }  // namespace detail
@@ -141,8 +167,8 @@ template <typename Element, int HeadDim, int HeadDimV>
 cudaError_t launchSm90Instance(const backward::BackwardParams &params, bool tma, bool wide, int device,
                                cudaStream_t stream) {
   if constexpr (runsSplitKernel(HeadDim)) {
-    if (tma || wide) return cudaErrorInvalidValue;
-    return detail::launchSplit<Element, HeadDim, HeadDimV>(params, device, stream);
+    if (wide) return cudaErrorInvalidValue;
+    return detail::launchSplit<Element, HeadDim, HeadDimV>(params, tma, device, stream);
   } else {
     static_assert(HeadDimV == HeadDim, "the d64/d128 kernel has one head dim");
     return detail::launchD64D128<Element, HeadDim>(params, tma, wide, device, stream);

@@ -22,6 +22,13 @@
 // buffer, issued right after S^T / dP^T so the tensor cores start first (shared memory at 256: K, V 64 KB + Q, dO
 // 2 x 64 KB + P^T, dS^T 16 KB = 209 KB; 1 CTA per SM). Two CTA barriers per query block: after the copies land, and
 // after the P^T / dS^T stores (each warpgroup's products read the other's query columns).
+// Producer form (template flag Producer; hasTmaForm: 192): a third warpgroup brings each step's Q and dO by
+// tensor-map copies and its statistics by cp.async into the two stages (produceQuerySteps, as the d128 kernel's), with
+// full and empty mbarriers per stage; the consumers copy only their K/V block and hold 232 registers (setmaxnreg).
+// P^T and dS^T alternate between two tiles by step, so the first CTA barrier goes: a warpgroup writes step t's tile
+// after the P^T / dS^T barrier of step t - 1, which the other passed only once its step t - 2 products, the last
+// readers of that tile, were complete. (ncu at 192/128 put a quarter of the stall samples on the copies' wait, the
+// barrier after it and the copies' address arithmetic.)
 // Masking, GQA, ragged and seqlensK follow backward_common.cuh exactly as the d128 kernel does. Softcap and ALiBi
 // (Transform, unordered only): P^T and dS^T in one pass once both S^T and dP^T have landed, since dS^T needs the
 // softcap's derivative, which is known beside P (prim::LogitTransform, as the d64/d128 kernel's transform form).
@@ -33,6 +40,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
@@ -58,7 +66,7 @@ using backward::BackwardParams;
 namespace split {
 
 // Byte offsets from a 1024-aligned base. 16-bit tiles are stacks of 128-byte-swizzled slabs [width / 64][rows][64].
-template <int D, int DV>
+template <int D, int DV, bool Producer = false>
 struct Layout {
   static constexpr int kBlockM = sm90BackwardTileFor(D).blockM;
   static constexpr int kBlockN = sm90BackwardTileFor(D).blockN;
@@ -73,21 +81,29 @@ struct Layout {
   static constexpr uint32_t kV = kK + kTileBytes;
   static constexpr uint32_t kQ = kV + kTileBytesV;       // 2 stages
   static constexpr uint32_t kDO = kQ + 2 * kTileBytes;   // 2 stages
-  static constexpr uint32_t kPT = kDO + 2 * kTileBytesV; // P^T [key][query], one slab
-  static constexpr uint32_t kDST = kPT + kSlab;          // dS^T [key][query], one slab
-  static constexpr uint32_t kLse = kDST + kSlab;         // 2 stages x BlockM floats
+  static constexpr int kTransposeTiles = Producer ? 2 : 1;  // P^T and dS^T tiles (alternated by step)
+  static constexpr uint32_t kPT = kDO + 2 * kTileBytesV;    // P^T [key][query], one slab a tile
+  static constexpr uint32_t kDST = kPT + kTransposeTiles * kSlab;  // dS^T [key][query], one slab a tile
+  static constexpr uint32_t kLse = kDST + kTransposeTiles * kSlab; // 2 stages x BlockM floats
   static constexpr uint32_t kRowDot = kLse + 2 * kBlockM * 4;
+  // Producer form: each stage's full and empty mbarriers (full + 8 s, empty + 8 s), 256 bytes kept for the staging's
+  // alignment.
+  static constexpr uint32_t kFull = kRowDot + 2 * kBlockM * 4;
+  static constexpr uint32_t kEmpty = kFull + 2 * 8;
   // dQ staging (where it fits): each warp's 16 rows x its warpgroup's dQ columns, one 4 KB tile [16][64] per 64-column
   // panel, added to the paneled accumulator by one bulk reduce per panel (backward_sm90_kernel.cuh's scheme). The two
   // warpgroups' shares together are D columns: 4 warps x 16 rows x D x 4 bytes.
-  static constexpr uint32_t kDqStage = kRowDot + 2 * kBlockM * 4;
+  static constexpr uint32_t kDqStage = kFull + (Producer ? 256 : 0);
   static constexpr uint32_t kDqStageBytes = 4u * 16u * uint32_t(D) * 4u;
   static_assert(kDqStage % 256 == 0, "the dQ staging stores need 256-byte aligned tiles (stageDqRows)");
   static constexpr std::size_t kSharedLimit = 232448;  // sm90's opt-in shared memory per block (227 KB)
   static constexpr bool kBulkDq = std::size_t(kDqStage) + kDqStageBytes + 1024 <= kSharedLimit;
   static constexpr uint32_t kEnd = kBulkDq ? kDqStage + kDqStageBytes : kDqStage;
   static constexpr std::size_t kDynamicBytes = std::size_t(kEnd) + 1024;  // room to align the base
+  static_assert(kDynamicBytes <= kSharedLimit, "the tiles fit sm90's shared memory per block");
 };
+// The producer form adds dQ as the other does (the plan sizes the accumulator by bulkDq).
+static_assert(Layout<192, 192, true>::kBulkDq && Layout<192, 128, true>::kBulkDq, "the producer form's staging fits");
 
 // Whether both warpgroups take equal shares of every product (then they run one body).
 constexpr bool evenSplit(int d, int dv) { return d % 128 == 0 && dv % 128 == 0; }
@@ -110,6 +126,25 @@ constexpr int shareFirst(int width, int group, bool lowerTakesMore) {
 }
 constexpr bool kDqLowerMore = true, kDkLowerMore = false, kDvLowerMore = true;
 
+// The kernel's parameters: the producer form's carry the Q and dO maps (a larger parameter block cost the other form
+// 10-40 registers, ptxas).
+template <bool Producer>
+using KernelParams = std::conditional_t<Producer, Sm90KernelParams, BackwardParams>;
+__device__ __forceinline__ const BackwardParams &backwardParams(const Sm90KernelParams &kp) { return kp.b; }
+__device__ __forceinline__ const BackwardParams &backwardParams(const BackwardParams &p) { return p; }
+template <bool Producer>
+inline const KernelParams<Producer> &hostParams(const Sm90KernelParams &kp) {
+  if constexpr (Producer)
+    return kp;
+  else
+    return kp.b;
+}
+
+// The query steps of a CTA whose key block the query blocks qb see: each block once per query head of the group.
+__device__ __forceinline__ int32_t stepsOf(const BackwardParams &p, const BlockRange &qb) {
+  return (qb.last >= qb.first ? qb.last - qb.first + 1 : 0) * p.headsPerKvHead;
+}
+
 // The CTA barrier of each step. A named one: at 192 the two warpgroups reach it from their own bodies, where
 // __syncthreads (which wants every thread at the same call) would be divergent.
 constexpr uint32_t kCtaBarrier = 1;
@@ -118,10 +153,10 @@ constexpr uint32_t kCtaBarrier = 1;
 
 // One warpgroup's walk over the CTA's query blocks. Group >= 0: the body of that warpgroup (uneven shares); Group < 0:
 // the body of both (even shares; `group` tells them apart at run time). Transform: softcap and ALiBi.
-template <typename Element, int D, int DV, bool Deterministic, int Group, bool Transform>
+template <typename Element, int D, int DV, bool Deterministic, int Group, bool Transform, bool Producer>
 __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base, unsigned char *baseGeneric,
                                           int group) {
-  using L = split::Layout<D, DV>;
+  using L = split::Layout<D, DV, Producer>;
   constexpr int kBlockM = L::kBlockM;
   constexpr int kBlockN = L::kBlockN;
   constexpr int kShareGroup = Group < 0 ? 0 : Group;
@@ -145,8 +180,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
   const int32_t sq = e.seqQ, sk = e.seqK;
   const Diagonals diagonals = backward::diagonalsOf(p, sq, sk);
   const BlockRange qb = backward::queryBlocksOf(p, e, n0, kBlockM, kBlockN);
-  const int32_t blocksPerHead = qb.last >= qb.first ? qb.last - qb.first + 1 : 0;
-  const int32_t steps = blocksPerHead * p.headsPerKvHead;
+  const int32_t steps = split::stepsOf(p, qb);
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
   const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
   DqTurns<Deterministic, false, true> turns;
@@ -166,9 +200,15 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
 
   if (steps > 0) {
     loadKeyBlock<Element, D, DV, kBlockN>(p, w, e, n0, base + L::kK, base + L::kV, thread);
-    loadStep(0);
+    if constexpr (!Producer) loadStep(0);
   }
   prim::cpAsyncCommit();
+  if constexpr (Producer) {
+    // K and V are every consumer thread's copies; Q, dO and the statistics come with the stages' full barriers.
+    prim::cpAsyncWait<0>();
+    prim::fenceProxyAsyncShared();
+    prim::namedBarrierSyncUnaligned(split::kCtaBarrier, 256);
+  }
 
   const float scaleLog2 = p.scale * prim::kLog2e;
   [[maybe_unused]] prim::LogitTransform transform = prim::LogitTransform::of(p.scale, p.softcap, sq, sk);
@@ -177,9 +217,10 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
   // The MN-major B operands of this warpgroup's output columns start at a slab (leading byte offset = slab).
   const uint64_t kColsDesc =
       prim::wgmmaDescriptorSw128(base + L::kK + uint32_t(dqFirst / 64) * L::kSlab, L::kSlab, 1024);
-  const uint64_t pTDesc = prim::wgmmaDescriptorSw128(base + L::kPT, 16, 1024);
-  const uint64_t dSTDesc = prim::wgmmaDescriptorSw128(base + L::kDST, 16, 1024);
-  const uint64_t dSDesc = prim::wgmmaDescriptorSw128(base + L::kDST, L::kSlab, 1024);
+  const uint64_t pTDesc0 = prim::wgmmaDescriptorSw128(base + L::kPT, 16, 1024);
+  const uint64_t dSTDesc0 = prim::wgmmaDescriptorSw128(base + L::kDST, 16, 1024);
+  const uint64_t dSDesc0 = prim::wgmmaDescriptorSw128(base + L::kDST, L::kSlab, 1024);
+  const uint32_t full = base + L::kFull, empty = base + L::kEmpty;
   const int keyInTile = 16 * warp + lane / 4;  // + 8h: this thread's accumulator rows (keys) of S^T and dK/dV
   // This warp's dQ staging tiles (L::kBulkDq): warpgroup 0's warps first, then warpgroup 1's.
   const uint32_t dqStageOffset =
@@ -189,12 +230,22 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
 
   for (int32_t t = 0; t < steps; ++t) {
     const int stage = t & 1;
-    prim::cpAsyncWait<0>();
-    prim::fenceProxyAsyncShared();
-    prim::namedBarrierSyncUnaligned(split::kCtaBarrier, 256);
-
+    if constexpr (Producer) {
+      prim::mbarrierWaitInline(full + 8 * stage, uint32_t(t >> 1) & 1u);
+    } else {
+      prim::cpAsyncWait<0>();
+      prim::fenceProxyAsyncShared();
+      prim::namedBarrierSyncUnaligned(split::kCtaBarrier, 256);
+    }
     const StepBlock sb = stepBlock<Deterministic>(order, t);
     const int32_t m0 = sb.mBlock * kBlockM;
+    // Producer form: a ragged sequence's last block came by cp.async (generic proxy); wgmma reads the async proxy.
+    if (Producer && p.ragged && m0 + kBlockM > sq) prim::fenceProxyAsyncShared();
+    // This step's P^T and dS^T tiles.
+    const uint32_t transposeTile = uint32_t(Producer ? stage : 0) * L::kSlab;
+    const uint64_t pTDesc = prim::wgmmaDescriptorAdvance(pTDesc0, transposeTile);
+    const uint64_t dSTDesc = prim::wgmmaDescriptorAdvance(dSTDesc0, transposeTile);
+    const uint64_t dSDesc = prim::wgmmaDescriptorAdvance(dSDesc0, transposeTile);
     const int32_t h = headBase + sb.head;
     if constexpr (Transform) transform.slopeLog2 = backward::alibiSlope(p, w.batch, h) * prim::kLog2e;
     const uint32_t qTile = base + L::kQ + stage * L::kTileBytes;
@@ -220,8 +271,10 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
       prim::wgmmaCommitGroup();
     }
     // The next block's copies go out once the tensor cores have work (its stage was last read in step t - 1).
-    if (t + 1 < steps) loadStep(t + 1);
-    prim::cpAsyncCommit();
+    if constexpr (!Producer) {
+      if (t + 1 < steps) loadStep(t + 1);
+      prim::cpAsyncCommit();
+    }
 
     const float *lseRow = sLse + stage * kBlockM + queryCol0;
     const float *dotRow = sRowDot + stage * kBlockM + queryCol0;
@@ -331,9 +384,9 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
         for (int j = 0; j < 4; ++j) {
           const uint32_t chunk = uint32_t(4 * group + j);
           const uint32_t offset = key * 128 + ((chunk ^ (key & 7)) << 4) + uint32_t(quad) * 4;
-          *reinterpret_cast<uint32_t *>(baseGeneric + L::kPT + offset) =
+          *reinterpret_cast<uint32_t *>(baseGeneric + L::kPT + transposeTile + offset) =
               prim::packFloat2<Element>(s[4 * j + 2 * hh], s[4 * j + 2 * hh + 1]);
-          *reinterpret_cast<uint32_t *>(baseGeneric + L::kDST + offset) =
+          *reinterpret_cast<uint32_t *>(baseGeneric + L::kDST + transposeTile + offset) =
               prim::packFloat2<Element>(dp[4 * j + 2 * hh], dp[4 * j + 2 * hh + 1]);
         }
       }
@@ -407,6 +460,8 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     prim::wgmmaWaitGroup<0>();
     prim::wgmmaFenceOperands(dv);
     prim::wgmmaFenceOperands(dk);
+    // The stage's last readers (S^T, dP^T, dV, dK) are complete: the producer may refill it.
+    if constexpr (Producer) prim::mbarrierArrive(empty + 8 * stage);
   }
   prim::cpAsyncWait<0>();
   if constexpr (L::kBulkDq) {
@@ -430,22 +485,51 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
 }
 
 // Deterministic: the dQ additions of one query block are ordered by key block (sm90_bwd_order.cuh). Transform:
-// softcap and ALiBi, unordered.
-template <typename Element, int D, int DV, bool Deterministic, bool Transform = false>
-__global__ void __launch_bounds__(256, 1) backwardSm90SplitKernel(const __grid_constant__ BackwardParams p) {
+// softcap and ALiBi, unordered. Producer: the producer-warpgroup form (hasTmaForm; kp's maps), else every thread
+// copies its share of each step (kp.b only).
+template <typename Element, int D, int DV, bool Deterministic, bool Transform = false, bool Producer = false>
+__global__ void __launch_bounds__(Producer ? 384 : 256, 1)
+    backwardSm90SplitKernel(const __grid_constant__ split::KernelParams<Producer> kp) {
   static_assert(!(Transform && Deterministic), "the transform kernel adds dQ unordered");
+  static_assert(!Producer || (hasTmaForm(D) && !Deterministic), "the producer form: hasTmaForm's, unordered");
+  using L = split::Layout<D, DV, Producer>;
+  const BackwardParams &p = split::backwardParams(kp);
   extern __shared__ unsigned char sm90BwdSplitShared[];
   const uint32_t base = (prim::smemAddress(sm90BwdSplitShared) + 1023u) & ~1023u;
   unsigned char *const baseGeneric = sm90BwdSplitShared + (base - prim::smemAddress(sm90BwdSplitShared));
   // Warp-uniform (the two bodies' CTA barriers pair up warp by warp), and broadcast from lane 0 so that the compiler
   // knows it: the wgmma descriptors built from it then stay in uniform registers.
   const int group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
+  if constexpr (Producer) {
+    if (threadIdx.x == 0) {
+      for (int st = 0; st < 2; ++st) {
+        prim::mbarrierInit(base + L::kFull + 8 * st, 128 + 1);  // the producer's cp.async arrivals and thread 0's
+        prim::mbarrierInit(base + L::kEmpty + 8 * st, 256);     // every consumer thread's
+      }
+      prim::fenceBarrierInit();
+    }
+    __syncthreads();
+    if (group == 2) {
+      prim::setMaxRegistersDecrease<producerRegisters(L::kBlockM)>();
+      // The consumers' walk (splitWalk), whose steps it fills.
+      const backward::WorkItem w = backward::decodeWorkItem(p);
+      const backward::SequenceExtent e = backward::sequenceExtent(p, w.batch);
+      const int32_t n0 = w.keyBlock * L::kBlockN;
+      const BlockRange qb = backward::queryBlocksOf(p, e, n0, L::kBlockM, L::kBlockN);
+      const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, L::kBlockM, L::kBlockN);
+      produceQuerySteps<Element, D, DV, L::kBlockM, 2, Deterministic>(
+          kp, w, e, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb), base, L::kQ, L::kDO, L::kTileBytes,
+          L::kTileBytesV, L::kLse, L::kRowDot, base + L::kFull, base + L::kEmpty, int(threadIdx.x) - 256);
+      return;
+    }
+    prim::setMaxRegistersIncrease<consumerRegisters(L::kBlockM)>();
+  }
   if constexpr (split::evenSplit(D, DV)) {
-    splitWalk<Element, D, DV, Deterministic, -1, Transform>(p, base, baseGeneric, group);
+    splitWalk<Element, D, DV, Deterministic, -1, Transform, Producer>(p, base, baseGeneric, group);
   } else if (group == 0) {
-    splitWalk<Element, D, DV, Deterministic, 0, Transform>(p, base, baseGeneric, 0);
+    splitWalk<Element, D, DV, Deterministic, 0, Transform, Producer>(p, base, baseGeneric, 0);
   } else {
-    splitWalk<Element, D, DV, Deterministic, 1, Transform>(p, base, baseGeneric, 1);
+    splitWalk<Element, D, DV, Deterministic, 1, Transform, Producer>(p, base, baseGeneric, 1);
   }
 }
 

@@ -9,12 +9,15 @@
 
 #include "cuda/kernels/backward/backward_common.cuh"
 #include "cuda/kernels/backward/backward_params.hpp"
+#include "cuda/kernels/backward_sm90/backward_sm90.hpp"
 #include "cuda/kernels/backward_sm90/sm90_bwd_order.cuh"
 #include "cuda/primitives/bulk_reduce.cuh"
 #include "cuda/primitives/cp_async.cuh"
 #include "cuda/primitives/cp_async_scalar.cuh"
 #include "cuda/primitives/math.cuh"
+#include "cuda/primitives/mbarrier.cuh"
 #include "cuda/primitives/slab_copy.cuh"
+#include "cuda/primitives/tma.cuh"
 
 namespace flashattn::cuda::backward_sm90 {
 
@@ -107,6 +110,58 @@ __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p,
                                dOBase + int64_t(w.batch) * p.dOBatch + int64_t(h) * p.dOHead + row0 * p.dORow,
                                p.dORow, valid, p.headDimV, thread, dOBase);
   loadRowStatistics<BlockM>(p, w.batch, h, e, m0, valid, base, lseOffset, rowDotOffset, stage, thread);
+}
+
+// The producer warpgroup of either kernel's producer form (thread pt of its 128): every step's Q (D columns) and dO
+// (DV columns) tiles into stage t % Stages of the slab stacks at base + qOffset and base + dOOffset, by tensor-map
+// copies from thread 0 (a ragged sequence's last block by cp.async from every producer thread instead, so that the
+// rows past the sequence are zeros, not the next sequence's), and the block's row statistics by cp.async, one value a
+// thread. A stage's full barrier expects the 128 threads' cp.async arrivals and one arrival of thread 0 (with the
+// tensor copies' bytes); a stage is reused once every consumer thread has arrived on its empty barrier.
+template <typename Element, int D, int DV, int BlockM, int Stages, bool Deterministic>
+__device__ __forceinline__ void produceQuerySteps(const Sm90KernelParams &kp, const backward::WorkItem &w,
+                                                  const backward::SequenceExtent &e, const StepOrder &order,
+                                                  int32_t headBase, int32_t steps, uint32_t base, uint32_t qOffset,
+                                                  uint32_t dOOffset, uint32_t qStageBytes, uint32_t dOStageBytes,
+                                                  uint32_t lseOffset, uint32_t rowDotOffset, uint32_t full,
+                                                  uint32_t empty, int pt) {
+  const backward::BackwardParams &p = kp.b;
+  if (pt == 0) {
+    prim::prefetchTensorMap(&kp.qMap);
+    prim::prefetchTensorMap(&kp.dOMap);
+  }
+  for (int32_t t = 0; t < steps; ++t) {
+    const int st = t % Stages;
+    if (t >= Stages) prim::mbarrierWaitInline(empty + 8 * st, uint32_t(t / Stages - 1) & 1u);
+    const StepBlock sb = stepBlock<Deterministic>(order, t);
+    const int32_t m0 = sb.mBlock * BlockM;
+    const int32_t h = headBase + sb.head;
+    const uint32_t qTile = base + qOffset + uint32_t(st) * qStageBytes;
+    const uint32_t dOTile = base + dOOffset + uint32_t(st) * dOStageBytes;
+    if (p.ragged && m0 + BlockM > e.seqQ) {
+      const Element *const qBase = static_cast<const Element *>(p.q);
+      const Element *const dOBase = static_cast<const Element *>(p.dO);
+      const int64_t row0 = e.qStart + m0;
+      loadTile<Element, D, BlockM, 128>(qTile, qBase + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow, e.seqQ - m0,
+                                        p.headDim, pt, qBase);
+      loadTile<Element, DV, BlockM, 128>(dOTile, dOBase + int64_t(h) * p.dOHead + row0 * p.dORow, p.dORow,
+                                         e.seqQ - m0, p.headDimV, pt, dOBase);
+      if (pt == 0) prim::mbarrierArrive(full + 8 * st);  // the arrival that otherwise announces the bytes
+    } else if (pt == 0) {
+      prim::mbarrierArriveExpectTx(full + 8 * st, uint32_t(BlockM) * uint32_t(D + DV) * 2u);
+      // Ragged: rows of the packed tokens (tmaServes: 32 bits), in a map whose batch is one.
+      const int32_t row = int32_t(e.qStart) + m0;
+      const int32_t batch = p.ragged ? 0 : w.batch;
+#pragma unroll
+      for (int c = 0; c < D / 64; ++c)
+        prim::tensorCopy4d(qTile + uint32_t(c) * BlockM * 128, &kp.qMap, 64 * c, row, h, batch, full + 8 * st);
+#pragma unroll
+      for (int c = 0; c < DV / 64; ++c)
+        prim::tensorCopy4d(dOTile + uint32_t(c) * BlockM * 128, &kp.dOMap, 64 * c, row, h, batch, full + 8 * st);
+    }
+    loadRowStatistics<BlockM, 128>(p, w.batch, h, e, m0, e.seqQ - m0, base, lseOffset, rowDotOffset, st, pt);
+    prim::cpAsyncMbarrierArrive(full + 8 * st);
+  }
 }
 
 // A warp's 16 rows of dQ (accumulator rows lane / 4 + 8h, columns 8j + 2 * quad of Columns = 64 x panels) into its
