@@ -58,6 +58,9 @@ struct BackwardConfig {
   int32_t tileIndex = 0;  // mma_sync: the entry of the instance's tile list
   bool dqPaneled = false;  // the FP32 dQ accumulator in 64-column panels (backward_params.hpp: dqAccumIndex)
   bool tma = false;        // wgmma: Q and dO by tensor-map copies from a producer warpgroup
+  // dS without the softmax scale (one multiply an element fewer in the main loop): dK takes it once at its store,
+  // dQ in the convert kernel (BackwardParams::dqScale)
+  bool dsUnscaled = false;
   // The main kernel's CTA order: sections of this many (sequence, KV head) groups, key-block-major inside
   // (BackwardParams::groupsPerSection)
   int32_t groupsPerSection = 1;

@@ -4,7 +4,8 @@
 // sm_90a wgmma family of backward_sm90/ brings only its main kernel). This file also holds the two small kernels around
 // the main one:
 //   preprocess: per query row D = rowsum(dO * O) and LSE * log2 e (+inf for a row with no visible key), FP32;
-//   convert:    FP32 dQ accumulator -> dQ in the storage type and the caller's strides (nothing else applied).
+//   convert:    FP32 dQ accumulator (times dqScale: the softmax scale where the main kernel left it out of dS) -> dQ
+//               in the storage type and the caller's strides.
 //
 // Workspace regions (BackwardRegion): D per row, LSE * log2 e per row, FP32 dQ [row][headDim], and in deterministic
 // mode one int32 turn counter per (sequence, head, query block). Rows are indexed by workspaceRow(): dense
@@ -201,10 +202,10 @@ __global__ void __launch_bounds__(kBackwardThreads) convertKernel(const __grid_c
 #pragma unroll
     for (int e = 0; e < kVec; e += 4) {
       const float4 f = *reinterpret_cast<const float4 *>(src + e);
-      values[e] = f.x;
-      values[e + 1] = f.y;
-      values[e + 2] = f.z;
-      values[e + 3] = f.w;
+      values[e] = f.x * p.dqScale;
+      values[e + 1] = f.y * p.dqScale;
+      values[e + 2] = f.z * p.dqScale;
+      values[e + 3] = f.w * p.dqScale;
     }
     storeFloats<Element>(dQHead + int64_t(i) * p.dQRow + c, values, p.headDim - c);
   }
@@ -473,6 +474,7 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
   params.totalK = p.totalK;
   params.seqlensK = p.seqlensK;
   params.scale = p.scale;
+  params.dqScale = config.dsUnscaled ? p.scale : 1.f;
   params.softcap = p.softcap;
   params.mask = int32_t(p.mask);
   params.windowLeft = effectiveWindow(p.windowLeft, p);

@@ -82,6 +82,9 @@ struct BackwardParams {
   const int32_t *seqlensK = nullptr;
 
   float scale = 1.f;
+  // What the convert multiplies the dQ accumulator by: the softmax scale where the main kernel leaves it out of dS
+  // (BackwardConfig::dsUnscaled), else 1.
+  float dqScale = 1.f;
   float softcap = 0.f;
   int32_t mask = 0;  // flashattn::Mask
   int64_t windowLeft = -1;

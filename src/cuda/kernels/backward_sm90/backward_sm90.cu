@@ -153,6 +153,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   config.warps = tile.warps;
   // Bulk additions of whole 16-row warp tiles need the paneled accumulator; red.global adds row-major.
   config.dqPaneled = dqPaneledFor(*instance);
+  config.dsUnscaled = true;  // both kernels leave the softmax scale out of dS
   // The split kernel's producer form adds dQ unordered only.
   config.tma = tmaServes(p, *instance, tile.blockM) && !(runsSplitKernel(instance->headDim) && p.deterministic);
   if (config.tma) config.warps = tile.warps + 4;

@@ -8,7 +8,8 @@
 // d64: 128, so that each step's products outweigh its fixed costs: barriers, loads, statistics, dQ reductions):
 //   S^T  = K Q^T        wgmma m64nBlockMk16, K and Q K-major in shared memory
 //   dP^T = V dO^T       wgmma m64nBlockMk16, same
-//   P^T  = exp2(S^T * scale * log2 e - LSE * log2 e), dS^T = P^T (dP^T - D) * scale   in registers
+//   P^T  = exp2(S^T * scale * log2 e - LSE * log2 e), dS^T = P^T (dP^T - D)   in registers (the softmax scale left
+//                       out of dS: dK takes it once at its store, dQ in the convert kernel; dsUnscaled)
 //   dV  += P^T dO       wgmma m64nDk16, P^T as A registers (accumulator layout = A layout), dO MN-major
 //   dK  += dS^T Q       same with dS^T and Q
 //   dS^T -> dS          stmatrix.trans into shared memory (K-major A operand of the next product)
@@ -39,7 +40,7 @@
 // warpgroup and added by one bulk reduce-add per warpgroup and step; dV's product lands before dQ^T's is issued.
 // Transform (softcap, ALiBi; hasTransformForm): P^T from the forward's logits, softcap * tanh(S^T * scale / softcap)
 // minus the ALiBi slope times the key's distance to the row's diagonal, computed element by element as on masked
-// blocks, and dS^T = P^T (dP^T - D) * scale * (1 - tanh^2) (softcap's derivative; 1 without it).
+// blocks, and dS^T = P^T (dP^T - D) * (1 - tanh^2) (softcap's derivative; 1 without it).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -365,15 +366,16 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       prim::wgmmaCommitGroup();
       prim::wgmmaWaitGroup<1>();  // dP^T has landed; dV's product keeps running
       prim::wgmmaFenceOperands(dp);
-      // dS^T = P^T (dP^T - D) * scale; invisible entries have P = 0 (dP and D are finite: zero rows past the sequence).
+      // dS^T = P^T (dP^T - D), the scale left out (dsUnscaled); invisible entries have P = 0 (dP and D are finite:
+      // zero rows past the sequence).
 #pragma unroll
       for (int j = 0; j < kBlockM / 8; ++j) {
         const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
           const int idx = 4 * j + 2 * hh;
-          const float d0 = s[idx] * (dp[idx] - dot.x) * p.scale;
-          const float d1 = s[idx + 1] * (dp[idx + 1] - dot.y) * p.scale;
+          const float d0 = s[idx] * (dp[idx] - dot.x);
+          const float d1 = s[idx + 1] * (dp[idx + 1] - dot.y);
           dp[idx] = (oneKeyColumns >> (2 * j)) & 1u ? 0.f : d0;
           dp[idx + 1] = (oneKeyColumns >> (2 * j + 1)) & 1u ? 0.f : d1;
         }
@@ -391,8 +393,8 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
             const float p1 = prim::exp2Fast(fmaf(s[4 * j + 2 * hh + 1], scaleLog2, -lse.y));
             s[4 * j + 2 * hh] = p0;
             s[4 * j + 2 * hh + 1] = p1;
-            dp[4 * j + 2 * hh] = p0 * (dp[4 * j + 2 * hh] - dot.x) * p.scale;
-            dp[4 * j + 2 * hh + 1] = p1 * (dp[4 * j + 2 * hh + 1] - dot.y) * p.scale;
+            dp[4 * j + 2 * hh] = p0 * (dp[4 * j + 2 * hh] - dot.x);
+            dp[4 * j + 2 * hh + 1] = p1 * (dp[4 * j + 2 * hh + 1] - dot.y);
           }
         }
       } else {
@@ -413,11 +415,11 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
               const int idx = 4 * j + 2 * hh + ee;
               if constexpr (Transform) {
                 transformedGradient(transform, s[idx], dp[idx], distance0 + float(8 * hh - 8 * j - ee),
-                                    ee ? lse.y : lse.x, ee ? dot.y : dot.x, p.scale, visible, oneKey);
+                                    ee ? lse.y : lse.x, ee ? dot.y : dot.x, visible, oneKey);
               } else {
                 const float pv = visible ? prim::exp2Fast(fmaf(s[idx], scaleLog2, -(ee ? lse.y : lse.x))) : 0.f;
                 s[idx] = pv;
-                dp[idx] = visible && !oneKey ? pv * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale : 0.f;
+                dp[idx] = visible && !oneKey ? pv * (dp[idx] - (ee ? dot.y : dot.x)) : 0.f;
               }
             }
           }
@@ -582,7 +584,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     storeRows<Element, D>(dk,
                           static_cast<Element *>(p.dK) + int64_t(w.batch) * p.dKBatch + int64_t(w.kvHead) * p.dKHead +
                               key0 * p.dKRow,
-                          p.dKRow, keyInGroup, rowsLeft, p.headDim, quad);
+                          p.dKRow, keyInGroup, rowsLeft, p.headDim, quad, p.scale);  // the scale dS left out
     storeRows<Element, D>(dv,
                           static_cast<Element *>(p.dV) + int64_t(w.batch) * p.dVBatch + int64_t(w.kvHead) * p.dVHead +
                               key0 * p.dVRow,

@@ -5,7 +5,8 @@
 // accumulator floats per thread here. Instead a CTA owns 64 keys and its two warpgroups split every product:
 //   S^T  = K Q^T        m64n32k16 x D/16: warpgroup g computes query columns 32g .. 32g + 31 for all 64 keys
 //   dP^T = V dO^T       m64n32k16 x DV/16, same
-//   P^T, dS^T           in registers (scale folded into dS^T), stored as bf16/fp16 [key][query] to shared memory,
+//   P^T, dS^T           in registers (the softmax scale left out of dS^T: dK takes it at its store, dQ in the
+//                       convert kernel; dsUnscaled), stored as bf16/fp16 [key][query] to shared memory,
 //                       where the other warpgroup's query columns are needed
 //   dV  += P^T dO       A = P^T K-major, B = dO MN-major: warpgroup g owns a share of dV's columns
 //   dK  += dS^T Q       same, over dK's columns
@@ -302,7 +303,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
             const bool visible = rowValid && key >= r.lo && key <= r.hi;
             const int idx = 4 * j + 2 * hh + ee;
             transformedGradient(transform, s[idx], dp[idx], distance0 + float(8 * hh - 8 * j - ee),
-                                ee ? lse.y : lse.x, ee ? dot.y : dot.x, p.scale, visible, oneKey);
+                                ee ? lse.y : lse.x, ee ? dot.y : dot.x, visible, oneKey);
           }
         }
       }
@@ -348,8 +349,8 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
           const float2 dot = *reinterpret_cast<const float2 *>(dotRow + 8 * j);
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh) {
-            dp[4 * j + 2 * hh] = s[4 * j + 2 * hh] * (dp[4 * j + 2 * hh] - dot.x) * p.scale;
-            dp[4 * j + 2 * hh + 1] = s[4 * j + 2 * hh + 1] * (dp[4 * j + 2 * hh + 1] - dot.y) * p.scale;
+            dp[4 * j + 2 * hh] = s[4 * j + 2 * hh] * (dp[4 * j + 2 * hh] - dot.x);
+            dp[4 * j + 2 * hh + 1] = s[4 * j + 2 * hh + 1] * (dp[4 * j + 2 * hh + 1] - dot.y);
           }
         }
       } else {
@@ -367,7 +368,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
               const int idx = 4 * j + 2 * hh + ee;
-              dp[idx] = oneKey ? 0.f : s[idx] * (dp[idx] - (ee ? dot.y : dot.x)) * p.scale;
+              dp[idx] = oneKey ? 0.f : s[idx] * (dp[idx] - (ee ? dot.y : dot.x));
             }
           }
         }
@@ -476,7 +477,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     storeRows<Element, kDk>(dk,
                             static_cast<Element *>(p.dK) + int64_t(w.batch) * p.dKBatch + int64_t(w.kvHead) * p.dKHead +
                                 key0 * p.dKRow + dkFirst,
-                            p.dKRow, keyInTile, rowsLeft, p.headDim - dkFirst, quad);
+                            p.dKRow, keyInTile, rowsLeft, p.headDim - dkFirst, quad, p.scale);
     storeRows<Element, kDv>(dv,
                             static_cast<Element *>(p.dV) + int64_t(w.batch) * p.dVBatch + int64_t(w.kvHead) * p.dVHead +
                                 key0 * p.dVRow + dvFirst,

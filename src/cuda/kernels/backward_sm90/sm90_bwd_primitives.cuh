@@ -24,17 +24,18 @@ __device__ __forceinline__ void stmatrixX4Trans(uint32_t address, uint32_t r0, u
 
 // One element of P^T and dS^T with softcap and ALiBi (the kernels' Transform form), from its S^T and dP^T values (s,
 // dp; replaced by P and dS): P from the forward's own logit (prim::LogitTransform, so that it is the forward's
-// probability) and the row's LSE * log2 e, dS = P (dP - D) scale times softcap's derivative. Zeros where the key is
-// not visible, and dS zero where the row sees one key (P = 1 whatever its logit; dP - D would leave the difference of
-// two dot products accumulated apart).
+// probability) and the row's LSE * log2 e, dS = P (dP - D) times softcap's derivative (the softmax scale left out, as
+// in every dS of these kernels: BackwardConfig::dsUnscaled). Zeros where the key is not visible, and dS zero where the
+// row sees one key (P = 1 whatever its logit; dP - D would leave the difference of two dot products accumulated
+// apart).
 __device__ __forceinline__ void transformedGradient(const prim::LogitTransform &transform, float &s, float &dp,
-                                                    float distance, float lseLog2, float rowDot, float scale,
-                                                    bool visible, bool oneKey) {
+                                                    float distance, float lseLog2, float rowDot, bool visible,
+                                                    bool oneKey) {
   float derivative;
   const float logit = transform.logitLog2(s, distance, &derivative);
   const float pv = visible ? prim::exp2Fast(logit - lseLog2) : 0.f;
   s = pv;
-  dp = visible && !oneKey ? pv * (dp - rowDot) * scale * derivative : 0.f;
+  dp = visible && !oneKey ? pv * (dp - rowDot) * derivative : 0.f;
 }
 
 }  // namespace flashattn::cuda::backward_sm90

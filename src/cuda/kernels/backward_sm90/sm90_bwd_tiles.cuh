@@ -232,12 +232,12 @@ __device__ __forceinline__ void addDqRows(const backward::BackwardParams &p, int
   prim::bulkCommitGroup();
 }
 
-// Rows rowInTile and rowInTile + 8 of a 64 x Columns accumulator (columns 8j + 2 * quad + 0..1) into rows of `base`
-// with the storage type; rows >= rowsLeft and columns >= validColumns (a multiple of 8: the zero columns of a problem
-// narrower than the instance) are not written.
+// Rows rowInTile and rowInTile + 8 of a 64 x Columns accumulator (columns 8j + 2 * quad + 0..1), times `multiplier`,
+// into rows of `base` with the storage type; rows >= rowsLeft and columns >= validColumns (a multiple of 8: the zero
+// columns of a problem narrower than the instance) are not written.
 template <typename Element, int Columns, int Count>
 __device__ __forceinline__ void storeRows(const float (&acc)[Count], Element *base, int64_t rowStride, int rowInTile,
-                                          int rowsLeft, int validColumns, int quad) {
+                                          int rowsLeft, int validColumns, int quad, float multiplier = 1.f) {
   static_assert(Count == Columns / 2, "accumulator of 64 x Columns");
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -248,7 +248,7 @@ __device__ __forceinline__ void storeRows(const float (&acc)[Count], Element *ba
     for (int j = 0; j < Columns / 8; ++j)
       if (8 * j < validColumns)
         *reinterpret_cast<uint32_t *>(out + 8 * j) =
-            prim::packFloat2<Element>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+            prim::packFloat2<Element>(acc[4 * j + 2 * h] * multiplier, acc[4 * j + 2 * h + 1] * multiplier);
   }
 }
 
