@@ -197,8 +197,9 @@ void backward(const Problem &p, const std::vector<double> &q, const std::vector<
 
 void backwardKernelRounding(const Problem &p, const std::vector<double> &q, const std::vector<double> &k,
                             const std::vector<double> &v, const std::vector<double> &dO, std::vector<double> &dQ,
-                            std::vector<double> &dK, std::vector<double> &dV, Rounding r) {
+                            std::vector<double> &dK, std::vector<double> &dV, Rounding r, bool dsUnscaled) {
   const Index ix{p};
+  const double dsScale = dsUnscaled ? p.effectiveScale() : 1.0;  // what multiplies dS after its rounding
   dQ.assign(p.qSize(), 0.0);
   dK.assign(p.kSize(), 0.0);
   dV.assign(p.vSize(), 0.0);
@@ -246,7 +247,7 @@ void backwardKernelRounding(const Problem &p, const std::vector<double> &q, cons
           if (oneKey) continue;
           double dLogitDDot = 0;
           logit(p, qkDot(p, ix, q, k, b, h, i, j), b, h, i, j, sq, sk, &dLogitDDot);
-          addDs(p, ix, q, k, dQ, dK, b, h, i, j, roundTo(r, pij * (dp - rowDot) * dLogitDDot));
+          addDs(p, ix, q, k, dQ, dK, b, h, i, j, roundTo(r, pij * (dp - rowDot) * dLogitDDot / dsScale) * dsScale);
         }
       }
   for (auto *g : {&dQ, &dK, &dV})

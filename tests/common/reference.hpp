@@ -59,10 +59,11 @@ void backward(const Problem &p, const std::vector<double> &q, const std::vector<
 // for P V, O rounded once; the backward's P = exp(logit - LSE) rounded for dV = P^T dO only; dS = P (dP - D)
 // d(logit)/d(dot) rounded for dQ = dS K and dK = dS^T Q; D = dO . O with that O; a row that sees one key (and has no
 // sink) gets dS = 0; gradients rounded once. The oracle's variant above rounds at other points (logits, P, dP), so
-// on a problem with few nonzero gradient rows either can land above the other (test_support.hpp).
+// on a problem with few nonzero gradient rows either can land above the other (test_support.hpp). dsUnscaled: dS is
+// rounded without the softmax scale, which dQ and dK take after their sums (the Hopper kernels' arrangement).
 void backwardKernelRounding(const Problem &p, const std::vector<double> &q, const std::vector<double> &k,
                             const std::vector<double> &v, const std::vector<double> &dO, std::vector<double> &dQ,
-                            std::vector<double> &dK, std::vector<double> &dV, Rounding r);
+                            std::vector<double> &dK, std::vector<double> &dV, Rounding r, bool dsUnscaled = false);
 
 void merge(int64_t states, int64_t rows, int64_t headDimV, const std::vector<double> &partialO,
            const std::vector<double> &partialLse, std::vector<double> &o, std::vector<double> &lse);

@@ -347,6 +347,15 @@ inline std::vector<uint8_t> gradientBytes(const Setup &s) {
   return all;
 }
 
+// What CheckSupport says for the case's shape: the kernel description, or "refused: " and the last error.
+inline std::string describeBackward(Handle &h, Setup &s) {
+  char text[512] = {};
+  int32_t deterministic = -1;
+  const flashAttnStatus_t st = flashAttnCheckSupport(h, FLASHATTN_OP_BACKWARD, s.attn, seqOf(s), *s.tq, *s.tk, *s.tv,
+                                                     *s.to, text, sizeof text, &deterministic);
+  return st == FLASHATTN_STATUS_SUCCESS ? std::string(text) : "refused: " + lastError();
+}
+
 // Forward, then backward on NaN-poisoned gradients, checked against the float64 oracle with the 3x relative gate
 // and the gradient normwise rule; the oracle's two passes run beside the GPU work.
 inline void runAndCheckAgainstOracle(Handle &h, const BwdCase &c, Setup &s) {
@@ -360,11 +369,14 @@ inline void runAndCheckAgainstOracle(Handle &h, const BwdCase &c, Setup &s) {
     fa_ref::backward(s.ref, s.q, s.k, s.v, s.dO, dq, dk, dv, roundingOf(c.dtype), &ds);
     return std::vector<std::vector<double>>{dq, dk, dv, ds};
   });
-  // FP16/BF16: the same arithmetic rounded where the kernels round, for the gradients' normwise floor.
+  // FP16/BF16: the same arithmetic rounded where the kernels round, for the gradients' normwise floor (the Hopper
+  // kernels round dS without the softmax scale).
   const bool lowStorage = c.dtype != FLASHATTN_DATA_FP32;
+  const bool dsUnscaled = describeBackward(h, s).find("cuda.bwd.wgmma") != std::string::npos;
   auto kernelRounding = std::async(std::launch::async, [&] {
     std::vector<double> dq, dk, dv;
-    if (lowStorage) fa_ref::backwardKernelRounding(s.ref, s.q, s.k, s.v, s.dO, dq, dk, dv, roundingOf(c.dtype));
+    if (lowStorage)
+      fa_ref::backwardKernelRounding(s.ref, s.q, s.k, s.v, s.dO, dq, dk, dv, roundingOf(c.dtype), dsUnscaled);
     return std::vector<std::vector<double>>{dq, dk, dv};
   });
   runForward(h, s);
@@ -431,15 +443,6 @@ inline std::string caseName(const ::testing::TestParamInfo<BwdCase> &info) {
   for (char &ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
-}
-
-// What CheckSupport says for the case's shape: the kernel description, or "refused: " and the last error.
-inline std::string describeBackward(Handle &h, Setup &s) {
-  char text[512] = {};
-  int32_t deterministic = -1;
-  const flashAttnStatus_t st = flashAttnCheckSupport(h, FLASHATTN_OP_BACKWARD, s.attn, seqOf(s), *s.tq, *s.tk, *s.tv,
-                                                     *s.to, text, sizeof text, &deterministic);
-  return st == FLASHATTN_STATUS_SUCCESS ? std::string(text) : "refused: " + lastError();
 }
 
 // The backward captured in a graph on a non-blocking stream and replayed once into NaN-poisoned gradients; the handle
