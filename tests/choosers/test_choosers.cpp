@@ -361,20 +361,25 @@ TEST(Choosers, BackwardPicks) {
     // process that never touched the GPU does not have: the portable kernel here.
     EXPECT_EQ(a.plan.kernel, KernelId::BackwardMma) << a.plan.description;
   }
+  // A transform form (`what`: softcap and/or ALiBi) that copies by cp.async serves the problem unordered on the wgmma
+  // kernel; deterministic, the portable one says why.
+  auto expectTransformUnorderedOnly = [&](AttnProblem capped, const std::string &what) {
+    const Pick c = pick(kH100, capped);
+    ASSERT_TRUE(c.served) << c.why;
+    EXPECT_EQ(c.plan.kernel, KernelId::BackwardWgmma) << c.plan.description;
+    EXPECT_NE(c.plan.description.find("logits with " + what), std::string::npos) << c.plan.description;
+    capped.deterministic = true;
+    const Pick d = pick(kH100, capped);
+    ASSERT_TRUE(d.served) << d.why;
+    EXPECT_EQ(d.plan.kernel, KernelId::BackwardMma) << d.plan.description;
+    EXPECT_NE(d.plan.description.find(what + " in deterministic mode"), std::string::npos) << d.plan.description;
+  };
   // d64's transform form copies by cp.async: the wgmma kernel, unordered only.
   const AttnProblem plain64 = dense(Op::Backward, DType::BF16, 8, 8, 512, 512, 64);
   if (wgmma && partBuilt(Family::BackwardSm90, FLASHATTN_DATA_BF16, 64)) {
     AttnProblem capped = plain64;
     capped.softcap = 20.f;
-    const Pick c = pick(kH100, capped);
-    ASSERT_TRUE(c.served) << c.why;
-    EXPECT_EQ(c.plan.kernel, KernelId::BackwardWgmma) << c.plan.description;
-    EXPECT_NE(c.plan.description.find("logits with softcap"), std::string::npos) << c.plan.description;
-    capped.deterministic = true;
-    const Pick d = pick(kH100, capped);
-    ASSERT_TRUE(d.served) << d.why;
-    EXPECT_EQ(d.plan.kernel, KernelId::BackwardMma) << d.plan.description;
-    EXPECT_NE(d.plan.description.find("softcap in deterministic mode"), std::string::npos) << d.plan.description;
+    expectTransformUnorderedOnly(capped, "softcap");
   }
   // The split kernel's head dims (192, 256, Q/K 192 with V/O 128): its transform form serves softcap and ALiBi,
   // unordered, in either form (192's producer form where its maps encode, by cp.async here without a driver).
@@ -384,16 +389,7 @@ TEST(Choosers, BackwardPicks) {
     AttnProblem capped = wide;
     capped.softcap = 30.f;
     capped.alibiSlopes = slopes;
-    const Pick c = pick(kH100, capped);
-    ASSERT_TRUE(c.served) << c.why;
-    EXPECT_EQ(c.plan.kernel, KernelId::BackwardWgmma) << c.plan.description;
-    EXPECT_NE(c.plan.description.find("logits with softcap and ALiBi"), std::string::npos) << c.plan.description;
-    capped.deterministic = true;
-    const Pick d = pick(kH100, capped);
-    ASSERT_TRUE(d.served) << d.why;
-    EXPECT_EQ(d.plan.kernel, KernelId::BackwardMma) << d.plan.description;
-    EXPECT_NE(d.plan.description.find("softcap and ALiBi in deterministic mode"), std::string::npos)
-        << d.plan.description;
+    expectTransformUnorderedOnly(capped, "softcap and ALiBi");
   }
   if (partBuiltAtLeast(Family::Backward, FLASHATTN_DATA_FP32, 64)) {
     const Pick f = pick(kH100, dense(Op::Backward, DType::FP32, 4, 4, 64, 64, 64));

@@ -32,6 +32,19 @@ namespace {
 
 // ---- the grid --------------------------------------------------------------------------------------------------
 
+// The edge slices' case for the transform kernels: softcap and ALiBi, GQA, a bottom-right mask with fully masked rows.
+BwdCase transformEdgeCase() {
+  BwdCase t;
+  t.heads = 4;
+  t.kvHeads = 2;
+  t.sq = 90;
+  t.sk = 70;
+  t.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+  t.softcap = 8.f;
+  t.alibi = 1;
+  return t;
+}
+
 std::vector<BwdCase> gridCases() {
   std::vector<BwdCase> cases;
   uint64_t seed = 9000;
@@ -87,15 +100,8 @@ std::vector<BwdCase> gridCases() {
     add(g, "d96_65x65_seqlensK40_causalTL_mqa");
     g.headDim = 160;  // zero-padded on the split kernel's d192: each warpgroup's column shares cut short
     add(g, "d160_65x65_seqlensK40_causalTL_mqa");
-    BwdCase t;  // the transform kernels: softcap and ALiBi, GQA, a bottom-right mask with fully masked rows
+    BwdCase t = transformEdgeCase();
     t.headDim = 128;
-    t.heads = 4;
-    t.kvHeads = 2;
-    t.sq = 90;
-    t.sk = 70;
-    t.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
-    t.softcap = 8.f;
-    t.alibi = 1;
     add(t, "d128_90x70_gqa_softcap_alibi_causalBR");
     t.headDim = 64;
     t.dtype = FLASHATTN_DATA_FP16;
@@ -295,15 +301,7 @@ std::vector<BwdCase> splitGridCases(int64_t headDim, int64_t headDimV) {
     g.usedK = {40};
     g.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
     add(g, "65x65_seqlensK40_causalTL");
-    BwdCase t;  // the transform kernel: softcap and ALiBi, GQA, a bottom-right mask with fully masked rows
-    t.heads = 4;
-    t.kvHeads = 2;
-    t.sq = 90;
-    t.sk = 70;
-    t.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
-    t.softcap = 8.f;
-    t.alibi = 1;
-    add(t, "90x70_gqa_softcap_alibi_causalBR");
+    add(transformEdgeCase(), "90x70_gqa_softcap_alibi_causalBR");
     return cases;
   }
   const flashAttnDataType_t types[] = {FLASHATTN_DATA_BF16, FLASHATTN_DATA_FP16};
