@@ -51,9 +51,9 @@ constexpr bool hasWideForm(int headDim) { return headDim == 128; }
 // Whether an instance's kernel has its producer form: Q and dO by tensor-map copies and the row statistics by
 // cp.async, issued by a third warpgroup, while the two consumer warpgroups take the registers it leaves. The d64/d128
 // kernel at d128 (d64 keeps the form where every consumer thread issues its share of the copies: its 128-row steps
-// need all 255 registers); the split kernel at 192 (Q/K 192 with V/O 128 included), whose consumers fit in 232
-// registers (d256's need ~246).
-constexpr bool hasTmaForm(int headDim) { return headDim == 128 || headDim == 192; }
+// need all 255 registers); the split kernel at 192 (Q/K 192 with V/O 128 included) and 256, whose consumers fit in
+// 232 registers.
+constexpr bool hasTmaForm(int headDim) { return headDim == 128 || headDim == 192 || headDim == 256; }
 
 // The producer form's setmaxnreg: what the producer warpgroup releases from the 168 registers a thread has at entry
 // (384 threads) is what the consumers take, so 2 x consumer + producer = 3 x 168 (multiples of 8). The d128 80-row
