@@ -154,8 +154,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   // Bulk additions of whole 16-row warp tiles need the paneled accumulator; red.global adds row-major.
   config.dqPaneled = dqPaneledFor(*instance);
   config.dsUnscaled = true;  // both kernels leave the softmax scale out of dS
-  // The split kernel's producer form adds dQ unordered only.
-  config.tma = tmaServes(p, *instance, tile.blockM) && !(runsSplitKernel(instance->headDim) && p.deterministic);
+  config.tma = tmaServes(p, *instance, tile.blockM);
   if (config.tma) config.warps = tile.warps + 4;
   // The d64/d128 kernel's transform form is compiled in hasTmaForm's form only; the split kernel's in both.
   if (transform && !runsSplitKernel(instance->headDim) && config.tma != hasTmaForm(instance->headDim))

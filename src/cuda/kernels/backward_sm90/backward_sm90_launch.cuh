@@ -127,14 +127,9 @@ cudaError_t launchSplitForm(const Sm90KernelParams &kp, int device, cudaStream_t
                : launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, false, true, Producer>, kThreads,
                                    L::kDynamicBytes, kernelParams, params, device,
                                    configuredTransform, stream);
-  if (params.deterministic) {
-    // Deterministic mode keeps the form where every thread copies (plans ask for no other).
-    if constexpr (Producer)
-      return cudaErrorInvalidValue;
-    else
-      return launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, true>, kThreads, L::kDynamicBytes, params,
-                               params, device, configuredDeterministic, stream);
-  }
+  if (params.deterministic)
+    return launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, true, false, Producer>, kThreads,
+                             L::kDynamicBytes, kernelParams, params, device, configuredDeterministic, stream);
   return launchPerKeyBlock(backwardSm90SplitKernel<Element, D, DV, false, false, Producer>, kThreads,
                            L::kDynamicBytes, kernelParams, params, device, configuredDevices, stream);
 }

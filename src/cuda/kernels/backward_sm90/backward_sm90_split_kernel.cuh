@@ -23,15 +23,15 @@
 // buffer, issued right after S^T / dP^T so the tensor cores start first (shared memory at 256: K, V 64 KB + Q, dO
 // 2 x 64 KB + P^T, dS^T 16 KB = 209 KB; 1 CTA per SM). Two CTA barriers per query block: after the copies land, and
 // after the P^T / dS^T stores (each warpgroup's products read the other's query columns).
-// Producer form (template flag Producer; hasTmaForm: 192 and 256, unordered): a third warpgroup brings each step's Q
-// and dO by tensor-map copies and its statistics by cp.async into the two stages (produceQuerySteps, as the d128
-// kernel's), with full and empty mbarriers per stage; the consumers copy only their K/V block and hold 232 registers
-// (setmaxnreg). P^T and dS^T alternate between two tiles by step, so the first CTA barrier goes: a warpgroup writes
-// step t's tile after the P^T / dS^T barrier of step t - 1, which the other passed only once its step t - 2 products,
-// the last readers of that tile, were complete. At 256 the producer warpgroup's 40 registers do not hold its eight
-// tensor copies' coordinates: ptxas spills 32-36 bytes there (eight local loads a step, off the consumers' path; the
-// consumers' loop has none). (ncu at 192/128 put a quarter of the stall samples on the copies' wait, the barrier after
-// it and the copies' address arithmetic.)
+// Producer form (template flag Producer; hasTmaForm: 192 and 256, either order of dQ): a third warpgroup brings each
+// step's Q and dO by tensor-map copies and its statistics by cp.async into the two stages (produceQuerySteps, as the
+// d128 kernel's), with full and empty mbarriers per stage; the consumers copy only their K/V block and hold 232
+// registers (setmaxnreg). P^T and dS^T alternate between two tiles by step, so the first CTA barrier goes: a warpgroup
+// writes step t's tile after the P^T / dS^T barrier of step t - 1, which the other passed only once its step t - 2
+// products, the last readers of that tile, were complete. At 256 the producer warpgroup's 40 registers do not hold its
+// eight tensor copies' coordinates: ptxas spills 32-36 bytes there (eight local loads a step, off the consumers' path;
+// the consumers' loop has none). (ncu at 192/128 put a quarter of the stall samples on the copies' wait, the barrier
+// after it and the copies' address arithmetic.)
 // Masking, GQA, ragged and seqlensK follow backward_common.cuh exactly as the d128 kernel does. Softcap and ALiBi
 // (Transform, unordered only): P^T and dS^T in one pass once both S^T and dP^T have landed, since dS^T needs the
 // softcap's derivative, which is known beside P (prim::LogitTransform, as the d64/d128 kernel's transform form).
@@ -495,7 +495,7 @@ template <typename Element, int D, int DV, bool Deterministic, bool Transform = 
 __global__ void __launch_bounds__(Producer ? 384 : 256, 1)
     backwardSm90SplitKernel(const __grid_constant__ split::KernelParams<Producer> kp) {
   static_assert(!(Transform && Deterministic), "the transform kernel adds dQ unordered");
-  static_assert(!Producer || (hasTmaForm(D) && !Deterministic), "the producer form: hasTmaForm's, unordered");
+  static_assert(!Producer || hasTmaForm(D), "the producer form is compiled where hasTmaForm says");
   using L = split::Layout<D, DV, Producer>;
   const BackwardParams &p = split::backwardParams(kp);
   extern __shared__ unsigned char sm90BwdSplitShared[];
