@@ -89,10 +89,12 @@ struct Layout {
   static constexpr uint32_t kDST = kPT + kTransposeTiles * kSlab;  // dS^T [key][query], one slab a tile
   static constexpr uint32_t kLse = kDST + kTransposeTiles * kSlab; // 2 stages x BlockM floats
   static constexpr uint32_t kRowDot = kLse + 2 * kBlockM * 4;
-  // Producer form: each stage's full and empty mbarriers (full + 8 s, empty + 8 s), 256 bytes kept for the staging's
-  // alignment.
+  // Producer form: each stage's full and empty mbarriers (full + 8 s, empty + 8 s) and the dQ warp's two (dqWarpForm:
+  // staged, free), 256 bytes kept for the staging's alignment.
   static constexpr uint32_t kFull = kRowDot + 2 * kBlockM * 4;
   static constexpr uint32_t kEmpty = kFull + 2 * 8;
+  static constexpr uint32_t kDqStaged = kEmpty + 2 * 8;
+  static constexpr uint32_t kDqFree = kDqStaged + 8;
   // dQ staging (where it fits): each warp's 16 rows x its warpgroup's dQ columns, one 4 KB tile [16][64] per 64-column
   // panel, added to the paneled accumulator by one bulk reduce per panel (backward_sm90_kernel.cuh's scheme). The two
   // warpgroups' shares together are D columns: 4 warps x 16 rows x D x 4 bytes.
@@ -108,6 +110,20 @@ struct Layout {
 // The producer form adds dQ as the other does (the plan sizes the accumulator by bulkDq).
 static_assert(Layout<192, 192, true>::kBulkDq && Layout<192, 128, true>::kBulkDq, "the producer form's staging fits");
 static_assert(!Layout<256, 256>::kBulkDq && !Layout<256, 256, true>::kBulkDq, "both forms at 256 add dQ by red.global");
+
+// Whether deterministic mode's ordered dQ additions go to a warp of the producer warpgroup (addDqInTurns) instead of
+// the consumers: the producer form where dQ is staged in shared memory (192). The consumers then only stage a step's dQ
+// and go on; the wait for the predecessor key block's turn, the bulk reduce's round trip and the hand-over run beside
+// their next step instead of on their path (there, det / unordered measured 0.51-0.62 at D 192 without a mask). The
+// loads then come from two of the producer's warps (kLoaderThreads; ptxas: at 192/128 their 40 registers spill 48
+// bytes, loaded a few times a step, as d256's producer does).
+template <int D, int DV, bool Producer, bool Deterministic>
+constexpr bool dqWarpForm() {
+  return Producer && Deterministic && Layout<D, DV, true>::kBulkDq;
+}
+template <int D, int DV, bool Producer, bool Deterministic>
+constexpr int kLoaderThreads = dqWarpForm<D, DV, Producer, Deterministic>() ? 64 : 128;
+constexpr uint32_t kDqStagingWarps = 8;  // the consumer warps whose lane 0 arrives on the staged barrier
 
 // Whether both warpgroups take equal shares of every product (then they run one body).
 constexpr bool evenSplit(int d, int dv) { return d % 128 == 0 && dv % 128 == 0; }
@@ -153,6 +169,60 @@ __device__ __forceinline__ int32_t stepsOf(const BackwardParams &p, const BlockR
 // __syncthreads (which wants every thread at the same call) would be divergent.
 constexpr uint32_t kCtaBarrier = 1;
 
+// Deterministic mode's dQ warp (dqWarpForm; lane l < 8 adds the staging tiles of consumer warp l % 4 of warpgroup
+// l / 4): for each step of the consumers' walk, once every consumer warp has staged its dQ rows (the staged barrier),
+// lane 0 waits for the query block's turn (backward_common.cuh's counters, as DqTurns does), the eight lanes add their
+// tiles by bulk reduce and free the staging once it is read (the free barrier, which the consumers wait on one step
+// later, before staging again), then the additions are completed and fenced and lane 0 hands the block on. The
+// __syncwarp before lane 0's gpu-scope fence orders the other lanes' completed additions before it, as the turn
+// barrier does for passTurnNamed.
+template <int D, int DV>
+__device__ __forceinline__ void addDqInTurns(const BackwardParams &p, const backward::WorkItem &w,
+                                             const backward::SequenceExtent &e, const StepOrder &order,
+                                             int32_t headBase, int32_t steps, uint32_t base, int lane) {
+  using L = Layout<D, DV, true>;
+  constexpr int kDq0 = shareColumns(D, 0, kDqLowerMore);
+  constexpr int kDq1 = shareColumns(D, 1, kDqLowerMore);
+  const int group = lane / 4, warp = lane % 4;
+  const uint32_t tile = base + L::kDqStage + uint32_t(group == 0 ? 0 : 4 * 16 * 4 * kDq0) +
+                        uint32_t(warp) * uint32_t(16 * 4 * (group == 0 ? kDq0 : kDq1));
+  const uint32_t staged = base + L::kDqStaged, freed = base + L::kDqFree;
+  for (int32_t t = 0; t < steps; ++t) {
+    const StepBlock sb = stepBlock<true>(order, t);
+    const int32_t h = headBase + sb.head;
+    int32_t *const turn = p.dqTurn + (int64_t(w.batch) * p.heads + h) * p.queryBlocks + sb.mBlock;
+    prim::mbarrierWaitInline(staged, uint32_t(t) & 1u);
+    if (lane == 0 && sb.mBlock <= order.predecessorLast) {
+      while (backward::loadAcquire(turn) != w.keyBlock) __nanosleep(64);
+    }
+    __syncwarp();
+    if (lane < 8) {
+      // The turn was taken by a generic-proxy acquire; the additions go through the async proxy.
+      prim::fenceProxyAsyncGlobal();
+      const int32_t iFirst = sb.mBlock * L::kBlockM + 16 * warp;
+      const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
+      const int32_t rows = e.seqQ - iFirst < 16 ? e.seqQ - iFirst : 16;
+      if (group == 0)
+        addDqRows<kDq0 / 64>(p, wsRow0, 0, tile, rows);
+      else
+        addDqRows<kDq1 / 64>(p, wsRow0, shareFirst(D, 1, kDqLowerMore) / 64, tile, rows);
+      prim::bulkWaitRead<0>();
+    }
+    __syncwarp();
+    if (lane == 0) prim::mbarrierArrive(freed);
+    if (lane < 8) {
+      // Handed on only once the additions are performed, not just issued.
+      prim::bulkWait<0>();
+      prim::fenceProxyAsyncGlobal();
+    }
+    __syncwarp();
+    if (lane == 0) {
+      __threadfence();
+      backward::storeRelease(turn, w.keyBlock + 1);
+    }
+  }
+}
+
 }  // namespace split
 
 // One warpgroup's walk over the CTA's query blocks. Group >= 0: the body of that warpgroup (uneven shares); Group < 0:
@@ -187,7 +257,10 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
   const int32_t steps = split::stepsOf(p, qb);
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
   const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
-  DqTurns<Deterministic, false, true> turns;
+  // Ordered additions here, or by the producer warpgroup's dQ warp (then the consumers only stage dQ).
+  constexpr bool kDqWarp = split::dqWarpForm<D, DV, Producer, Deterministic>();
+  constexpr bool kTurnsHere = Deterministic && !kDqWarp;
+  DqTurns<kTurnsHere, false, true> turns;
 
   float dv[kDv / 2], dk[kDk / 2];
 #pragma unroll
@@ -433,7 +506,13 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     turns.acquire(w.keyBlock);
 
     // dQ rows 16 * warp + lane / 4 + 8h of the block, columns dqFirst + 8j + 2 quad.
-    if constexpr (L::kBulkDq) {
+    if constexpr (kDqWarp) {
+      // The dQ warp has read step t - 1's tiles; it adds this step's in the query block's turn.
+      const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, m0 + 16 * warp);
+      if (t > 0) prim::mbarrierWaitInline(base + L::kDqFree, uint32_t(t - 1) & 1u);
+      stageDqRows<kDq, false>(base + dqStageOffset, dq, wsRow0, lane, quad);
+      if (lane == 0) prim::mbarrierArrive(base + L::kDqStaged);
+    } else if constexpr (L::kBulkDq) {
       // Through the warp's staging tiles.
       const int32_t iFirst = m0 + 16 * warp;
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
@@ -497,6 +576,7 @@ __global__ void __launch_bounds__(Producer ? 384 : 256, 1)
   static_assert(!(Transform && Deterministic), "the transform kernel adds dQ unordered");
   static_assert(!Producer || hasTmaForm(D), "the producer form is compiled where hasTmaForm says");
   using L = split::Layout<D, DV, Producer>;
+  constexpr int kLoaders = split::kLoaderThreads<D, DV, Producer, Deterministic>;
   const BackwardParams &p = split::backwardParams(kp);
   extern __shared__ unsigned char sm90BwdSplitShared[];
   const uint32_t base = (prim::smemAddress(sm90BwdSplitShared) + 1023u) & ~1023u;
@@ -507,9 +587,11 @@ __global__ void __launch_bounds__(Producer ? 384 : 256, 1)
   if constexpr (Producer) {
     if (threadIdx.x == 0) {
       for (int st = 0; st < 2; ++st) {
-        prim::mbarrierInit(base + L::kFull + 8 * st, 128 + 1);  // the producer's cp.async arrivals and thread 0's
-        prim::mbarrierInit(base + L::kEmpty + 8 * st, 256);     // every consumer thread's
+        prim::mbarrierInit(base + L::kFull + 8 * st, kLoaders + 1);  // the loaders' cp.async arrivals and thread 0's
+        prim::mbarrierInit(base + L::kEmpty + 8 * st, 256);          // every consumer thread's
       }
+      prim::mbarrierInit(base + L::kDqStaged, split::kDqStagingWarps);
+      prim::mbarrierInit(base + L::kDqFree, 1);
       prim::fenceBarrierInit();
     }
     __syncthreads();
@@ -521,9 +603,16 @@ __global__ void __launch_bounds__(Producer ? 384 : 256, 1)
       const int32_t n0 = w.keyBlock * L::kBlockN;
       const BlockRange qb = backward::queryBlocksOf(p, e, n0, L::kBlockM, L::kBlockN);
       const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, L::kBlockM, L::kBlockN);
-      produceQuerySteps<Element, D, DV, L::kBlockM, 2, Deterministic>(
-          kp, w, e, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb), base, L::kQ, L::kDO, L::kTileBytes,
-          L::kTileBytesV, L::kLse, L::kRowDot, base + L::kFull, base + L::kEmpty, int(threadIdx.x) - 256);
+      const int pt = int(threadIdx.x) - 256;
+      if (pt < kLoaders) {
+        produceQuerySteps<Element, D, DV, L::kBlockM, 2, Deterministic, kLoaders>(
+            kp, w, e, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb), base, L::kQ, L::kDO, L::kTileBytes,
+            L::kTileBytesV, L::kLse, L::kRowDot, base + L::kFull, base + L::kEmpty, pt);
+      } else if constexpr (split::dqWarpForm<D, DV, Producer, Deterministic>()) {
+        if (pt < kLoaders + 32)
+          split::addDqInTurns<D, DV>(p, w, e, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb), base,
+                                     pt - kLoaders);
+      }
       return;
     }
     prim::setMaxRegistersIncrease<consumerRegisters(L::kBlockM)>();

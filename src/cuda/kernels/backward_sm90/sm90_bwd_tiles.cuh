@@ -112,13 +112,14 @@ __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p,
   loadRowStatistics<BlockM>(p, w.batch, h, e, m0, valid, base, lseOffset, rowDotOffset, stage, thread);
 }
 
-// The producer warpgroup of either kernel's producer form (thread pt of its 128): every step's Q (D columns) and dO
-// (DV columns) tiles into stage t % Stages of the slab stacks at base + qOffset and base + dOOffset, by tensor-map
-// copies from thread 0 (a ragged sequence's last block by cp.async from every producer thread instead, so that the
-// rows past the sequence are zeros, not the next sequence's), and the block's row statistics by cp.async, one value a
-// thread. A stage's full barrier expects the 128 threads' cp.async arrivals and one arrival of thread 0 (with the
-// tensor copies' bytes); a stage is reused once every consumer thread has arrived on its empty barrier.
-template <typename Element, int D, int DV, int BlockM, int Stages, bool Deterministic>
+// The producer warpgroup of either kernel's producer form (thread pt of its Threads loaders: all 128, or 64 where
+// the split kernel's dQ warp takes another): every step's Q (D columns) and dO (DV columns) tiles into stage
+// t % Stages of the slab stacks at base + qOffset and base + dOOffset, by tensor-map copies from thread 0 (a ragged
+// sequence's last block by cp.async from every loader instead, so that the rows past the sequence are zeros, not the
+// next sequence's), and the block's row statistics by cp.async, one value a loader a pass. A stage's full barrier
+// expects the loaders' cp.async arrivals and one arrival of thread 0 (with the tensor copies' bytes); a stage is reused
+// once every consumer thread has arrived on its empty barrier.
+template <typename Element, int D, int DV, int BlockM, int Stages, bool Deterministic, int Threads = 128>
 __device__ __forceinline__ void produceQuerySteps(const Sm90KernelParams &kp, const backward::WorkItem &w,
                                                   const backward::SequenceExtent &e, const StepOrder &order,
                                                   int32_t headBase, int32_t steps, uint32_t base, uint32_t qOffset,
@@ -142,9 +143,9 @@ __device__ __forceinline__ void produceQuerySteps(const Sm90KernelParams &kp, co
       const Element *const qBase = static_cast<const Element *>(p.q);
       const Element *const dOBase = static_cast<const Element *>(p.dO);
       const int64_t row0 = e.qStart + m0;
-      loadTile<Element, D, BlockM, 128>(qTile, qBase + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow, e.seqQ - m0,
+      loadTile<Element, D, BlockM, Threads>(qTile, qBase + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow, e.seqQ - m0,
                                         p.headDim, pt, qBase);
-      loadTile<Element, DV, BlockM, 128>(dOTile, dOBase + int64_t(h) * p.dOHead + row0 * p.dORow, p.dORow,
+      loadTile<Element, DV, BlockM, Threads>(dOTile, dOBase + int64_t(h) * p.dOHead + row0 * p.dORow, p.dORow,
                                          e.seqQ - m0, p.headDimV, pt, dOBase);
       if (pt == 0) prim::mbarrierArrive(full + 8 * st);  // the arrival that otherwise announces the bytes
     } else if (pt == 0) {
@@ -159,7 +160,7 @@ __device__ __forceinline__ void produceQuerySteps(const Sm90KernelParams &kp, co
       for (int c = 0; c < DV / 64; ++c)
         prim::tensorCopy4d(dOTile + uint32_t(c) * BlockM * 128, &kp.dOMap, 64 * c, row, h, batch, full + 8 * st);
     }
-    loadRowStatistics<BlockM, 128>(p, w.batch, h, e, m0, e.seqQ - m0, base, lseOffset, rowDotOffset, st, pt);
+    loadRowStatistics<BlockM, Threads>(p, w.batch, h, e, m0, e.seqQ - m0, base, lseOffset, rowDotOffset, st, pt);
     prim::cpAsyncMbarrierArrive(full + 8 * st);
   }
 }
@@ -167,15 +168,18 @@ __device__ __forceinline__ void produceQuerySteps(const Sm90KernelParams &kp, co
 // A warp's 16 rows of dQ (accumulator rows lane / 4 + 8h, columns 8j + 2 * quad of Columns = 64 x panels) into its
 // staging tiles at `tile`, [panel][16][64] floats with each row's columns XOR-swizzled as the paneled accumulator's
 // workspace row wsRow0 + r has them (backward_common.cuh's dqAccumIndex), so that one bulk reduce-add per panel moves
-// them (addDqRows). Waits first for the warp's previous reduce-adds to have read the tiles, and fences the stores into
-// the async proxy that reads them.
+// them (addDqRows). Waits first for the warp's previous reduce-adds to have read the tiles (WaitForReads: the warp's
+// lane 0 issued them; else the caller has waited for whoever did), and fences the stores into the async proxy that
+// reads them.
 // `tile` is a shared-window address, 256-byte aligned.
-template <int Columns, int Count>
+template <int Columns, bool WaitForReads = true, int Count>
 __device__ __forceinline__ void stageDqRows(uint32_t tile, const float (&dq)[Count], int64_t wsRow0, int lane,
                                             int quad) {
   static_assert(Count == Columns / 2 && Columns % 64 == 0, "16 rows x whole 64-column panels");
-  if (lane == 0) prim::bulkWaitRead<0>();
-  __syncwarp();
+  if constexpr (WaitForReads) {
+    if (lane == 0) prim::bulkWaitRead<0>();
+    __syncwarp();
+  }
 #pragma unroll
   for (int hh = 0; hh < 2; ++hh) {
     const int r = lane / 4 + 8 * hh;
