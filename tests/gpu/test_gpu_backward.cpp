@@ -461,6 +461,10 @@ std::vector<BwdCase> determinismCases() {
   e.heads = 4;
   e.sq = 400;
   e.sk = 450;
+  BwdCase r192 = r;  // the split kernel's ragged tails at 192, where deterministic mode's dQ warp adds
+  r192.name = "fp16_d192_ragged";
+  r192.dtype = FLASHATTN_DATA_FP16;
+  r192.headDim = 192;
   BwdCase g = e;  // the split kernel's uneven shares (Q/K 192: 128 + 64 columns; V/O 128: halves)
   g.name = "bf16_d192v128_gqa4_2_b2_400x450_causalTL";
   g.dtype = FLASHATTN_DATA_BF16;
@@ -484,7 +488,7 @@ std::vector<BwdCase> determinismCases() {
     g.name = "bf16_d192v128_gqa4_2_70x130_causalTL_edge";
     return {a, d, e, g};
   }
-  return {a, b, c, d, e, f, g, r};
+  return {a, b, c, d, e, f, g, r, r192};
 }
 
 class BackwardDeterminism : public ::testing::TestWithParam<BwdCase> {};
@@ -497,7 +501,7 @@ TEST_P(BackwardDeterminism, TwentyRunsBitwiseEqualAndGraphReplayEqualsEager) {
   // Ordered additions are no excuse for a wrong result: the first run passes the oracle gates, then every later one
   // must repeat it bitwise. The wgmma family serves deterministic problems of its head dims and types on sm90.
   if (deviceIsSm90() && c.dtype != FLASHATTN_DATA_FP32 &&
-      (c.headDim == 64 || c.headDim == 128 || c.headDim == 256) &&
+      (c.headDim == 64 || c.headDim == 128 || c.headDim == 192 || c.headDim == 256) &&
       partBuilt(Family::BackwardSm90, c.dtype, c.headDim, c.headDimV)) {
     const std::string described = describeBackward(h, *s);
     EXPECT_NE(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
