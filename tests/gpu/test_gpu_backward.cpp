@@ -486,7 +486,7 @@ std::vector<BwdCase> determinismCases() {
     g.sq = 70;
     g.sk = 130;
     g.name = "bf16_d192v128_gqa4_2_70x130_causalTL_edge";
-    return {a, d, e, g};
+    return {a, d, e, g, r192};
   }
   return {a, b, c, d, e, f, g, r, r192};
 }
