@@ -89,12 +89,12 @@ struct Layout {
   static constexpr uint32_t kDST = kPT + kTransposeTiles * kSlab;  // dS^T [key][query], one slab a tile
   static constexpr uint32_t kLse = kDST + kTransposeTiles * kSlab; // 2 stages x BlockM floats
   static constexpr uint32_t kRowDot = kLse + 2 * kBlockM * 4;
-  // Producer form: each stage's full and empty mbarriers (full + 8 s, empty + 8 s) and the dQ warp's two (dqWarpForm:
+  // Producer form: each stage's full and empty mbarriers (full + 8 s, empty + 8 s) and the dQ warps' (dqWarpForm:
   // staged, free), 256 bytes kept for the staging's alignment.
   static constexpr uint32_t kFull = kRowDot + 2 * kBlockM * 4;
   static constexpr uint32_t kEmpty = kFull + 2 * 8;
-  static constexpr uint32_t kDqStaged = kEmpty + 2 * 8;
-  static constexpr uint32_t kDqFree = kDqStaged + 8;
+  static constexpr uint32_t kDqStaged = kEmpty + 2 * 8;  // one per dQ warp (kDqWarps): staged + 8 j
+  static constexpr uint32_t kDqFree = kDqStaged + 2 * 8;  // free + 8 j
   // dQ staging (where it fits): each warp's 16 rows x its warpgroup's dQ columns, one 4 KB tile [16][64] per 64-column
   // panel, added to the paneled accumulator by one bulk reduce per panel (backward_sm90_kernel.cuh's scheme). The two
   // warpgroups' shares together are D columns: 4 warps x 16 rows x D x 4 bytes.
@@ -124,6 +124,7 @@ constexpr bool dqWarpForm() {
 template <int D, int DV, bool Producer, bool Deterministic>
 constexpr int kLoaderThreads = dqWarpForm<D, DV, Producer, Deterministic>() ? 64 : 128;
 constexpr uint32_t kDqStagingWarps = 8;  // the consumer warps whose lane 0 arrives on the staged barrier
+constexpr int kDqWarps = 2;  // dQ warp j takes the steps t = j mod 2, so one step's completion overlaps the next's
 
 // Whether both warpgroups take equal shares of every product (then they run one body).
 constexpr bool evenSplit(int d, int dv) { return d % 128 == 0 && dv % 128 == 0; }
@@ -169,8 +170,9 @@ __device__ __forceinline__ int32_t stepsOf(const BackwardParams &p, const BlockR
 // __syncthreads (which wants every thread at the same call) would be divergent.
 constexpr uint32_t kCtaBarrier = 1;
 
-// Deterministic mode's dQ warp (dqWarpForm; lane l < 8 adds the staging tiles of consumer warp l % 4 of warpgroup
-// l / 4): for each step of the consumers' walk, once every consumer warp has staged its dQ rows (the staged barrier),
+// Deterministic mode's dQ warps (dqWarpForm; `lane` 0 .. 32 kDqWarps - 1: warp j = lane / 32 takes the steps
+// t = j mod kDqWarps, with staged and free barriers of its own; its lane l < 8 adds the staging tiles of consumer warp
+// l % 4 of warpgroup l / 4): for each of its steps, once every consumer warp has staged its dQ rows (the staged barrier),
 // lane 0 waits for the query block's turn (backward_common.cuh's counters, as DqTurns does), the eight lanes add their
 // tiles by bulk reduce and free the staging once it is read (the free barrier, which the consumers wait on one step
 // later, before staging again), then the additions are completed and fenced and lane 0 hands the block on. The
@@ -183,15 +185,17 @@ __device__ __forceinline__ void addDqInTurns(const BackwardParams &p, const back
   using L = Layout<D, DV, true>;
   constexpr int kDq0 = shareColumns(D, 0, kDqLowerMore);
   constexpr int kDq1 = shareColumns(D, 1, kDqLowerMore);
+  const int dqWarp = lane >> 5;
+  lane &= 31;
   const int group = lane / 4, warp = lane % 4;
   const uint32_t tile = base + L::kDqStage + uint32_t(group == 0 ? 0 : 4 * 16 * 4 * kDq0) +
                         uint32_t(warp) * uint32_t(16 * 4 * (group == 0 ? kDq0 : kDq1));
-  const uint32_t staged = base + L::kDqStaged, freed = base + L::kDqFree;
-  for (int32_t t = 0; t < steps; ++t) {
+  const uint32_t staged = base + L::kDqStaged + 8 * dqWarp, freed = base + L::kDqFree + 8 * dqWarp;
+  for (int32_t t = dqWarp; t < steps; t += kDqWarps) {
     const StepBlock sb = stepBlock<true>(order, t);
     const int32_t h = headBase + sb.head;
     int32_t *const turn = p.dqTurn + (int64_t(w.batch) * p.heads + h) * p.queryBlocks + sb.mBlock;
-    prim::mbarrierWaitInline(staged, uint32_t(t) & 1u);
+    prim::mbarrierWaitInline(staged, uint32_t(t / kDqWarps) & 1u);
     if (lane == 0 && sb.mBlock <= order.predecessorLast) {
       while (backward::loadAcquire(turn) != w.keyBlock) __nanosleep(64);
     }
@@ -509,9 +513,11 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     if constexpr (kDqWarp) {
       // The dQ warp has read step t - 1's tiles; it adds this step's in the query block's turn.
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, m0 + 16 * warp);
-      if (t > 0) prim::mbarrierWaitInline(base + L::kDqFree, uint32_t(t - 1) & 1u);
+      if (t > 0)
+        prim::mbarrierWaitInline(base + L::kDqFree + 8 * uint32_t((t - 1) % split::kDqWarps),
+                                 uint32_t((t - 1) / split::kDqWarps) & 1u);
       stageDqRows<kDq, false>(base + dqStageOffset, dq, wsRow0, lane, quad);
-      if (lane == 0) prim::mbarrierArrive(base + L::kDqStaged);
+      if (lane == 0) prim::mbarrierArrive(base + L::kDqStaged + 8 * uint32_t(t % split::kDqWarps));
     } else if constexpr (L::kBulkDq) {
       // Through the warp's staging tiles.
       const int32_t iFirst = m0 + 16 * warp;
@@ -590,8 +596,10 @@ __global__ void __launch_bounds__(Producer ? 384 : 256, 1)
         prim::mbarrierInit(base + L::kFull + 8 * st, kLoaders + 1);  // the loaders' cp.async arrivals and thread 0's
         prim::mbarrierInit(base + L::kEmpty + 8 * st, 256);          // every consumer thread's
       }
-      prim::mbarrierInit(base + L::kDqStaged, split::kDqStagingWarps);
-      prim::mbarrierInit(base + L::kDqFree, 1);
+      for (int j = 0; j < split::kDqWarps; ++j) {
+        prim::mbarrierInit(base + L::kDqStaged + 8 * j, split::kDqStagingWarps);
+        prim::mbarrierInit(base + L::kDqFree + 8 * j, 1);
+      }
       prim::fenceBarrierInit();
     }
     __syncthreads();
@@ -609,7 +617,7 @@ __global__ void __launch_bounds__(Producer ? 384 : 256, 1)
             kp, w, e, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb), base, L::kQ, L::kDO, L::kTileBytes,
             L::kTileBytesV, L::kLse, L::kRowDot, base + L::kFull, base + L::kEmpty, pt);
       } else if constexpr (split::dqWarpForm<D, DV, Producer, Deterministic>()) {
-        if (pt < kLoaders + 32)
+        if (pt < kLoaders + 32 * split::kDqWarps)
           split::addDqInTurns<D, DV>(p, w, e, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb), base,
                                      pt - kLoaders);
       }
