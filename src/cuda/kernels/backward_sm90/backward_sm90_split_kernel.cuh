@@ -68,6 +68,10 @@ using backward::BackwardParams;
 
 namespace split {
 
+// Deterministic mode's dQ warps in the producer form (dqWarpForm): warp j takes the steps t = j mod kDqWarps, so the
+// reduce completion and hand-over of one step overlap those of the next.
+constexpr int kDqWarps = 2;
+
 // Byte offsets from a 1024-aligned base. 16-bit tiles are stacks of 128-byte-swizzled slabs [width / 64][rows][64].
 template <int D, int DV, bool Producer = false>
 struct Layout {
@@ -93,14 +97,15 @@ struct Layout {
   // staged, free), 256 bytes kept for the staging's alignment.
   static constexpr uint32_t kFull = kRowDot + 2 * kBlockM * 4;
   static constexpr uint32_t kEmpty = kFull + 2 * 8;
-  static constexpr uint32_t kDqStaged = kEmpty + 2 * 8;  // one per dQ warp (kDqWarps): staged + 8 j
-  static constexpr uint32_t kDqFree = kDqStaged + 2 * 8;  // free + 8 j
+  static constexpr uint32_t kDqStaged = kEmpty + 2 * 8;         // one per dQ warp: staged + 8 j
+  static constexpr uint32_t kDqFree = kDqStaged + kDqWarps * 8;  // free + 8 j
   // dQ staging (where it fits): each warp's 16 rows x its warpgroup's dQ columns, one 4 KB tile [16][64] per 64-column
   // panel, added to the paneled accumulator by one bulk reduce per panel (backward_sm90_kernel.cuh's scheme). The two
   // warpgroups' shares together are D columns: 4 warps x 16 rows x D x 4 bytes.
   static constexpr uint32_t kDqStage = kFull + (Producer ? 256 : 0);
   static constexpr uint32_t kDqStageBytes = 4u * 16u * uint32_t(D) * 4u;
   static_assert(kDqStage % 256 == 0, "the dQ staging stores need 256-byte aligned tiles (stageDqRows)");
+  static_assert(!Producer || kDqFree + kDqWarps * 8 <= kDqStage, "the producer form's barriers fit before the staging");
   static constexpr std::size_t kSharedLimit = 232448;  // sm90's opt-in shared memory per block (227 KB)
   static constexpr bool kBulkDq = std::size_t(kDqStage) + kDqStageBytes + 1024 <= kSharedLimit;
   static constexpr uint32_t kEnd = kBulkDq ? kDqStage + kDqStageBytes : kDqStage;
@@ -111,12 +116,13 @@ struct Layout {
 static_assert(Layout<192, 192, true>::kBulkDq && Layout<192, 128, true>::kBulkDq, "the producer form's staging fits");
 static_assert(!Layout<256, 256>::kBulkDq && !Layout<256, 256, true>::kBulkDq, "both forms at 256 add dQ by red.global");
 
-// Whether deterministic mode's ordered dQ additions go to a warp of the producer warpgroup (addDqInTurns) instead of
+// Whether deterministic mode's ordered dQ additions go to warps of the producer warpgroup (addDqInTurns) instead of
 // the consumers: the producer form where dQ is staged in shared memory (192). The consumers then only stage a step's dQ
 // and go on; the wait for the predecessor key block's turn, the bulk reduce's round trip and the hand-over run beside
-// their next step instead of on their path (there, det / unordered measured 0.51-0.62 at D 192 without a mask). The
-// loads then come from two of the producer's warps (kLoaderThreads; ptxas: at 192/128 their 40 registers spill 48
-// bytes, loaded a few times a step, as d256's producer does).
+// their next steps instead of on their path. One warp doing that for every step was itself the limit (H200, D192:
+// 1.02-1.12x the consumers' additions, two warps 1.08-1.34x over one). The loads then come from the producer's other
+// two warps (kLoaderThreads; ptxas: at 192/128 their 40 registers spill 48 bytes, loaded a few times a step, as d256's
+// producer does).
 template <int D, int DV, bool Producer, bool Deterministic>
 constexpr bool dqWarpForm() {
   return Producer && Deterministic && Layout<D, DV, true>::kBulkDq;
@@ -124,7 +130,7 @@ constexpr bool dqWarpForm() {
 template <int D, int DV, bool Producer, bool Deterministic>
 constexpr int kLoaderThreads = dqWarpForm<D, DV, Producer, Deterministic>() ? 64 : 128;
 constexpr uint32_t kDqStagingWarps = 8;  // the consumer warps whose lane 0 arrives on the staged barrier
-constexpr int kDqWarps = 2;  // dQ warp j takes the steps t = j mod 2, so one step's completion overlaps the next's
+static_assert(kLoaderThreads<192, 192, true, true> + 32 * kDqWarps <= 128, "loaders and dQ warps: one warpgroup");
 
 // Whether both warpgroups take equal shares of every product (then they run one body).
 constexpr bool evenSplit(int d, int dv) { return d % 128 == 0 && dv % 128 == 0; }
