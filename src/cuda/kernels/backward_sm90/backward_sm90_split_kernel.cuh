@@ -32,6 +32,8 @@
 // eight tensor copies' coordinates: ptxas spills 32-36 bytes there (eight local loads a step, off the consumers' path;
 // the consumers' loop has none). (ncu at 192/128 put a quarter of the stall samples on the copies' wait, the barrier
 // after it and the copies' address arithmetic.)
+// Deterministic mode at 192 hands the ordered dQ additions to two of the producer warpgroup's warps (dqWarpForm,
+// addDqInTurns); the consumers only stage dQ.
 // Masking, GQA, ragged and seqlensK follow backward_common.cuh exactly as the d128 kernel does. Softcap and ALiBi
 // (Transform, unordered only): P^T and dS^T in one pass once both S^T and dP^T have landed, since dS^T needs the
 // softcap's derivative, which is known beside P (prim::LogitTransform, as the d64/d128 kernel's transform form).
