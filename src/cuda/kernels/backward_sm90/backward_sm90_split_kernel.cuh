@@ -269,7 +269,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
   const int32_t steps = split::stepsOf(p, qb);
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
   const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
-  // Ordered additions here, or by the producer warpgroup's dQ warp (then the consumers only stage dQ).
+  // Ordered additions here, or by the producer warpgroup's dQ warps (then the consumers only stage dQ).
   constexpr bool kDqWarp = split::dqWarpForm<D, DV, Producer, Deterministic>();
   constexpr bool kTurnsHere = Deterministic && !kDqWarp;
   DqTurns<kTurnsHere, false, true> turns;
@@ -519,7 +519,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
 
     // dQ rows 16 * warp + lane / 4 + 8h of the block, columns dqFirst + 8j + 2 quad.
     if constexpr (kDqWarp) {
-      // The dQ warp has read step t - 1's tiles; it adds this step's in the query block's turn.
+      // Once step t - 1's dQ warp has read the tiles; this step's adds them in the query block's turn.
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, m0 + 16 * warp);
       if (t > 0)
         prim::mbarrierWaitInline(base + L::kDqFree + 8 * uint32_t((t - 1) % split::kDqWarps),

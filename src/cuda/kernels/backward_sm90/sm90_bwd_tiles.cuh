@@ -113,7 +113,7 @@ __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p,
 }
 
 // The producer warpgroup of either kernel's producer form (thread pt of its Threads loaders: all 128, or 64 where
-// the split kernel's dQ warp takes another): every step's Q (D columns) and dO (DV columns) tiles into stage
+// the split kernel's dQ warps take the other two warps): every step's Q (D columns) and dO (DV columns) tiles into stage
 // t % Stages of the slab stacks at base + qOffset and base + dOOffset, by tensor-map copies from thread 0 (a ragged
 // sequence's last block by cp.async from every loader instead, so that the rows past the sequence are zeros, not the
 // next sequence's), and the block's row statistics by cp.async, one value a loader a pass. A stage's full barrier
@@ -143,10 +143,10 @@ __device__ __forceinline__ void produceQuerySteps(const Sm90KernelParams &kp, co
       const Element *const qBase = static_cast<const Element *>(p.q);
       const Element *const dOBase = static_cast<const Element *>(p.dO);
       const int64_t row0 = e.qStart + m0;
-      loadTile<Element, D, BlockM, Threads>(qTile, qBase + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow, e.seqQ - m0,
-                                        p.headDim, pt, qBase);
+      loadTile<Element, D, BlockM, Threads>(qTile, qBase + int64_t(h) * p.qHead + row0 * p.qRow, p.qRow,
+                                            e.seqQ - m0, p.headDim, pt, qBase);
       loadTile<Element, DV, BlockM, Threads>(dOTile, dOBase + int64_t(h) * p.dOHead + row0 * p.dORow, p.dORow,
-                                         e.seqQ - m0, p.headDimV, pt, dOBase);
+                                             e.seqQ - m0, p.headDimV, pt, dOBase);
       if (pt == 0) prim::mbarrierArrive(full + 8 * st);  // the arrival that otherwise announces the bytes
     } else if (pt == 0) {
       prim::mbarrierArriveExpectTx(full + 8 * st, uint32_t(BlockM) * uint32_t(D + DV) * 2u);
