@@ -179,13 +179,13 @@ __device__ __forceinline__ int32_t stepsOf(const BackwardParams &p, const BlockR
 constexpr uint32_t kCtaBarrier = 1;
 
 // Deterministic mode's dQ warps (dqWarpForm; `lane` 0 .. 32 kDqWarps - 1: warp j = lane / 32 takes the steps
-// t = j mod kDqWarps, with staged and free barriers of its own; its lane l < 8 adds the staging tiles of consumer warp
-// l % 4 of warpgroup l / 4): for each of its steps, once every consumer warp has staged its dQ rows (the staged barrier),
-// lane 0 waits for the query block's turn (backward_common.cuh's counters, as DqTurns does), the eight lanes add their
-// tiles by bulk reduce and free the staging once it is read (the free barrier, which the consumers wait on one step
-// later, before staging again), then the additions are completed and fenced and lane 0 hands the block on. The
-// __syncwarp before lane 0's gpu-scope fence orders the other lanes' completed additions before it, as the turn
-// barrier does for passTurnNamed.
+// t = j mod kDqWarps, with staged and free barriers of its own; its lane l < 8 adds the staging tiles of consumer
+// warp l % 4 of warpgroup l / 4): for each of its steps, once every consumer warp has staged its dQ rows (the staged
+// barrier), lane 0 waits for the query block's turn (backward_common.cuh's counters, as DqTurns does), the eight
+// lanes add their tiles by bulk reduce and free the staging once it is read (the free barrier, which the consumers
+// wait on one step later, before staging again), then the additions are completed and fenced and lane 0 hands the
+// block on. The __syncwarp before lane 0's gpu-scope fence orders the other lanes' completed additions before it, as
+// the turn barrier does for passTurnNamed.
 template <int D, int DV>
 __device__ __forceinline__ void addDqInTurns(const BackwardParams &p, const backward::WorkItem &w,
                                              const backward::SequenceExtent &e, const StepOrder &order,

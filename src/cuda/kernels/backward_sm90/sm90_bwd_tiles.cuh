@@ -113,12 +113,12 @@ __device__ __forceinline__ void loadQueryStep(const backward::BackwardParams &p,
 }
 
 // The producer warpgroup of either kernel's producer form (thread pt of its Threads loaders: all 128, or 64 where
-// the split kernel's dQ warps take the other two warps): every step's Q (D columns) and dO (DV columns) tiles into stage
-// t % Stages of the slab stacks at base + qOffset and base + dOOffset, by tensor-map copies from thread 0 (a ragged
-// sequence's last block by cp.async from every loader instead, so that the rows past the sequence are zeros, not the
-// next sequence's), and the block's row statistics by cp.async, one value a loader a pass. A stage's full barrier
-// expects the loaders' cp.async arrivals and one arrival of thread 0 (with the tensor copies' bytes); a stage is reused
-// once every consumer thread has arrived on its empty barrier.
+// the split kernel's dQ warps take the other two warps): every step's Q (D columns) and dO (DV columns) tiles into
+// stage t % Stages of the slab stacks at base + qOffset and base + dOOffset, by tensor-map copies from thread 0 (a
+// ragged sequence's last block by cp.async from every loader instead, so that the rows past the sequence are zeros,
+// not the next sequence's), and the block's row statistics by cp.async, one value a loader a pass. A stage's full
+// barrier expects the loaders' cp.async arrivals and one arrival of thread 0 (with the tensor copies' bytes); a
+// stage is reused once every consumer thread has arrived on its empty barrier.
 template <typename Element, int D, int DV, int BlockM, int Stages, bool Deterministic, int Threads = 128>
 __device__ __forceinline__ void produceQuerySteps(const Sm90KernelParams &kp, const backward::WorkItem &w,
                                                   const backward::SequenceExtent &e, const StepOrder &order,
