@@ -149,11 +149,20 @@ __device__ __forceinline__ void storeRelease(int32_t *address, int32_t value) {
   asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(address), "r"(value) : "memory");
 }
 
+// The counter of (sequence, query head, query block) in the workspace's turn region.
+__device__ __forceinline__ int32_t *dqTurnCounter(const BackwardParams &p, int32_t batch, int32_t head,
+                                                  int32_t mBlock) {
+  return p.dqTurn + (int64_t(batch) * p.heads + head) * p.queryBlocks + mBlock;
+}
+
+// One thread: spins until the counter names keyBlock.
+__device__ __forceinline__ void spinUntilTurn(const int32_t *turn, int32_t keyBlock) {
+  while (loadAcquire(turn) != keyBlock) __nanosleep(64);
+}
+
 // Whole CTA: returns once every earlier key block has added into this query block.
 __device__ __forceinline__ void waitForTurn(const int32_t *turn, int32_t keyBlock, bool firstAdder) {
-  if (!firstAdder && threadIdx.x == 0) {
-    while (loadAcquire(turn) != keyBlock) __nanosleep(64);
-  }
+  if (!firstAdder && threadIdx.x == 0) spinUntilTurn(turn, keyBlock);
   __syncthreads();
 }
 

@@ -192,7 +192,7 @@ struct Fp32Backward {
       }
       int32_t *turn = nullptr;
       if (p.deterministic) {
-        turn = p.dqTurn + (int64_t(w.batch) * p.heads + h) * p.queryBlocks + mBlock;
+        turn = dqTurnCounter(p, w.batch, h, mBlock);
         waitForTurn(turn, w.keyBlock, mBlock > predecessorLast);
       }
       if (m0 + qRow < seq.seqQ) {

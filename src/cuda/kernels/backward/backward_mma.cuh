@@ -649,7 +649,7 @@ struct MmaBackward {
 
         int32_t *turn = nullptr;
         if (p.deterministic) {
-          turn = p.dqTurn + (int64_t(w.batch) * p.heads + h) * p.queryBlocks + mBlock;
+          turn = dqTurnCounter(p, w.batch, h, mBlock);
           waitForTurn(turn, w.keyBlock, mBlock > predecessorLast);
         }
         float *dqRows = p.dqAccum + workspaceRow(p, w.batch, h, seq, m0) * p.dqPitch;

@@ -202,11 +202,9 @@ __device__ __forceinline__ void addDqInTurns(const BackwardParams &p, const back
   for (int32_t t = dqWarp; t < steps; t += kDqWarps) {
     const StepBlock sb = stepBlock<true>(order, t);
     const int32_t h = headBase + sb.head;
-    int32_t *const turn = p.dqTurn + (int64_t(w.batch) * p.heads + h) * p.queryBlocks + sb.mBlock;
+    int32_t *const turn = backward::dqTurnCounter(p, w.batch, h, sb.mBlock);
     prim::mbarrierWaitInline(staged, uint32_t(t / kDqWarps) & 1u);
-    if (lane == 0 && sb.mBlock <= order.predecessorLast) {
-      while (backward::loadAcquire(turn) != w.keyBlock) __nanosleep(64);
-    }
+    if (lane == 0 && sb.mBlock <= order.predecessorLast) backward::spinUntilTurn(turn, w.keyBlock);
     __syncwarp();
     if (lane < 8) {
       // The turn was taken by a generic-proxy acquire; the additions go through the async proxy.

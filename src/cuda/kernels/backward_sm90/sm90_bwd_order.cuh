@@ -123,15 +123,13 @@ struct DqTurns<true, Deferred, Unaligned> {
 
   __device__ __forceinline__ void peek(const backward::BackwardParams &p, int32_t batch, int32_t head, int32_t mBlock,
                                        int32_t keyBlock, const StepOrder &order) {
-    current = p.dqTurn + (int64_t(batch) * p.heads + head) * p.queryBlocks + mBlock;
+    current = backward::dqTurnCounter(p, batch, head, mBlock);
     first = mBlock > order.predecessorLast;
     seen = first || (threadIdx.x == 0 && backward::loadAcquire(current) == keyBlock);
   }
   __device__ __forceinline__ void acquire(int32_t keyBlock) {
     if (first) return;
-    if (threadIdx.x == 0 && !seen) {
-      while (backward::loadAcquire(current) != keyBlock) __nanosleep(64);
-    }
+    if (threadIdx.x == 0 && !seen) backward::spinUntilTurn(current, keyBlock);
     turnBarrier<Unaligned>();
   }
   __device__ __forceinline__ void release(int32_t keyBlock) {
