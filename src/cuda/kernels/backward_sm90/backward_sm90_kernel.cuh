@@ -104,7 +104,9 @@ struct SharedLayout {
   static constexpr uint32_t kFull = kRowDot + kStages * kBlockM * 4;  // kStages mbarriers
   static constexpr uint32_t kEmpty = kFull + kStages * 8;              // kStages mbarriers (producer form)
   static constexpr uint32_t kKeys = kEmpty + kStages * 8;              // K and V have landed (producer form)
-  static constexpr uint32_t kEnd = kKeys + 8;
+  static constexpr uint32_t kDqStaged = kKeys + 8;                     // the dQ warps' (deterministic producer form)
+  static constexpr uint32_t kDqFree = kDqStaged + kDqWarps * 8;
+  static constexpr uint32_t kEnd = kDqFree + kDqWarps * 8;
   static constexpr std::size_t kDynamicBytes = std::size_t(kEnd) + 1024;  // room to align the base
   static_assert(kDq % 256 == 0 && kFull % 8 == 0,
                 "the dQ staging stores need 256-byte aligned tiles (stageDqRows), mbarriers 8-byte alignment");
@@ -187,16 +189,28 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   const int32_t steps = blocksPerHead * p.headsPerKvHead;
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
   const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
-  DqTurns<Deterministic, true> turns;
+  // Deterministic producer form: two producer warps add dQ in turn (addDqInTurns) and the consumers only stage it, so
+  // the turn's wait, the reduce's completion and the hand-over leave the consumers' path (at 192 that took
+  // deterministic / unordered from 0.52-0.83 to 0.64-0.94); the other form orders the additions itself.
+  constexpr bool kDqWarp = Tma && Deterministic && !L::kDqTransposed;
+  constexpr bool kTurnsHere = Deterministic && !kDqWarp;
+  constexpr int kLoaders = kDqWarp ? kDqWarpLoaders : 128;
+  DqTurns<kTurnsHere, true> turns;
 
   const uint32_t full = base + L::kFull;  // stage s's mbarrier at full + 8 s
   const uint32_t empty = base + L::kEmpty;
   const uint32_t keysLanded = base + L::kKeys;
   if (thread == 0) {
-    // Producer form: the producer's 128 cp.async arrivals and its one expect_tx arrival; every consumer thread's.
+    // Producer form: the loaders' cp.async arrivals and thread 0's expect_tx arrival; every consumer thread's.
     for (int st = 0; st < L::kStages; ++st) {
-      prim::mbarrierInit(full + 8 * st, Tma ? 128 + 1 : L::kThreads);
+      prim::mbarrierInit(full + 8 * st, Tma ? kLoaders + 1 : L::kThreads);
       if constexpr (Tma) prim::mbarrierInit(empty + 8 * st, L::kThreads);
+    }
+    if constexpr (kDqWarp) {
+      for (int j = 0; j < kDqWarps; ++j) {
+        prim::mbarrierInit(base + L::kDqStaged + 8 * j, 8);  // lane 0 of each consumer warp
+        prim::mbarrierInit(base + L::kDqFree + 8 * j, 1);
+      }
     }
     if constexpr (Tma) {
       prim::mbarrierInit(keysLanded, L::kThreads);
@@ -210,10 +224,24 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   if constexpr (Tma) {
     if (group == 2) {
       prim::setMaxRegistersDecrease<producerRegisters(kBlockM)>();
-      produceQuerySteps<Element, D, D, kBlockM, L::kStages, Deterministic>(kp, w, e, order, headBase, steps, base,
-                                                                          L::kQ, L::kDO, L::kQBytes, L::kQBytes,
-                                                                          L::kLse, L::kRowDot, full, empty,
-                                                                          thread - 256);
+      const int pt = thread - 256;
+      if (pt < kLoaders) {
+        produceQuerySteps<Element, D, D, kBlockM, L::kStages, Deterministic, kLoaders>(
+            kp, w, e, order, headBase, steps, base, L::kQ, L::kDO, L::kQBytes, L::kQBytes, L::kLse, L::kRowDot, full,
+            empty, pt);
+      } else if constexpr (kDqWarp) {
+        // Lane l < 8 adds consumer warp l's staging tile: rows 16 (l % 4) of the block (d64: + 64 (l / 4)), panel
+        // l / 4 (d64: 0), as the consumers' unordered path does.
+        auto addTiles = [&](int lane, int32_t mBlock, int32_t h) {
+          const int owner = lane / 4;
+          const int32_t iFirst = mBlock * kBlockM + (D == 128 ? 0 : 64 * owner) + 16 * (lane % 4);
+          const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
+          addDqRows<1>(p, wsRow0, D == 128 ? owner : 0, base + L::kDq + uint32_t(lane) * L::kDqWarpBytes,
+                       sq - iFirst < 16 ? sq - iFirst : 16);
+        };
+        addDqInTurns<kDqWarps>(p, w, order, headBase, steps, base + L::kDqStaged, base + L::kDqFree, pt - kLoaders,
+                               addTiles);
+      }
       return;
     }
     prim::setMaxRegistersIncrease<consumerRegisters(kBlockM)>();
@@ -302,7 +330,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
                                           prim::wgmmaDescriptorAdvance(dOKDesc, bOffset), ks > 0 ? 1u : 0u);
     }
     prim::wgmmaCommitGroup();
-    completeDqAdditions<Deterministic>(lane);
+    completeDqAdditions<kTurnsHere>(lane);
     turns.flush(w.keyBlock);  // the previous step's hand-over, under this step's products
     if constexpr (kPipelined) {
       prim::wgmmaWaitGroup<1>();
@@ -549,6 +577,9 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       prim::fenceProxyAsyncShared();
       prim::namedBarrierSync(kDqStagedBarrier + group, 128);
       if (issuer) addDqRows<1>(p, wsRow0, group, tile, sq - m0 < kBlockM ? sq - m0 : kBlockM);
+    } else if constexpr (kDqWarp) {
+      const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, m0 + rowBase + 16 * warp);
+      stageDqForWarps<64, kDqWarps>(dqStage, dq, wsRow0, lane, quad, base + L::kDqStaged, base + L::kDqFree, t);
     } else {
       // The warp's tile goes through its staging tile.
       const int32_t iFirst = m0 + rowBase + 16 * warp;
@@ -574,7 +605,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     }
   }
   if (lane == 0) prim::bulkWait<0>();  // the staging tile must outlive the reads
-  completeDqAdditions<Deterministic>(lane);
+  completeDqAdditions<kTurnsHere>(lane);
   turns.flush(w.keyBlock);
 
   // dK, dV rows this CTA owns (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).

@@ -70,10 +70,6 @@ using backward::BackwardParams;
 
 namespace split {
 
-// Deterministic mode's dQ warps in the producer form (dqWarpForm): warp j takes the steps t = j mod kDqWarps, so the
-// reduce completion and hand-over of one step overlap those of the next.
-constexpr int kDqWarps = 2;
-
 // Byte offsets from a 1024-aligned base. 16-bit tiles are stacks of 128-byte-swizzled slabs [width / 64][rows][64].
 template <int D, int DV, bool Producer = false>
 struct Layout {
@@ -118,21 +114,20 @@ struct Layout {
 static_assert(Layout<192, 192, true>::kBulkDq && Layout<192, 128, true>::kBulkDq, "the producer form's staging fits");
 static_assert(!Layout<256, 256>::kBulkDq && !Layout<256, 256, true>::kBulkDq, "both forms at 256 add dQ by red.global");
 
-// Whether deterministic mode's ordered dQ additions go to warps of the producer warpgroup (addDqInTurns) instead of
-// the consumers: the producer form where dQ is staged in shared memory (192). The consumers then only stage a step's dQ
-// and go on; the wait for the predecessor key block's turn, the bulk reduce's round trip and the hand-over run beside
-// their next steps instead of on their path. One warp doing that for every step was itself the limit (H200, D192:
-// 1.02-1.12x the consumers' additions, two warps 1.08-1.34x over one). The loads then come from the producer's other
-// two warps (kLoaderThreads; ptxas: at 192/128 their 40 registers spill 48 bytes, loaded a few times a step, as d256's
-// producer does).
+// Whether deterministic mode's ordered dQ additions go to warps of the producer warpgroup (sm90_bwd_tiles.cuh's
+// addDqInTurns) instead of the consumers: the producer form where dQ is staged in shared memory (192). The consumers
+// then only stage a step's dQ and go on; the wait for the predecessor key block's turn, the bulk reduce's round trip
+// and the hand-over run beside their next steps instead of on their path. One warp doing that for every step was
+// itself the limit (H200, D192: 1.02-1.12x the consumers' additions, two warps 1.08-1.34x over one). The loads then
+// come from the producer's other two warps (kLoaderThreads; ptxas: at 192/128 their 40 registers spill 48 bytes,
+// loaded a few times a step, as d256's producer does).
 template <int D, int DV, bool Producer, bool Deterministic>
 constexpr bool dqWarpForm() {
   return Producer && Deterministic && Layout<D, DV, true>::kBulkDq;
 }
 template <int D, int DV, bool Producer, bool Deterministic>
-constexpr int kLoaderThreads = dqWarpForm<D, DV, Producer, Deterministic>() ? 64 : 128;
+constexpr int kLoaderThreads = dqWarpForm<D, DV, Producer, Deterministic>() ? kDqWarpLoaders : 128;
 constexpr uint32_t kDqStagingWarps = 8;  // the consumer warps whose lane 0 arrives on the staged barrier
-static_assert(kLoaderThreads<192, 192, true, true> + 32 * kDqWarps <= 128, "loaders and dQ warps: one warpgroup");
 
 // Whether both warpgroups take equal shares of every product (then they run one body).
 constexpr bool evenSplit(int d, int dv) { return d % 128 == 0 && dv % 128 == 0; }
@@ -177,61 +172,6 @@ __device__ __forceinline__ int32_t stepsOf(const BackwardParams &p, const BlockR
 // The CTA barrier of each step. A named one: at 192 the two warpgroups reach it from their own bodies, where
 // __syncthreads (which wants every thread at the same call) would be divergent.
 constexpr uint32_t kCtaBarrier = 1;
-
-// Deterministic mode's dQ warps (dqWarpForm; `lane` 0 .. 32 kDqWarps - 1: warp j = lane / 32 takes the steps
-// t = j mod kDqWarps, with staged and free barriers of its own; its lane l < 8 adds the staging tiles of consumer
-// warp l % 4 of warpgroup l / 4): for each of its steps, once every consumer warp has staged its dQ rows (the staged
-// barrier), lane 0 waits for the query block's turn (backward_common.cuh's counters, as DqTurns does), the eight
-// lanes add their tiles by bulk reduce and free the staging once it is read (the free barrier, which the consumers
-// wait on one step later, before staging again), then the additions are completed and fenced and lane 0 hands the
-// block on. The __syncwarp before lane 0's gpu-scope fence orders the other lanes' completed additions before it, as
-// the turn barrier does for passTurnNamed.
-template <int D, int DV>
-__device__ __forceinline__ void addDqInTurns(const BackwardParams &p, const backward::WorkItem &w,
-                                             const backward::SequenceExtent &e, const StepOrder &order,
-                                             int32_t headBase, int32_t steps, uint32_t base, int lane) {
-  using L = Layout<D, DV, true>;
-  constexpr int kDq0 = shareColumns(D, 0, kDqLowerMore);
-  constexpr int kDq1 = shareColumns(D, 1, kDqLowerMore);
-  const int dqWarp = lane >> 5;
-  lane &= 31;
-  const int group = lane / 4, warp = lane % 4;
-  const uint32_t tile = base + L::kDqStage + uint32_t(group == 0 ? 0 : 4 * 16 * 4 * kDq0) +
-                        uint32_t(warp) * uint32_t(16 * 4 * (group == 0 ? kDq0 : kDq1));
-  const uint32_t staged = base + L::kDqStaged + 8 * dqWarp, freed = base + L::kDqFree + 8 * dqWarp;
-  for (int32_t t = dqWarp; t < steps; t += kDqWarps) {
-    const StepBlock sb = stepBlock<true>(order, t);
-    const int32_t h = headBase + sb.head;
-    int32_t *const turn = backward::dqTurnCounter(p, w.batch, h, sb.mBlock);
-    prim::mbarrierWaitInline(staged, uint32_t(t / kDqWarps) & 1u);
-    if (lane == 0 && sb.mBlock <= order.predecessorLast) backward::spinUntilTurn(turn, w.keyBlock);
-    __syncwarp();
-    if (lane < 8) {
-      // The turn was taken by a generic-proxy acquire; the additions go through the async proxy.
-      prim::fenceProxyAsyncGlobal();
-      const int32_t iFirst = sb.mBlock * L::kBlockM + 16 * warp;
-      const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
-      const int32_t rows = e.seqQ - iFirst < 16 ? e.seqQ - iFirst : 16;
-      if (group == 0)
-        addDqRows<kDq0 / 64>(p, wsRow0, 0, tile, rows);
-      else
-        addDqRows<kDq1 / 64>(p, wsRow0, shareFirst(D, 1, kDqLowerMore) / 64, tile, rows);
-      prim::bulkWaitRead<0>();
-    }
-    __syncwarp();
-    if (lane == 0) prim::mbarrierArrive(freed);
-    if (lane < 8) {
-      // Handed on only once the additions are performed, not just issued.
-      prim::bulkWait<0>();
-      prim::fenceProxyAsyncGlobal();
-    }
-    __syncwarp();
-    if (lane == 0) {
-      __threadfence();
-      backward::storeRelease(turn, w.keyBlock + 1);
-    }
-  }
-}
 
 }  // namespace split
 
@@ -519,11 +459,8 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     if constexpr (kDqWarp) {
       // Once step t - 1's dQ warp has read the tiles; this step's adds them in the query block's turn.
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, m0 + 16 * warp);
-      if (t > 0)
-        prim::mbarrierWaitInline(base + L::kDqFree + 8 * uint32_t((t - 1) % split::kDqWarps),
-                                 uint32_t((t - 1) / split::kDqWarps) & 1u);
-      stageDqRows<kDq, false>(base + dqStageOffset, dq, wsRow0, lane, quad);
-      if (lane == 0) prim::mbarrierArrive(base + L::kDqStaged + 8 * uint32_t(t % split::kDqWarps));
+      stageDqForWarps<kDq, kDqWarps>(base + dqStageOffset, dq, wsRow0, lane, quad, base + L::kDqStaged,
+                                             base + L::kDqFree, t);
     } else if constexpr (L::kBulkDq) {
       // Through the warp's staging tiles.
       const int32_t iFirst = m0 + 16 * warp;
@@ -602,7 +539,7 @@ __global__ void __launch_bounds__(Producer ? 384 : 256, 1)
         prim::mbarrierInit(base + L::kFull + 8 * st, kLoaders + 1);  // the loaders' cp.async arrivals and thread 0's
         prim::mbarrierInit(base + L::kEmpty + 8 * st, 256);          // every consumer thread's
       }
-      for (int j = 0; j < split::kDqWarps; ++j) {
+      for (int j = 0; j < kDqWarps; ++j) {
         prim::mbarrierInit(base + L::kDqStaged + 8 * j, split::kDqStagingWarps);
         prim::mbarrierInit(base + L::kDqFree + 8 * j, 1);
       }
@@ -623,9 +560,24 @@ __global__ void __launch_bounds__(Producer ? 384 : 256, 1)
             kp, w, e, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb), base, L::kQ, L::kDO, L::kTileBytes,
             L::kTileBytesV, L::kLse, L::kRowDot, base + L::kFull, base + L::kEmpty, pt);
       } else if constexpr (split::dqWarpForm<D, DV, Producer, Deterministic>()) {
-        if (pt < kLoaders + 32 * split::kDqWarps)
-          split::addDqInTurns<D, DV>(p, w, e, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb), base,
-                                     pt - kLoaders);
+        // Lane l < 8 adds the staging tiles of consumer warp l % 4 of warpgroup l / 4.
+        constexpr int kDq0 = split::shareColumns(D, 0, split::kDqLowerMore);
+        constexpr int kDq1 = split::shareColumns(D, 1, split::kDqLowerMore);
+        auto addTiles = [&](int lane, int32_t mBlock, int32_t h) {
+          const int owner = lane / 4, warp = lane % 4;
+          const uint32_t tile = base + L::kDqStage + uint32_t(owner == 0 ? 0 : 4 * 16 * 4 * kDq0) +
+                                uint32_t(warp) * uint32_t(16 * 4 * (owner == 0 ? kDq0 : kDq1));
+          const int32_t iFirst = mBlock * L::kBlockM + 16 * warp;
+          const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
+          const int32_t rows = e.seqQ - iFirst < 16 ? e.seqQ - iFirst : 16;
+          if (owner == 0)
+            addDqRows<kDq0 / 64>(p, wsRow0, 0, tile, rows);
+          else
+            addDqRows<kDq1 / 64>(p, wsRow0, split::shareFirst(D, 1, split::kDqLowerMore) / 64, tile, rows);
+        };
+        if (pt < kLoaders + 32 * kDqWarps)
+          addDqInTurns<kDqWarps>(p, w, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb),
+                                        base + L::kDqStaged, base + L::kDqFree, pt - kLoaders, addTiles);
       }
       return;
     }

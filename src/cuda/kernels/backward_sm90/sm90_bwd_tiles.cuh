@@ -197,6 +197,66 @@ __device__ __forceinline__ void stageDqRows(uint32_t tile, const float (&dq)[Cou
   __syncwarp();
 }
 
+// How many warps of the producer warpgroup take deterministic mode's ordered dQ additions (addDqInTurns) where a
+// kernel's producer form hands them over; the other two load.
+constexpr int kDqWarps = 2;
+constexpr int kDqWarpLoaders = 128 - 32 * kDqWarps;
+
+// Deterministic mode's dQ warps (a producer form whose consumers stage dQ per warp and leave the ordered additions
+// to DqWarps warps of the producer warpgroup; `lane` 0 .. 32 DqWarps - 1). Warp j = lane / 32 takes the steps
+// t = j mod DqWarps of the consumers' walk, with a staged and a free mbarrier of its own (staged + 8 j, free + 8 j):
+// once every consumer warp has staged its rows for step t, lane 0 waits for the query block's turn (backward_common's
+// counters, as DqTurns does), lanes 0..7 issue addTiles(lane, mBlock, head) (their bulk reduce-adds, one bulk group
+// each) and free the staging once it is read, then the additions are completed and fenced and lane 0 hands the block
+// on. The __syncwarp before lane 0's gpu-scope fence orders the other lanes' completed additions before it, as the
+// turn barrier does for passTurnNamed. With the work spread over the warps, one step's round trip (turn, reduce,
+// completion, release) overlaps the next step's.
+template <int DqWarps, typename AddTiles>
+__device__ __forceinline__ void addDqInTurns(const backward::BackwardParams &p, const backward::WorkItem &w,
+                                             const StepOrder &order, int32_t headBase, int32_t steps,
+                                             uint32_t staged, uint32_t freed, int lane, AddTiles &&addTiles) {
+  const int dqWarp = lane >> 5;
+  lane &= 31;
+  staged += 8u * uint32_t(dqWarp);
+  freed += 8u * uint32_t(dqWarp);
+  for (int32_t t = dqWarp; t < steps; t += DqWarps) {
+    const StepBlock sb = stepBlock<true>(order, t);
+    const int32_t h = headBase + sb.head;
+    int32_t *const turn = backward::dqTurnCounter(p, w.batch, h, sb.mBlock);
+    prim::mbarrierWaitInline(staged, uint32_t(t / DqWarps) & 1u);
+    if (lane == 0 && sb.mBlock <= order.predecessorLast) backward::spinUntilTurn(turn, w.keyBlock);
+    __syncwarp();
+    if (lane < 8) {
+      // The turn was taken by a generic-proxy acquire; the additions go through the async proxy.
+      prim::fenceProxyAsyncGlobal();
+      addTiles(lane, sb.mBlock, h);
+      prim::bulkWaitRead<0>();
+    }
+    __syncwarp();
+    if (lane == 0) prim::mbarrierArrive(freed);
+    if (lane < 8) {
+      // Handed on only once the additions are performed, not just issued.
+      prim::bulkWait<0>();
+      prim::fenceProxyAsyncGlobal();
+    }
+    __syncwarp();
+    if (lane == 0) {
+      __threadfence();
+      backward::storeRelease(turn, w.keyBlock + 1);
+    }
+  }
+}
+
+// The consumer warp's side of the dQ warps at step t: waits until step t - 1's dQ warp has read the staging, stages
+// its rows (stageDqRows) and arrives on step t's staged barrier.
+template <int Columns, int DqWarps, int Count>
+__device__ __forceinline__ void stageDqForWarps(uint32_t tile, const float (&dq)[Count], int64_t wsRow0, int lane,
+                                                int quad, uint32_t staged, uint32_t freed, int32_t t) {
+  if (t > 0) prim::mbarrierWaitInline(freed + 8u * uint32_t((t - 1) % DqWarps), uint32_t((t - 1) / DqWarps) & 1u);
+  stageDqRows<Columns, false>(tile, dq, wsRow0, lane, quad);
+  if (lane == 0) prim::mbarrierArrive(staged + 8u * uint32_t(t % DqWarps));
+}
+
 // A warpgroup's transposed dQ (dQ^T accumulator: rows 16 * warp + lane / 4 + 8h are its 64 head-dim columns of one
 // panel, columns 8j + 2 * quad + e the block's BlockM query rows) into its staging tile at `tile`, [BlockM][64] floats
 // with each query row's columns XOR-swizzled as workspace row wsRow0 + row has them, so that one bulk reduce-add
