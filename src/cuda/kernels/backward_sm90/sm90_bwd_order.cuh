@@ -75,17 +75,15 @@ __device__ __forceinline__ void turnBarrier() {
     prim::namedBarrierSync(kTurnBarrier, kTurnThreads);
 }
 
-// backward::passTurn with that barrier and one fence: every thread's additions are issued (the bulk ones completed
-// and fenced into the generic proxy by their issuing lanes), the barrier orders them before thread 0's, and thread
-// 0's gpu-scope fence, cumulative over what the barrier ordered before it, and release store hand the block on: the
-// pattern of CUTLASS's split-K semaphore, instead of a fence in each of the 256 threads.
+// backward::passTurn with that barrier and no separate fence: every thread's additions are issued (the bulk ones
+// completed and fenced into the generic proxy by their issuing lanes), the barrier orders them before thread 0's, and
+// thread 0's release store, cumulative over what the barrier ordered before it, hands the block on: the pattern of
+// CUTLASS's generic barrier (a CTA barrier, then one release operation), instead of a fence in each of the 256
+// threads or a gpu-scope fence before the release (which a release store already is).
 template <bool Unaligned>
 __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
   turnBarrier<Unaligned>();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    backward::storeRelease(turn, keyBlock + 1);
-  }
+  if (threadIdx.x == 0) backward::storeRelease(turn, keyBlock + 1);
 }
 
 // Deterministic mode's ordered dQ additions for one CTA (Enabled = false: nothing, and no registers). The turn
@@ -95,14 +93,14 @@ __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
 //   acquire  the whole CTA, before its additions (d64/d128 and the split kernel at 192: bulk reduce-adds; at 256:
 //            red.global): spins only if the peek was early, then a CTA barrier (skipped where this key block is the
 //            query block's first adder);
-//   release  a CTA barrier behind every thread's additions, then thread 0's fence and the counter's release store
-//            (passTurnNamed). The fence does not wait for bulk copies: the d64/d128 kernel completes its bulk groups
+//   release  a CTA barrier behind every thread's additions, then thread 0's release store of the counter
+//            (passTurnNamed). The release does not wait for bulk copies: the d64/d128 kernel completes its bulk groups
 //            and fences the async proxy before every flush (backward_sm90_kernel.cuh's completeDqAdditions), the
 //            split kernel right after issuing them.
 // Deferred = true (d64/d128, whose reductions go out after every product of the step has landed): the release waits
-// for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the fence runs under
+// for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the release runs under
 // them; it delays the next key block by the time to queue those products. Deferred = false (the split kernel, whose
-// reductions go out while dV and dK still run): released at once, the fence already runs under dV and dK; deferring
+// reductions go out while dV and dK still run): released at once, the release already runs under dV and dK; deferring
 // it would hold the next key block back by dV and dK as well (measured at d256: -16% at S8k causal, where every link
 // of the key-block chain adds its delay; +6% without the causal mask).
 template <bool Enabled, bool Deferred, bool Unaligned = false>

@@ -208,7 +208,7 @@ constexpr int kDqWarpLoaders = 128 - 32 * kDqWarps;
 // once every consumer warp has staged its rows for step t, lane 0 waits for the query block's turn (backward_common's
 // counters, as DqTurns does), lanes 0..7 issue addTiles(lane, mBlock, head) (their bulk reduce-adds, one bulk group
 // each) and free the staging once it is read, then the additions are completed and fenced and lane 0 hands the block
-// on. The __syncwarp before lane 0's gpu-scope fence orders the other lanes' completed additions before it, as the
+// on. The __syncwarp before lane 0's release store orders the other lanes' completed additions before it, as the
 // turn barrier does for passTurnNamed. With the work spread over the warps, one step's round trip (turn, reduce,
 // completion, release) overlaps the next step's.
 template <int DqWarps, typename AddTiles>
@@ -240,10 +240,7 @@ __device__ __forceinline__ void addDqInTurns(const backward::BackwardParams &p, 
       prim::fenceProxyAsyncGlobal();
     }
     __syncwarp();
-    if (lane == 0) {
-      __threadfence();
-      backward::storeRelease(turn, w.keyBlock + 1);
-    }
+    if (lane == 0) backward::storeRelease(turn, w.keyBlock + 1);
   }
 }
 
