@@ -434,7 +434,8 @@ TEST(Choosers, BackwardPicks) {
 }
 
 // The wgmma backward's CTA order under a mask: sections of (sequence, KV head) groups, a power of two of them within
-// 40 MB of Q, dO and FP32 dQ accumulator (backward_sm90.cu groupsPerSectionFor); without a mask one group at a time.
+// 40 MB of Q, dO and FP32 dQ accumulator (backward_sm90.cu groupsPerSectionFor); without a mask one group at a time,
+// but in deterministic mode, where sections shorten the chains of turns a wave starts behind.
 TEST(Choosers, BackwardSectionsUnderMasks) {
   const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
   AttnProblem p = dense(Op::Backward, DType::BF16, 16, 16, 8192, 8192, 128);  // batch 2: 32 groups of 8 MB
@@ -444,6 +445,9 @@ TEST(Choosers, BackwardSectionsUnderMasks) {
   ASSERT_TRUE(plain.served) << plain.why;
   ASSERT_EQ(plain.plan.kernel, KernelId::BackwardWgmma) << plain.plan.description;
   EXPECT_EQ(plain.plan.as<flashattn::BackwardConfig>().groupsPerSection, 1);
+  p.deterministic = true;
+  EXPECT_EQ(pick(kH100, p).plan.as<flashattn::BackwardConfig>().groupsPerSection, 4);
+  p.deterministic = false;
   p.mask = flashattn::Mask::CausalBottomRight;
   EXPECT_EQ(pick(kH100, p).plan.as<flashattn::BackwardConfig>().groupsPerSection, 4);  // 4 x 8.4 MB
   p.seqQ = p.seqK = 2048;

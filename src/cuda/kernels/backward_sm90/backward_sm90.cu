@@ -95,9 +95,11 @@ bool wideRowsPay(int64_t seqQ, int narrowBlockM) {
 // walking one (sequence, KV head) group's key blocks after another starts the last groups' long CTAs late (a
 // simulation of the CTA scheduler: 6-15% over the ideal at S 2k-8k); key-block-major order starts every long CTA
 // first. Sections of groups keep what their CTAs read in the L2: as FlashAttention-3's backward LPT scheduler, at most
-// 40 MB of Q, dO and FP32 dQ accumulator per section, a power of two of groups.
+// 40 MB of Q, dO and FP32 dQ accumulator per section, a power of two of groups. Deterministic mode takes sections
+// without a mask too: a wave then holds shorter runs of one group's key blocks, so fewer CTAs start behind the same
+// chain of turns.
 int32_t groupsPerSectionFor(const AttnProblem &p) {
-  if (p.mask == Mask::None) return 1;
+  if (p.mask == Mask::None && !p.deterministic) return 1;
   const int64_t groups = p.batch * p.kvHeads;
   const int64_t bytesPerGroup =
       (p.heads / p.kvHeads) * p.seqQ * ((p.headDim + p.headDimV) * int64_t(dtypeSize(p.dtype)) + p.headDim * 4);
