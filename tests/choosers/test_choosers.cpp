@@ -435,7 +435,7 @@ TEST(Choosers, BackwardPicks) {
 
 // The wgmma backward's CTA order under a mask: sections of (sequence, KV head) groups, a power of two of them within
 // 40 MB of Q, dO and FP32 dQ accumulator (backward_sm90.cu groupsPerSectionFor); without a mask one group at a time,
-// but in deterministic mode, where sections shorten the chains of turns a wave starts behind.
+// except in deterministic mode, where sections shorten the chains of turns a wave starts behind.
 TEST(Choosers, BackwardSectionsUnderMasks) {
   const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
   AttnProblem p = dense(Op::Backward, DType::BF16, 16, 16, 8192, 8192, 128);  // batch 2: 32 groups of 8 MB

@@ -460,7 +460,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
       // Once step t - 1's dQ warp has read the tiles; this step's adds them in the query block's turn.
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, m0 + 16 * warp);
       stageDqForWarps<kDq, kDqWarps>(base + dqStageOffset, dq, wsRow0, lane, quad, base + L::kDqStaged,
-                                             base + L::kDqFree, t);
+                                     base + L::kDqFree, t);
     } else if constexpr (L::kBulkDq) {
       // Through the warp's staging tiles.
       const int32_t iFirst = m0 + 16 * warp;
@@ -577,7 +577,7 @@ __global__ void __launch_bounds__(Producer ? 384 : 256, 1)
         };
         if (pt < kLoaders + 32 * kDqWarps)
           addDqInTurns<kDqWarps>(p, w, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb),
-                                        base + L::kDqStaged, base + L::kDqFree, pt - kLoaders, addTiles);
+                                 base + L::kDqStaged, base + L::kDqFree, pt - kLoaders, addTiles);
       }
       return;
     }

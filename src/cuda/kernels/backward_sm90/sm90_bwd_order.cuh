@@ -98,8 +98,8 @@ __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
 //            and fences the async proxy before every flush (backward_sm90_kernel.cuh's completeDqAdditions), the
 //            split kernel right after issuing them.
 // Deferred = true (d64/d128, whose reductions go out after every product of the step has landed): the release waits
-// for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the release runs under
-// them; it delays the next key block by the time to queue those products. Deferred = false (the split kernel, whose
+// for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the release runs
+// under them; it delays the next key block by the time to queue those products. Deferred = false (the split kernel, whose
 // reductions go out while dV and dK still run): released at once, the release already runs under dV and dK; deferring
 // it would hold the next key block back by dV and dK as well (measured at d256: -16% at S8k causal, where every link
 // of the key-block chain adds its delay; +6% without the causal mask).
