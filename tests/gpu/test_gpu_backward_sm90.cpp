@@ -451,8 +451,9 @@ TEST_P(BackwardSm90Grid, WgmmaServesAndMatchesFloat64Oracle) {
   EXPECT_EQ(described.find("S^T and dP^T over 96 columns") != std::string::npos, served && d == 96 && !transform)
       << c.name << ": " << described;
   // The producer-warpgroup form (hasTmaForm: the d128 instance and 96-120 on it; the 192 one, 144-184 on it and
-  // 192/128, and the 256 one, unordered) serves dense and ragged layouts (every served case's strides encode), unless
-  // FLASHATTN_BACKWARD_LOADER pins the cp.async form (this suite runs under both: tests/gpu/CMakeLists.txt).
+  // 192/128, and the 256 one; deterministic or not) serves dense and ragged layouts (every served case's strides
+  // encode), unless FLASHATTN_BACKWARD_LOADER pins the cp.async form (this suite runs under both:
+  // tests/gpu/CMakeLists.txt).
   const bool on128 = c.headDimV == 0 && d > 64 && d <= 128;
   const bool on192 = (c.headDimV == 0 && d >= 144 && d <= 192) || (d == 192 && c.headDimV == 128);
   const bool on256 = c.headDimV == 0 && d == 256;
