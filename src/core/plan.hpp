@@ -64,6 +64,10 @@ struct BackwardConfig {
   // The main kernel's CTA order: sections of this many (sequence, KV head) groups, key-block-major inside
   // (BackwardParams::groupsPerSection)
   int32_t groupsPerSection = 1;
+  // Deterministic mode: dQ additions into a query block ordered by descending key block, the grid launching key
+  // blocks in descending order (BackwardParams::descendingTurns), where the mask has no left window and bounds the
+  // query rows from below
+  bool descendingTurns = false;
 };
 
 struct DecodeConfig {

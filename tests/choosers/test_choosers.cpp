@@ -461,6 +461,61 @@ TEST(Choosers, BackwardSectionsUnderMasks) {
   EXPECT_EQ(pick(kH100, p).plan.as<flashattn::BackwardConfig>().groupsPerSection, 2);
 }
 
+// Deterministic mode's turn order on the wgmma backward: descending under a mask bounding the query rows from below
+// without a left window, at head dims above 128 without GQA (backward.cu descendingTurnsPay), ascending otherwise;
+// the description says which.
+TEST(Choosers, BackwardDescendingTurns) {
+  const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
+  AttnProblem p = dense(Op::Backward, DType::BF16, 16, 16, 2048, 2048, 192);
+  if (!wgmma) GTEST_SKIP() << "no wgmma backward family in this build (or FLASHATTN_KERNEL_FAMILIES=portable)";
+  SKIP_UNLESS_BUILT(Family::BackwardSm90, FLASHATTN_DATA_BF16, 192);
+  SKIP_UNLESS_BUILT(Family::BackwardSm90, FLASHATTN_DATA_BF16, 128);
+  p.deterministic = true;
+  auto descending = [&] {
+    const Pick got = pick(kH100, p);
+    if (!got.served) {
+      ADD_FAILURE() << got.why;
+      return false;
+    }
+    EXPECT_EQ(got.plan.kernel, KernelId::BackwardWgmma) << got.plan.description;
+    const bool said = got.plan.description.find("ordered by descending key block") != std::string::npos;
+    EXPECT_EQ(said, got.plan.as<flashattn::BackwardConfig>().descendingTurns) << got.plan.description;
+    return got.plan.as<flashattn::BackwardConfig>().descendingTurns;
+  };
+  EXPECT_FALSE(descending());
+  p.mask = flashattn::Mask::CausalTopLeft;
+  EXPECT_TRUE(descending());
+  p.mask = flashattn::Mask::CausalBottomRight;
+  EXPECT_TRUE(descending());
+  p.windowLeft = 256;  // a left window: the descending walk already finds its predecessor a step ahead
+  EXPECT_FALSE(descending());
+  p.mask = flashattn::Mask::None;
+  p.windowLeft = -1;
+  p.windowRight = 64;
+  EXPECT_TRUE(descending());
+  p.windowRight = 1 << 20;  // wider than both sequences: no window, as the kernels see it
+  EXPECT_FALSE(descending());
+  auto causalDeterministic = [](int64_t kvHeads, int64_t headDim) {
+    AttnProblem q = dense(Op::Backward, DType::BF16, 16, kvHeads, 2048, 2048, headDim);
+    q.mask = flashattn::Mask::CausalTopLeft;
+    q.deterministic = true;
+    return q;
+  };
+  p = causalDeterministic(4, 192);  // GQA: the long CTAs launched last walk four query heads each
+  EXPECT_FALSE(descending());
+  p = causalDeterministic(16, 128);  // the d128 form's dQ warps already hide the chain
+  EXPECT_FALSE(descending());
+  p = causalDeterministic(16, 192);
+  p.deterministic = false;
+  EXPECT_FALSE(descending());
+  // The portable family takes the same order.
+  p.deterministic = true;
+  const Pick portable = pick(kA100, p);
+  ASSERT_TRUE(portable.served) << portable.why;
+  EXPECT_EQ(portable.plan.kernel, KernelId::BackwardMma) << portable.plan.description;
+  EXPECT_TRUE(portable.plan.as<flashattn::BackwardConfig>().descendingTurns) << portable.plan.description;
+}
+
 // d128 in the producer-warpgroup form takes 80-row query blocks where nothing is masked and the additions are
 // unordered; a causal mask or deterministic mode keeps 64 rows; a zero-padded D96 its trimmed 64-row kernel.
 TEST(Choosers, BackwardWideBlocks) {

@@ -465,6 +465,22 @@ std::vector<BwdCase> determinismCases() {
   r192.name = "fp16_d192_ragged";
   r192.dtype = FLASHATTN_DATA_FP16;
   r192.headDim = 192;
+  // Descending turns (causal or a right window, no left window, d192 without GQA): ragged causal lengths,
+  // per-sequence KV lengths, a right window alone, where the key blocks that see a query block end at different
+  // places.
+  BwdCase rc = r192;
+  rc.name = "bf16_d192_ragged_causalBR";
+  rc.dtype = FLASHATTN_DATA_BF16;
+  rc.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT;
+  rc.kvHeads = rc.heads;
+  BwdCase rw = a;
+  rw.name = "bf16_d192_b2_h4_500x700_right_window_seqlensK";
+  rw.headDim = 192;
+  rw.kvHeads = 4;
+  rw.sq = 500;
+  rw.sk = 700;
+  rw.windowRight = 150;
+  rw.usedK = {700, 333};
   BwdCase g = e;  // the split kernel's uneven shares (Q/K 192: 128 + 64 columns; V/O 128: halves)
   g.name = "bf16_d192v128_gqa4_2_b2_400x450_causalTL";
   g.dtype = FLASHATTN_DATA_BF16;
@@ -486,9 +502,9 @@ std::vector<BwdCase> determinismCases() {
     g.sq = 70;
     g.sk = 130;
     g.name = "bf16_d192v128_gqa4_2_70x130_causalTL_edge";
-    return {a, d, e, g, r192};
+    return {a, d, e, g, r192, rc};
   }
-  return {a, b, c, d, e, f, g, r, r192};
+  return {a, b, c, d, e, f, g, r, r192, rc, rw};
 }
 
 class BackwardDeterminism : public ::testing::TestWithParam<BwdCase> {};
@@ -506,6 +522,14 @@ TEST_P(BackwardDeterminism, TwentyRunsBitwiseEqualAndGraphReplayEqualsEager) {
     const std::string described = describeBackward(h, *s);
     EXPECT_NE(described.find("cuda.bwd.wgmma"), std::string::npos) << c.name << ": " << described;
     EXPECT_NE(described.find("; deterministic"), std::string::npos) << c.name << ": " << described;
+  }
+  {
+    // Every family: descending turns under a mask bounding the rows from below without a left window, at head dims
+    // above 128 without GQA (backward.cu descendingTurnsPay).
+    const std::string described = describeBackward(h, *s);
+    const bool descending = c.headDim > 128 && c.heads == c.kvHeads && c.windowLeft < 0 &&
+                            (c.mask != FLASHATTN_MASK_NONE || c.windowRight >= 0);
+    EXPECT_EQ(described.find("descending key block") != std::string::npos, descending) << c.name << ": " << described;
   }
   runAndCheckAgainstOracle(h, c, *s);
   if (::testing::Test::HasFatalFailure()) return;

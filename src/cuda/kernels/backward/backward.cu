@@ -240,12 +240,6 @@ cudaError_t launchSmall(DType t, const BackwardParams &params, int32_t rowBlocks
   return cudaErrorInvalidValue;
 }
 
-// A window wider than both sequences is no window; dropping it keeps the kernels' 64-bit window arithmetic far from
-// overflow for huge values.
-int64_t effectiveWindow(int64_t window, const AttnProblem &p) {
-  return window >= p.seqQ + p.seqK ? -1 : window;
-}
-
 // Query rows of the workspace (workspaceRow's range): dense [batch][heads][seqQ], ragged [heads][totalQ].
 int64_t workspaceRows(const AttnProblem &p) {
   return p.ragged ? int64_t(p.heads) * p.totalQ : p.batch * p.heads * p.seqQ;
@@ -255,6 +249,26 @@ int64_t workspaceRows(const AttnProblem &p) {
 }  // namespace backward
 
 namespace backward {
+
+// Deterministic mode's turn order (backward_common.cuh turnOrderOf), for every family. Under a mask that bounds the
+// query rows from below (causal, a right window) and not from above (no left window), every key block sees the query
+// blocks up to the last one, and key block n + 1's range starts at or after key block n's, a block higher wherever
+// the mask rather than the sequence's first row bounds it. Walking ascending from that start, key block n + 1 then
+// reaches each block a step before key block n, so with the additions ordered by descending key block a CTA finds its
+// turn already passed instead of trailing its predecessor by one hand-over per link of the chain. The price: the grid
+// launches the short (high) key blocks first, so the last CTAs of the grid are the long ones. Measured on the wgmma
+// family (H200, causal, bf16): D192, D256 and MLA's 192/128 gain 4-27%; D128 and D64, whose kernels already hide the
+// chain (the d128 form's dQ warps), gain nothing and lose 1-2%; GQA 32/8 at D128 loses 16-22%, as each CTA walks
+// every query head of its group and the long CTAs launched last are four times longer. So the descending order
+// takes head dims above 128 with one query head per KV head. Elsewhere (no mask: all ranges equal; a left window,
+// where the descending walk of the wgmma kernels gives the ascending order that step) the ascending order stays.
+// The windows are the kernels' (effectiveWindow).
+bool descendingTurnsPay(const AttnProblem &p) {
+  const int64_t left = effectiveWindow(p.windowLeft, p);
+  const int64_t right = effectiveWindow(p.windowRight, p);
+  return p.deterministic && p.headDim > 128 && p.heads == p.kvHeads && left < 0 &&
+         (p.mask != Mask::None || right >= 0);
+}
 
 Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const BackwardConfig &config,
                            const std::string &kernelWords, Plan *plan, std::string *whyNot) {
@@ -314,8 +328,11 @@ Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const Ba
   description << "; " << (p.dtype == DType::FP32 ? "fp32 arithmetic (no tensor cores)" : "fp32 accumulate")
               << "; dQ accumulated in fp32 workspace";
   if (p.heads != p.kvHeads) description << "; dK/dV summed over " << p.heads / p.kvHeads << " query heads on chip";
-  description << (p.deterministic ? "; deterministic (dQ additions ordered by key block)"
-                                  : "; not deterministic (dQ by unordered atomics)");
+  if (p.deterministic)
+    description << "; deterministic (dQ additions ordered by " << (config.descendingTurns ? "descending " : "")
+                << "key block)";
+  else
+    description << "; not deterministic (dQ by unordered atomics)";
   plan->config = config;
   plan->description = description.str();
   plan->deterministic = p.deterministic;
@@ -378,6 +395,7 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
                          " bytes of shared memory per block; device ", dev.device, " (", dev.name, ") allows ",
                          dev.smemPerBlockOptin));
   config.tileIndex = tileIndex;
+  config.descendingTurns = descendingTurnsPay(p);
   return planBackwardCommon(dev, p, config, kernelIdName(fp32 ? KernelId::BackwardFfma : KernelId::BackwardMma),
                             plan, whyNot);
 }
@@ -466,6 +484,7 @@ BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuff
   params.dqPitch = dqPitchOf(p.headDim);
   params.keyBlocks = int32_t((p.seqK + config.blockN - 1) / config.blockN);
   params.groupsPerSection = config.groupsPerSection;
+  params.descendingTurns = config.descendingTurns;
   params.queryBlocks = int32_t((p.seqQ + config.blockM - 1) / config.blockM);
   params.ragged = p.ragged;
   params.cuSeqlensQ = p.cuSeqlensQ;

@@ -23,9 +23,10 @@ struct WorkItem {
   int32_t batch;
 };
 
-// Key blocks vary fastest: the CTAs of one (sequence, KV head) are launched together and in ascending key-block order,
-// which deterministic mode relies on (a CTA only ever waits for the CTA of the previous key block). Under causal masks
-// the low key blocks see the most query blocks, so the longest work also starts first.
+// Key blocks vary fastest: the CTAs of one (sequence, KV head) are launched together and in ascending key-block order
+// (descending with descendingTurns), which deterministic mode relies on (a CTA only ever waits for the CTA of the key
+// block before it in the turn order, launched before it). Under causal masks the low key blocks see the most query
+// blocks, so in ascending order the longest work also starts first.
 __device__ __forceinline__ WorkItem decodeWorkItem(const BackwardParams &p) {
   const int64_t linear = blockIdx.x;
   WorkItem w;
@@ -35,7 +36,7 @@ __device__ __forceinline__ WorkItem decodeWorkItem(const BackwardParams &p) {
     group = linear / p.keyBlocks;
   } else {
     // Key-block-major inside a section (the last section may hold fewer groups); each group's key blocks still come
-    // in ascending order, as the deterministic mode's turns need.
+    // in ascending order (descending with descendingTurns), as the deterministic mode's turns need.
     const int64_t groups = int64_t(p.kvHeads) * p.batch;
     const int64_t perSection = int64_t(p.groupsPerSection) * p.keyBlocks;
     const int64_t section = linear / perSection;
@@ -45,6 +46,7 @@ __device__ __forceinline__ WorkItem decodeWorkItem(const BackwardParams &p) {
     w.keyBlock = int32_t(inSection / width);
     group = first + (inSection - int64_t(w.keyBlock) * width);
   }
+  if (p.descendingTurns) w.keyBlock = p.keyBlocks - 1 - w.keyBlock;
   w.kvHead = int32_t(group % p.kvHeads);
   w.batch = int32_t(group / p.kvHeads);
   return w;
@@ -138,7 +140,9 @@ __device__ __forceinline__ float alibiSlope(const BackwardParams &p, int32_t b, 
 
 // Deterministic mode: the key blocks that add into one query block's dQ do so in ascending order. The counter of
 // (sequence, head, query block) holds the key block whose turn it is; it starts at 0 (memset per call) and the first
-// adder, whose predecessor key block does not see this query block, does not wait.
+// adder, whose predecessor key block does not see this query block, does not wait. (The wgmma family can take the
+// descending order instead, BackwardParams::descendingTurns: there the counter holds the last adder's key block, and
+// key block n waits for n + 1; sm90_bwd_order.cuh.)
 __device__ __forceinline__ int32_t loadAcquire(const int32_t *address) {
   int32_t value;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
@@ -160,17 +164,45 @@ __device__ __forceinline__ void spinUntilTurn(const int32_t *turn, int32_t keyBl
   while (loadAcquire(turn) != keyBlock) __nanosleep(64);
 }
 
-// Whole CTA: returns once every earlier key block has added into this query block.
-__device__ __forceinline__ void waitForTurn(const int32_t *turn, int32_t keyBlock, bool firstAdder) {
-  if (!firstAdder && threadIdx.x == 0) spinUntilTurn(turn, keyBlock);
+// One CTA's place in the turn order. The key block before it in the order adds into query block m first iff
+// waitSign * m <= waitBound (ascending: m <= the last block key block n - 1 sees; descending: m >= the first block key
+// block n + 1 sees: the key blocks seeing one query block are consecutive, and their ranges move up with the key
+// block); the counter names its turn with `mine`, and it hands on by storing `next`.
+struct TurnOrder {
+  int32_t waitSign;
+  int32_t waitBound;
+  int32_t mine;
+  int32_t next;
+
+  __device__ __forceinline__ bool waitsFor(int32_t mBlock) const { return waitSign * mBlock <= waitBound; }
+};
+
+// The order of key block `keyBlock` (keys from n0) of a sequence: ascending, or descending with descendingTurns.
+__device__ __forceinline__ TurnOrder turnOrderOf(const BackwardParams &p, const SequenceExtent &e, int32_t keyBlock,
+                                                 int32_t n0, int32_t blockM, int32_t blockN) {
+  if (p.descendingTurns) {
+    const BlockRange next = queryBlocksOf(p, e, n0 + blockN, blockM, blockN);
+    return TurnOrder{-1, next.first <= next.last ? -next.first : INT32_MIN, keyBlock + 1, keyBlock};
+  }
+  TurnOrder o{1, -1, keyBlock, keyBlock + 1};
+  if (keyBlock > 0) {
+    const BlockRange prev = queryBlocksOf(p, e, n0 - blockN, blockM, blockN);
+    o.waitBound = prev.first <= prev.last ? prev.last : -1;
+  }
+  return o;
+}
+
+// Whole CTA: returns once every key block before this one in the turn order has added into query block mBlock.
+__device__ __forceinline__ void waitForTurn(const int32_t *turn, const TurnOrder &order, int32_t mBlock) {
+  if (order.waitsFor(mBlock) && threadIdx.x == 0) spinUntilTurn(turn, order.mine);
   __syncthreads();
 }
 
-// Whole CTA, after its additions: hands the query block to the next key block.
-__device__ __forceinline__ void passTurn(int32_t *turn, int32_t keyBlock) {
+// Whole CTA, after its additions: hands the query block to the next key block in the turn order.
+__device__ __forceinline__ void passTurn(int32_t *turn, const TurnOrder &order) {
   __threadfence();
   __syncthreads();
-  if (threadIdx.x == 0) storeRelease(turn, keyBlock + 1);
+  if (threadIdx.x == 0) storeRelease(turn, order.next);
 }
 
 }  // namespace flashattn::cuda::backward

@@ -86,11 +86,9 @@ struct Fp32Backward {
     const int32_t numQBlocks = qb.first <= qb.last ? qb.last - qb.first + 1 : 0;
     const int32_t iterations = numQBlocks * p.headsPerKvHead;
     const int32_t firstHead = w.kvHead * p.headsPerKvHead;
-    int32_t predecessorLast = -1;
-    if (p.deterministic && w.keyBlock > 0) {
-      const BlockRange prev = queryBlocksOf(p, seq, n0 - BlockN, BlockM, BlockN);
-      predecessorLast = prev.first <= prev.last ? prev.last : -1;
-    }
+    // Query blocks ascending: with deterministic mode's descending turns (turnOrderOf) the key block after this one,
+    // whose range starts higher, reaches each block first.
+    const TurnOrder turns = p.deterministic ? turnOrderOf(p, seq, w.keyBlock, n0, BlockM, BlockN) : TurnOrder{};
 
     const float *kBase = static_cast<const float *>(p.k) + int64_t(w.batch) * p.kBatch + int64_t(w.kvHead) * p.kHead +
                          seq.kStart * p.kRow;
@@ -193,7 +191,7 @@ struct Fp32Backward {
       int32_t *turn = nullptr;
       if (p.deterministic) {
         turn = dqTurnCounter(p, w.batch, h, mBlock);
-        waitForTurn(turn, w.keyBlock, mBlock > predecessorLast);
+        waitForTurn(turn, turns, mBlock);
       }
       if (m0 + qRow < seq.seqQ) {
         float *dqRow = p.dqAccum + workspaceRow(p, w.batch, h, seq, m0 + qRow) * p.dqPitch;
@@ -203,7 +201,7 @@ struct Fp32Backward {
           if (d < p.headDim) prim::redAddFloat(dqRow + d, accdQ[c]);
         }
       }
-      if (p.deterministic) passTurn(turn, w.keyBlock);
+      if (p.deterministic) passTurn(turn, turns);
     }
 
     const int32_t j = n0 + kvRow;

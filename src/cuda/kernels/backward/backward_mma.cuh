@@ -14,7 +14,8 @@
 // allow. Per element of P^T/dS^T only the case the block needs is compiled in the executed path (see ScorePath):
 // carrying softcap, ALiBi and masking inline for every element made the loop body overflow the instruction cache.
 // Query blocks are walked from the last to the first: under causal masks every key block then reaches a query block
-// at about the same time, which keeps the ordered additions of deterministic mode from serialising the CTAs.
+// at about the same time, which keeps the ordered additions of deterministic mode from serialising the CTAs (with
+// deterministic mode's descending turns, from the first: the key block after this one reaches each block earlier).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -489,12 +490,13 @@ struct MmaBackward {
     const int32_t iterations = numQBlocks * p.headsPerKvHead;
     const int32_t firstHead = w.kvHead * p.headsPerKvHead;
 
-    // Deterministic mode: the query blocks this CTA adds into first (its predecessor key block does not see them).
-    int32_t predecessorLast = -1;
-    if (p.deterministic && w.keyBlock > 0) {
-      const BlockRange prev = queryBlocksOf(p, seq, n0 - BlockN, BlockM, BlockN);
-      predecessorLast = prev.first <= prev.last ? prev.last : -1;
-    }
+    // Deterministic mode: this CTA's place in the turn order (the query blocks it adds into first, the counter values).
+    const TurnOrder turns = p.deterministic ? turnOrderOf(p, seq, w.keyBlock, n0, BlockM, BlockN) : TurnOrder{};
+    // Iteration order: query heads of the group in turn, each walking its query blocks from the last to the first (in
+    // deterministic mode's descending turn order from the first to the last: turnOrderOf's key block n + 1, whose
+    // range starts higher, then reaches each block before key block n). The prologue loads the walk's first block.
+    const bool ascending = p.descendingTurns;
+    const int32_t walkFirst = ascending ? qb.first : qb.last, walkLast = ascending ? qb.last : qb.first;
 
     const Element *kBase = static_cast<const Element *>(p.k) + int64_t(w.batch) * p.kBatch +
                            int64_t(w.kvHead) * p.kHead + seq.kStart * p.kRow;
@@ -510,7 +512,7 @@ struct MmaBackward {
       loadRows<TileKV, BlockN>(sm.k, kBase, p.kRow, n0, seq.seqK, p.headDim);
       loadRows<TileKV, BlockN>(sm.v, vBase, p.vRow, n0, seq.seqK, p.headDimV);
       prim::cpAsyncCommit();
-      loadQueryBlock(p, sm, seq, w, firstHead, qb.last, 0);
+      loadQueryBlock(p, sm, seq, w, firstHead, walkFirst, 0);
       prim::cpAsyncCommit();
     }
 
@@ -533,14 +535,13 @@ struct MmaBackward {
     ctx.diagonal = 0;
     ctx.oneKeyRule = p.sinks == nullptr;
 
-    // Iteration order: query heads of the group in turn, each walking its query blocks from the last to the first.
-    int32_t h = firstHead, mBlock = qb.last;
+    int32_t h = firstHead, mBlock = walkFirst;
     for (int32_t it = 0; it < iterations; ++it) {
       const int stage = DoubleBuffer ? (it & 1) : 0;
       const int32_t m0 = mBlock * BlockM;
-      const bool lastOfHead = mBlock == qb.first;
+      const bool lastOfHead = mBlock == walkLast;
       const int32_t nextH = lastOfHead ? h + 1 : h;
-      const int32_t nextMBlock = lastOfHead ? qb.last : mBlock - 1;
+      const int32_t nextMBlock = lastOfHead ? walkFirst : mBlock + (ascending ? 1 : -1);
 
       prim::cpAsyncWait<0>();
       __syncthreads();  // this stage's tiles are visible; every warp is done with the previous iteration
@@ -650,7 +651,7 @@ struct MmaBackward {
         int32_t *turn = nullptr;
         if (p.deterministic) {
           turn = dqTurnCounter(p, w.batch, h, mBlock);
-          waitForTurn(turn, w.keyBlock, mBlock > predecessorLast);
+          waitForTurn(turn, turns, mBlock);
         }
         float *dqRows = p.dqAccum + workspaceRow(p, w.batch, h, seq, m0) * p.dqPitch;
         if (p.headDim == D && m0 + BlockM <= seq.seqQ) {
@@ -682,7 +683,7 @@ struct MmaBackward {
             }
           }
         }
-        if (p.deterministic) passTurn(turn, w.keyBlock);
+        if (p.deterministic) passTurn(turn, turns);
       }
 
       if (!DoubleBuffer && it + 1 < iterations) {

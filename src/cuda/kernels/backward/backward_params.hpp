@@ -73,6 +73,9 @@ struct BackwardParams {
   // so that under a mask, where key block 0 has the most work, the long CTAs of every group start early, while a
   // section's Q, dO and dQ accumulator still share the L2.
   int32_t groupsPerSection = 1;
+  // Deterministic mode's turn order (backward_common.cuh turnOrderOf): false, the key blocks adding into one query
+  // block go in ascending order, and the grid launches each group's key blocks ascending; true, both descending.
+  bool descendingTurns = false;
 
   bool ragged = false;
   const int32_t *cuSeqlensQ = nullptr;
@@ -187,6 +190,16 @@ enum BackwardRegion : int { kRowDot = 0, kLseLog2 = 1, kSinkPartials = 2, kDqAcc
 // the 32-bit and grid limits, the workspace regions and the description ("<kernelWords> sm90 bf16 d128 tile ...").
 Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const BackwardConfig &config,
                            const std::string &kernelWords, Plan *plan, std::string *whyNot);
+
+// A window wider than both sequences is no window (-1): what the kernels see (makeParams), so that planners decide
+// on the same windows; dropping it keeps the kernels' 64-bit window arithmetic far from overflow for huge values.
+inline int64_t effectiveWindow(int64_t window, const AttnProblem &p) {
+  return window >= p.seqQ + p.seqK ? -1 : window;
+}
+
+// Whether deterministic mode orders the dQ additions by descending key block (BackwardParams::descendingTurns): under
+// a mask that bounds the query rows from below without a left window (backward.cu says why).
+bool descendingTurnsPay(const AttnProblem &p);
 
 // The kernel arguments of a planned problem: buffers, strides, the workspace carved as the plan laid it out.
 BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace);

@@ -94,7 +94,8 @@ bool wideRowsPay(int64_t seqQ, int narrowBlockM) {
 // The grid's sections (BackwardParams::groupsPerSection). Under a causal mask key block 0 has the most work, and
 // walking one (sequence, KV head) group's key blocks after another starts the last groups' long CTAs late (a
 // simulation of the CTA scheduler: 6-15% over the ideal at S 2k-8k); key-block-major order starts every long CTA
-// first. Sections of groups keep what their CTAs read in the L2: as FlashAttention-3's backward LPT scheduler, at most
+// first (but in deterministic mode's descending order, descendingTurnsPay, which starts them last in a section).
+// Sections of groups keep what their CTAs read in the L2: as FlashAttention-3's backward LPT scheduler, at most
 // 40 MB of Q, dO and FP32 dQ accumulator per section, a power of two of groups. Deterministic mode takes sections
 // without a mask too: a wave then holds shorter runs of one group's key blocks, so fewer CTAs start behind the same
 // chain of turns.
@@ -171,6 +172,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
                     sharedBytesFor(*instance, true) <= dev.smemPerBlockOptin && tmaServes(p, *instance, kWideBlockM);
   if (wide) config.blockM = kWideBlockM;
   config.groupsPerSection = groupsPerSectionFor(p);
+  config.descendingTurns = backward::descendingTurnsPay(p);
   const Verdict verdict =
       backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
   // The launch takes the same width (backward_sm90_launch.cuh launchD64D128Form); the transform kernel the full one.

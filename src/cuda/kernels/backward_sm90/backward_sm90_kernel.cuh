@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     }
     prim::wgmmaCommitGroup();
     completeDqAdditions<kTurnsHere>(lane);
-    turns.flush(w.keyBlock);  // the previous step's hand-over, under this step's products
+    turns.flush(order);  // the previous step's hand-over, under this step's products
     if constexpr (kPipelined) {
       prim::wgmmaWaitGroup<1>();
       prim::wgmmaFenceOperands(s);
@@ -533,7 +533,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     }
     prim::wgmmaCommitGroup();
     if constexpr (!kPipelined) issueDk();
-    turns.peek(p, w.batch, h, sb.mBlock, w.keyBlock, order);
+    turns.peek(p, w.batch, h, sb.mBlock, order);
     auto releaseStage = [&] {
       if constexpr (Tma) {
         // This thread is done with the stage: its warpgroup's products have landed, and it read its statistics
@@ -585,13 +585,13 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
       const int32_t iFirst = m0 + rowBase + 16 * warp;
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
       stageDqRows<64>(dqStage, dq, wsRow0, lane, quad);
-      turns.acquire(w.keyBlock);
+      turns.acquire(order);
       if (lane == 0) {
         // Deterministic: the turn was taken by a generic-proxy acquire; the addition goes through the async proxy.
         if constexpr (Deterministic) prim::fenceProxyAsyncGlobal();
         addDqRows<1>(p, wsRow0, colBase / 64, dqStage, sq - iFirst < 16 ? sq - iFirst : 16);
       }
-      turns.release(w.keyBlock);
+      turns.release(order);
     }
 
     if constexpr (!kPipelined) {
@@ -606,7 +606,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
   }
   if (lane == 0) prim::bulkWait<0>();  // the staging tile must outlive the reads
   completeDqAdditions<kTurnsHere>(lane);
-  turns.flush(w.keyBlock);
+  turns.flush(order);
 
   // dK, dV rows this CTA owns (keys past seqlensK but inside the sequence's rows get zeros: nothing touched them).
   const int32_t rowsLeft = e.rowsK - n0 - 64 * group;

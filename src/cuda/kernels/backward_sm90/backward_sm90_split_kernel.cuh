@@ -432,7 +432,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
           dq, prim::wgmmaDescriptorAdvance(dSDesc, uint32_t(kk) * 2048),
           prim::wgmmaDescriptorAdvance(kColsDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
     prim::wgmmaCommitGroup();
-    turns.peek(p, w.batch, h, sb.mBlock, w.keyBlock, order);
+    turns.peek(p, w.batch, h, sb.mBlock, order);
     {
       // k = the 64 queries: 16 per step, 32 bytes along the K-major P^T / dS^T rows, 16 rows (2048 bytes) down the
       // MN-major dO / Q slabs of this warpgroup's columns.
@@ -453,7 +453,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
     prim::wgmmaWaitGroup<1>();
     prim::wgmmaFenceOperands(dq);
     // Deterministic: the turn is taken, and handed on below, while dV and dK still run on the tensor cores.
-    turns.acquire(w.keyBlock);
+    turns.acquire(order);
 
     // dQ rows 16 * warp + lane / 4 + 8h of the block, columns dqFirst + 8j + 2 quad.
     if constexpr (kDqWarp) {
@@ -488,7 +488,7 @@ __device__ __forceinline__ void splitWalk(const BackwardParams &p, uint32_t base
           prim::redAddFloat2(row + 8 * j, dq[4 * j + 2 * hh], dq[4 * j + 2 * hh + 1]);
       }
     }
-    turns.release(w.keyBlock);
+    turns.release(order);
     prim::wgmmaWaitGroup<0>();
     prim::wgmmaFenceOperands(dv);
     prim::wgmmaFenceOperands(dk);

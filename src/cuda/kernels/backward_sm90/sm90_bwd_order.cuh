@@ -3,13 +3,21 @@
 // which query blocks it adds into first (no wait for a predecessor key block).
 //
 // Unordered mode keeps the measured order: heads of the group in turn, query blocks ascending within each.
-// Deterministic mode (dQ additions of one query block ordered by key block, backward_common.cuh's turn counters):
-// query blocks descending, every head of the group per block. Then CTA n reaches each (block, head) at the same step
-// as CTA n - 1 whenever both see the block, so it trails its predecessor only by the time of one ordered addition
-// (wait, red, fence, release), not by whole steps; under causal masks the high key blocks, which see fewer query
-// blocks, start on the same last block as the low ones and finish early instead of queueing behind them. With heads
-// in the outer loop, causal key blocks with fewer blocks per head would start each further head earlier than their
-// predecessor and wait for it there.
+// Deterministic mode (dQ additions of one query block ordered by key block, backward_common.cuh's turn counters),
+// every head of the group per block:
+// - ascending turns (key block n waits for n - 1): query blocks descending. Then CTA n reaches each (block, head) at
+//   the same step as CTA n - 1 whenever both see the block, so it trails its predecessor only by the time of one
+//   ordered addition (wait, reduce, release), not by whole steps; but a chain of co-resident CTAs trails by one
+//   hand-over per link. With a left window CTA n - 1's range ends a block lower (where the window, not the last
+//   row, bounds it) and it is a step ahead.
+// - descending turns (BackwardParams::descendingTurns: causal or a right window, no left window; key block n waits
+//   for n + 1, which the grid launches first): query blocks ascending from the range's start. Key block n + 1's range
+//   starts a block higher wherever the mask rather than the sequence's first row bounds it, so it reaches each block
+//   a step (heads steps) before key block n: the turn has usually passed when a CTA gets there, and no chain of
+//   waits builds up. (Key blocks whose ranges all start at block 0, the prefix of a bottom-right causal problem with
+//   more keys than rows, still form a chain, as without a mask.)
+// With heads in the outer loop, causal key blocks with fewer blocks per head would start each further head earlier
+// than their predecessor and wait for it there.
 #pragma once
 
 #include <cstdint>
@@ -22,13 +30,13 @@
 namespace flashattn::cuda::backward_sm90 {
 
 struct StepOrder {
-  int32_t first;            // query blocks [first, last] see this CTA's keys
-  int32_t last;
-  int32_t heads;            // query heads per KV head
-  int32_t predecessorLast;  // deterministic: last query block key block n - 1 sees (-1: none); blocks above it are ours
-                            // to add into first
-  FastDivisor perRound;     // steps per round of the walk's outer loop (deterministic: heads; else: blocks per head),
-                            // so that a step's block costs a multiply, not a division, in every loop that asks
+  int32_t first;  // unordered: the first of the query blocks [first, last] that see this CTA's keys; deterministic:
+                  // the walk's first block (last, or first with descending turns)
+  int32_t walk;   // deterministic: -1 (ascending turns, the walk descends) or +1
+  int32_t heads;  // query heads per KV head
+  backward::TurnOrder turn;  // deterministic: this CTA's place in the turn order (backward_common.cuh)
+  FastDivisor perRound;  // steps per round of the walk's outer loop (deterministic: heads; else: blocks per head),
+                         // so that a step's block costs a multiply, not a division, in every loop that asks
 };
 
 struct StepBlock {
@@ -40,13 +48,14 @@ template <bool Deterministic>
 __device__ __forceinline__ StepOrder stepOrder(const backward::BackwardParams &p, const backward::SequenceExtent &e,
                                                int32_t keyBlock, int32_t n0, BlockRange qb, int32_t blockM,
                                                int32_t blockN) {
-  StepOrder o{qb.first, qb.last, p.headsPerKvHead, -1,
+  StepOrder o{qb.first, 1, p.headsPerKvHead, backward::TurnOrder{1, -1, keyBlock, keyBlock + 1},
               FastDivisor(Deterministic ? p.headsPerKvHead : (qb.last >= qb.first ? qb.last - qb.first + 1 : 1))};
-  if (Deterministic && keyBlock > 0) {
-    // The key blocks seeing one query block are consecutive (queryBlocksOf), and key block n - 1's range starts no
-    // later than ours: a block of ours is unseen by n - 1 exactly when it lies above n - 1's last one.
-    const BlockRange prev = backward::queryBlocksOf(p, e, n0 - blockN, blockM, blockN);
-    o.predecessorLast = prev.first <= prev.last ? prev.last : -1;
+  if constexpr (Deterministic) {
+    o.turn = backward::turnOrderOf(p, e, keyBlock, n0, blockM, blockN);
+    if (!p.descendingTurns) {
+      o.first = qb.last;
+      o.walk = -1;
+    }
   }
   return o;
 }
@@ -56,7 +65,7 @@ __device__ __forceinline__ StepBlock stepBlock(const StepOrder &o, int32_t t) {
   const int32_t r = o.perRound.divide(t);
   const int32_t i = o.perRound.remainder(t, r);
   if constexpr (Deterministic)
-    return StepBlock{i, o.last - r};
+    return StepBlock{i, o.first + o.walk * r};
   else
     return StepBlock{r, o.first + i};
 }
@@ -81,9 +90,9 @@ __device__ __forceinline__ void turnBarrier() {
 // CUTLASS's generic barrier (a CTA barrier, then one release operation), instead of a fence in each of the 256
 // threads or a gpu-scope fence before the release (which a release store already is).
 template <bool Unaligned>
-__device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
+__device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t next) {
   turnBarrier<Unaligned>();
-  if (threadIdx.x == 0) backward::storeRelease(turn, keyBlock + 1);
+  if (threadIdx.x == 0) backward::storeRelease(turn, next);
 }
 
 // Deterministic mode's ordered dQ additions for one CTA (Enabled = false: nothing, and no registers). The turn
@@ -105,41 +114,41 @@ __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t keyBlock) {
 // of the key-block chain adds its delay; +6% without the causal mask).
 template <bool Enabled, bool Deferred, bool Unaligned = false>
 struct DqTurns {
-  __device__ __forceinline__ void peek(const backward::BackwardParams &, int32_t, int32_t, int32_t, int32_t,
+  __device__ __forceinline__ void peek(const backward::BackwardParams &, int32_t, int32_t, int32_t,
                                        const StepOrder &) {}
-  __device__ __forceinline__ void acquire(int32_t) {}
-  __device__ __forceinline__ void release(int32_t) {}
-  __device__ __forceinline__ void flush(int32_t) {}
+  __device__ __forceinline__ void acquire(const StepOrder &) {}
+  __device__ __forceinline__ void release(const StepOrder &) {}
+  __device__ __forceinline__ void flush(const StepOrder &) {}
 };
 
 template <bool Deferred, bool Unaligned>
 struct DqTurns<true, Deferred, Unaligned> {
   int32_t *current = nullptr;  // counter of the query block being added into
   int32_t *pending = nullptr;  // counter whose additions are issued but not yet handed on
-  bool first = false;          // key block n - 1 does not see the block: no wait
+  bool first = false;          // the key block before ours in the turn order does not see the block: no wait
   bool seen = false;           // thread 0: the peek already found our turn
 
   __device__ __forceinline__ void peek(const backward::BackwardParams &p, int32_t batch, int32_t head, int32_t mBlock,
-                                       int32_t keyBlock, const StepOrder &order) {
+                                       const StepOrder &order) {
     current = backward::dqTurnCounter(p, batch, head, mBlock);
-    first = mBlock > order.predecessorLast;
-    seen = first || (threadIdx.x == 0 && backward::loadAcquire(current) == keyBlock);
+    first = !order.turn.waitsFor(mBlock);
+    seen = first || (threadIdx.x == 0 && backward::loadAcquire(current) == order.turn.mine);
   }
-  __device__ __forceinline__ void acquire(int32_t keyBlock) {
+  __device__ __forceinline__ void acquire(const StepOrder &order) {
     if (first) return;
-    if (threadIdx.x == 0 && !seen) backward::spinUntilTurn(current, keyBlock);
+    if (threadIdx.x == 0 && !seen) backward::spinUntilTurn(current, order.turn.mine);
     turnBarrier<Unaligned>();
   }
-  __device__ __forceinline__ void release(int32_t keyBlock) {
+  __device__ __forceinline__ void release(const StepOrder &order) {
     if constexpr (Deferred) {
       pending = current;
     } else {
-      passTurnNamed<Unaligned>(current, keyBlock);
+      passTurnNamed<Unaligned>(current, order.turn.next);
     }
   }
-  __device__ __forceinline__ void flush(int32_t keyBlock) {
+  __device__ __forceinline__ void flush(const StepOrder &order) {
     if (!Deferred || pending == nullptr) return;
-    passTurnNamed<Unaligned>(pending, keyBlock);
+    passTurnNamed<Unaligned>(pending, order.turn.next);
     pending = nullptr;
   }
 };

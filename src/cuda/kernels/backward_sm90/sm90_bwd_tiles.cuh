@@ -224,7 +224,7 @@ __device__ __forceinline__ void addDqInTurns(const backward::BackwardParams &p, 
     const int32_t h = headBase + sb.head;
     int32_t *const turn = backward::dqTurnCounter(p, w.batch, h, sb.mBlock);
     prim::mbarrierWaitInline(staged, uint32_t(t / DqWarps) & 1u);
-    if (lane == 0 && sb.mBlock <= order.predecessorLast) backward::spinUntilTurn(turn, w.keyBlock);
+    if (lane == 0 && order.turn.waitsFor(sb.mBlock)) backward::spinUntilTurn(turn, order.turn.mine);
     __syncwarp();
     if (lane < 8) {
       // The turn was taken by a generic-proxy acquire; the additions go through the async proxy.
@@ -240,7 +240,7 @@ __device__ __forceinline__ void addDqInTurns(const backward::BackwardParams &p, 
       prim::fenceProxyAsyncGlobal();
     }
     __syncwarp();
-    if (lane == 0) backward::storeRelease(turn, w.keyBlock + 1);
+    if (lane == 0) backward::storeRelease(turn, order.turn.next);
   }
 }
 
