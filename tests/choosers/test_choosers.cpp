@@ -357,9 +357,11 @@ TEST(Choosers, BackwardPicks) {
     alibi.alibiSlopes = slopes;
     const Pick a = pick(kH100, alibi);
     ASSERT_TRUE(a.served) << a.why;
-    // d128's transform form (softcap, ALiBi) runs in the producer form, whose maps need the driver's encoder, which a
-    // process that never touched the GPU does not have: the portable kernel here.
-    EXPECT_EQ(a.plan.kernel, KernelId::BackwardMma) << a.plan.description;
+    // d128's transform form (softcap, ALiBi) runs in the producer form, whose maps need the driver's encoder: on the
+    // wgmma kernel where this process has initialised a driver with one, the portable kernel elsewhere.
+    const bool maps = wgmma && flashattn::cuda::tensorMapEncoderAvailable() &&
+                      partBuilt(Family::BackwardSm90, FLASHATTN_DATA_FP16, 128);
+    EXPECT_EQ(a.plan.kernel, maps ? KernelId::BackwardWgmma : KernelId::BackwardMma) << a.plan.description;
   }
   // A transform form (`what`: softcap and/or ALiBi) that copies by cp.async serves the problem unordered on the wgmma
   // kernel; deterministic, the portable one says why.
