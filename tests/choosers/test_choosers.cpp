@@ -29,24 +29,25 @@ using fa_test::Family;
 using fa_test::partBuilt;
 using fa_test::partBuiltAtLeast;
 
-DeviceInfo fakeDevice(const char *name, int major, int minor, int sms, std::size_t smemOptin, int codeArch) {
+DeviceInfo fakeDevice(const char *name, int major, int minor, int sms, std::size_t smemOptin, int codeArch,
+                      std::size_t l2Mb) {
   DeviceInfo d;
   d.device = 0;
   d.ccMajor = major;
   d.ccMinor = minor;
   d.numSMs = sms;
   d.smemPerBlockOptin = smemOptin;
-  d.l2Bytes = std::size_t(40) << 20;
+  d.l2Bytes = l2Mb << 20;
   d.maxThreadsPerSM = 2048;
   d.portableCodeArch = codeArch;
   std::snprintf(d.name, sizeof d.name, "%s", name);
   return d;
 }
 
-const DeviceInfo kA100 = fakeDevice("A100 (fake)", 8, 0, 108, 166912, 80);
-const DeviceInfo kL4 = fakeDevice("L4 (fake)", 8, 9, 58, 101376, 80);
-const DeviceInfo kH100 = fakeDevice("H100 (fake)", 9, 0, 132, 232448, 90);
-const DeviceInfo kH100Ptx80 = fakeDevice("H100 running compute_80 PTX (fake)", 9, 0, 132, 232448, 80);
+const DeviceInfo kA100 = fakeDevice("A100 (fake)", 8, 0, 108, 166912, 80, 40);
+const DeviceInfo kL4 = fakeDevice("L4 (fake)", 8, 9, 58, 101376, 80, 48);
+const DeviceInfo kH100 = fakeDevice("H100 (fake)", 9, 0, 132, 232448, 90, 50);
+const DeviceInfo kH100Ptx80 = fakeDevice("H100 running compute_80 PTX (fake)", 9, 0, 132, 232448, 80, 50);
 
 // A dense BSHD problem [batch, heads, seq, headDim].
 AttnProblem dense(Op op, DType dtype, int64_t heads, int64_t kvHeads, int64_t seqQ, int64_t seqK, int64_t headDim) {
@@ -436,8 +437,9 @@ TEST(Choosers, BackwardPicks) {
 }
 
 // The wgmma backward's CTA order under a mask: sections of (sequence, KV head) groups, a power of two of them within
-// 40 MB of Q, dO and FP32 dQ accumulator (backward_sm90.cu groupsPerSectionFor); without a mask one group at a time,
-// except in deterministic mode, where sections shorten the chains of turns a wave starts behind.
+// 40 MB of Q, dO and FP32 dQ accumulator (backward.cu groupsPerSectionFor; four fifths of a smaller L2); without a mask
+// one group at a time, except in deterministic mode, where sections shorten the chains of turns a wave starts behind.
+// The portable kernel takes the same order (on an A100: 32 MB sections).
 TEST(Choosers, BackwardSectionsUnderMasks) {
   const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
   AttnProblem p = dense(Op::Backward, DType::BF16, 16, 16, 8192, 8192, 128);  // batch 2: 32 groups of 8 MB
@@ -518,6 +520,26 @@ TEST(Choosers, BackwardDescendingTurns) {
   EXPECT_TRUE(portable.plan.as<flashattn::BackwardConfig>().descendingTurns) << portable.plan.description;
 }
 
+// The portable backward's sections: those of the wgmma family, at most four fifths of the device's L2.
+TEST(Choosers, BackwardSectionsPortable) {
+  AttnProblem p = dense(Op::Backward, DType::BF16, 16, 16, 9216, 9216, 128);  // batch 2: 32 groups of 9 MiB
+  SKIP_UNLESS_BUILT(Family::Backward, FLASHATTN_DATA_BF16, 128);
+  auto sections = [&] {
+    const Pick got = pick(kA100, p);
+    if (!got.served || got.plan.kernel != KernelId::BackwardMma) {
+      ADD_FAILURE() << got.why << got.plan.description;
+      return -1;
+    }
+    return got.plan.as<flashattn::BackwardConfig>().groupsPerSection;
+  };
+  EXPECT_EQ(sections(), 1);
+  p.deterministic = true;
+  EXPECT_EQ(sections(), 2);  // 2 x 9 MiB within four fifths of the A100's 40 MiB (an H100 takes 4)
+  p.deterministic = false;
+  p.mask = flashattn::Mask::CausalTopLeft;
+  EXPECT_EQ(sections(), 2);
+}
+
 // d128 in the producer-warpgroup form takes 80-row query blocks where nothing is masked and the additions are
 // unordered; a causal mask or deterministic mode keeps 64 rows; a zero-padded D96 its trimmed 64-row kernel.
 TEST(Choosers, BackwardWideBlocks) {
@@ -559,7 +581,8 @@ TEST(Choosers, RefusalsNameTheArgument) {
   const Pick r = pick(kH100, p);
   EXPECT_FALSE(r.served);
   EXPECT_NE(r.why.find("headDim 300"), std::string::npos) << r.why;
-  const Pick old = pick(fakeDevice("sm75 (fake)", 7, 5, 40, 65536, 75), dense(Op::Forward, DType::BF16, 8, 8, 64, 64, 64));
+  const Pick old =
+      pick(fakeDevice("sm75 (fake)", 7, 5, 40, 65536, 75, 4), dense(Op::Forward, DType::BF16, 8, 8, 64, 64, 64));
   EXPECT_FALSE(old.served);
   EXPECT_NE(old.why.find("8.0"), std::string::npos) << old.why;
 }

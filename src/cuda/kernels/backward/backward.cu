@@ -270,6 +270,25 @@ bool descendingTurnsPay(const AttnProblem &p) {
          (p.mask != Mask::None || right >= 0);
 }
 
+// The grid's sections. Under a causal mask key block 0 has the most work, and walking one (sequence, KV head) group's
+// key blocks after another starts the last groups' long CTAs late (a simulation of the CTA scheduler: 6-15% over the
+// ideal at S 2k-8k); key-block-major order starts every long CTA first (but with deterministic mode's descending
+// turns, descendingTurnsPay, last in a section). Sections of groups keep what their CTAs read in the L2: as
+// FlashAttention-3's backward LPT scheduler, at most 40 MB (four fifths of a smaller L2) of Q, dO and FP32 dQ
+// accumulator per section, a power of two of groups. Deterministic mode takes sections without a mask too: a
+// wave then holds shorter runs of one group's key blocks, so fewer CTAs start behind the same chain of turns.
+int32_t groupsPerSectionFor(const DeviceInfo &dev, const AttnProblem &p) {
+  if (p.mask == Mask::None && !p.deterministic) return 1;
+  const int64_t groups = p.batch * p.kvHeads;
+  const int64_t bytesPerGroup =
+      (p.heads / p.kvHeads) * p.seqQ * ((p.headDim + p.headDimV) * int64_t(dtypeSize(p.dtype)) + p.headDim * 4);
+  int64_t sectionBytes = int64_t(40) << 20;
+  if (dev.l2Bytes > 0) sectionBytes = std::min<int64_t>(sectionBytes, int64_t(dev.l2Bytes) / 5 * 4);
+  int64_t section = 1;
+  while (2 * section <= groups && 2 * section * bytesPerGroup <= sectionBytes) section *= 2;
+  return int32_t(section);
+}
+
 Verdict planBackwardCommon(const DeviceInfo &dev, const AttnProblem &p, const BackwardConfig &config,
                            const std::string &kernelWords, Plan *plan, std::string *whyNot) {
   auto refuse = [&](const std::string &reason) {
@@ -396,6 +415,7 @@ Verdict planPortable(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, st
                          dev.smemPerBlockOptin));
   config.tileIndex = tileIndex;
   config.descendingTurns = descendingTurnsPay(p);
+  config.groupsPerSection = groupsPerSectionFor(dev, p);
   return planBackwardCommon(dev, p, config, kernelIdName(fp32 ? KernelId::BackwardFfma : KernelId::BackwardMma),
                             plan, whyNot);
 }

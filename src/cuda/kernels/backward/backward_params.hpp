@@ -201,6 +201,10 @@ inline int64_t effectiveWindow(int64_t window, const AttnProblem &p) {
 // a mask that bounds the query rows from below without a left window (backward.cu says why).
 bool descendingTurnsPay(const AttnProblem &p);
 
+// The grid's sections (BackwardParams::groupsPerSection) for every family: under a mask or in deterministic mode,
+// key-block-major sections of L2-sized group sets; else 1 (backward.cu says why).
+int32_t groupsPerSectionFor(const DeviceInfo &dev, const AttnProblem &p);
+
 // The kernel arguments of a planned problem: buffers, strides, the workspace carved as the plan laid it out.
 BackwardParams makeParams(const AttnProblem &p, const Plan &plan, const AttnBuffers &buf, void *workspace);
 

@@ -91,25 +91,6 @@ bool wideRowsPay(int64_t seqQ, int narrowBlockM) {
   return 25 * wideRows <= 26 * narrowRows;
 }
 
-// The grid's sections (BackwardParams::groupsPerSection). Under a causal mask key block 0 has the most work, and
-// walking one (sequence, KV head) group's key blocks after another starts the last groups' long CTAs late (a
-// simulation of the CTA scheduler: 6-15% over the ideal at S 2k-8k); key-block-major order starts every long CTA
-// first (but in deterministic mode's descending order, descendingTurnsPay, which starts them last in a section).
-// Sections of groups keep what their CTAs read in the L2: as FlashAttention-3's backward LPT scheduler, at most
-// 40 MB of Q, dO and FP32 dQ accumulator per section, a power of two of groups. Deterministic mode takes sections
-// without a mask too: a wave then holds shorter runs of one group's key blocks, so fewer CTAs start behind the same
-// chain of turns.
-int32_t groupsPerSectionFor(const AttnProblem &p) {
-  if (p.mask == Mask::None && !p.deterministic) return 1;
-  const int64_t groups = p.batch * p.kvHeads;
-  const int64_t bytesPerGroup =
-      (p.heads / p.kvHeads) * p.seqQ * ((p.headDim + p.headDimV) * int64_t(dtypeSize(p.dtype)) + p.headDim * 4);
-  constexpr int64_t kSectionBytes = int64_t(40) << 20;
-  int64_t section = 1;
-  while (2 * section <= groups && 2 * section * bytesPerGroup <= kSectionBytes) section *= 2;
-  return int32_t(section);
-}
-
 Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::string *whyNot) {
   if (dev.arch() != 90) return Verdict::NotForThis;  // sm_90a machine code runs on sm90 only
   auto refuse = [&](const std::string &reason) {
@@ -171,7 +152,7 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
                     qkWidthFor(instance->headDim, p.headDim) == instance->headDim &&
                     sharedBytesFor(*instance, true) <= dev.smemPerBlockOptin && tmaServes(p, *instance, kWideBlockM);
   if (wide) config.blockM = kWideBlockM;
-  config.groupsPerSection = groupsPerSectionFor(p);
+  config.groupsPerSection = backward::groupsPerSectionFor(dev, p);
   config.descendingTurns = backward::descendingTurnsPay(p);
   const Verdict verdict =
       backward::planBackwardCommon(dev, p, config, kernelIdName(KernelId::BackwardWgmma), plan, whyNot);
