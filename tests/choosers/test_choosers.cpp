@@ -505,7 +505,7 @@ TEST(Choosers, BackwardDescendingTurns) {
     q.deterministic = true;
     return q;
   };
-  p = causalDeterministic(4, 192);  // GQA: the long CTAs launched last walk four query heads each
+  p = causalDeterministic(4, 192);  // GQA: key block n revisits a block four steps after n + 1, past the L2
   EXPECT_FALSE(descending());
   p = causalDeterministic(16, 128);  // the d128 form's dQ warps already hide the chain
   EXPECT_FALSE(descending());
