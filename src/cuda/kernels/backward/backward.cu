@@ -254,18 +254,18 @@ namespace backward {
 // query rows from below (causal, a right window) and not from above (no left window), every key block sees the query
 // blocks up to the last one, and key block n + 1's range starts at or after key block n's, a block higher wherever
 // the mask rather than the sequence's first row bounds it. Walking ascending from that start, key block n + 1 then
-// reaches each block a step before key block n, so with the additions ordered by descending key block a CTA finds its
-// turn already passed instead of trailing its predecessor by one hand-over per link of the chain. The price: the grid
-// launches the short (high) key blocks first, so the last CTAs of the grid are the long ones. Measured on the wgmma
-// family (H200, causal, bf16): D192, D256 and MLA's 192/128 gain 4-27%; D128 and D64, whose kernels already hide the
-// chain (the d128 form's dQ warps), gain nothing and lose 1-2%; with GQA (D128 32/8, D192 32/8, D256 16/8 and 16/4)
-// it loses 8-24%. The tail of long CTAs explains only 4-13% of that (a list-scheduling simulation); the likelier cost
-// is the L2: with the group's query heads walked per block, key block n reaches a block heads * blockN / blockM steps
-// after key block n + 1, and the wave moves 46-67 MB through the L2 in between at GQA 4 (12-17 MB without GQA),
-// where the ascending order's CTAs visit each block together. So the descending order takes head dims above 128 with
-// one query head per KV head. Elsewhere (no mask: all ranges equal; a left window,
-// where the descending walk of the wgmma kernels gives the ascending order that step) the ascending order stays.
-// The windows are the kernels' (effectiveWindow).
+// reaches each block a step before key block n, so with the additions ordered by descending key block a CTA finds
+// its turn already passed instead of trailing its predecessor by one hand-over per link of the chain. The price: the
+// grid launches the short (high) key blocks first, so the last CTAs of the grid are the long ones. Measured on the
+// wgmma family (H200, causal, bf16): D192, D256 and MLA's 192/128 gain 4-27%; D128 and D64, whose kernels already
+// hide the chain (the d128 form's dQ warps), gain nothing and lose 1-2%; with GQA (D128 32/8, D192 32/8, D256 16/8
+// and 16/4) it loses 8-24%. The tail of long CTAs explains only 4-13% of that (a list-scheduling simulation); the
+// likelier cost is the L2: with the group's query heads walked per block, key block n reaches a block heads * blockN
+// / blockM steps after key block n + 1, and the wave moves 46-67 MB through the L2 in between at GQA 4 (12-17 MB
+// without GQA), where the ascending order's CTAs visit each block together. So the descending order takes head dims
+// above 128 with one query head per KV head. Elsewhere (no mask: all ranges equal; a left window, where the
+// descending walk of the wgmma kernels gives the ascending order that step) the ascending order stays. The windows
+// are the kernels' (effectiveWindow).
 bool descendingTurnsPay(const AttnProblem &p) {
   const int64_t left = effectiveWindow(p.windowLeft, p);
   const int64_t right = effectiveWindow(p.windowRight, p);
