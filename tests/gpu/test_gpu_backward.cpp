@@ -427,6 +427,13 @@ std::vector<BwdCase> determinismCases() {
   f.sk = 400;
   f.windowLeft = 50;
   f.windowRight = 10;
+  BwdCase f192 = f;  // the FP32 kernel in the descending turn order (causal, d192 without GQA)
+  f192.name = "fp32_d192_h2_300x300_causalTL";
+  f192.headDim = 192;
+  f192.heads = f192.kvHeads = 2;
+  f192.sq = f192.sk = 300;
+  f192.windowLeft = f192.windowRight = -1;
+  f192.mask = FLASHATTN_MASK_CAUSAL_TOP_LEFT;
   BwdCase r = a;
   r.name = "bf16_d256_ragged";
   r.headDim = 256;
@@ -504,7 +511,7 @@ std::vector<BwdCase> determinismCases() {
     g.name = "bf16_d192v128_gqa4_2_70x130_causalTL_edge";
     return {a, d, e, g, r192, rc};
   }
-  return {a, b, c, d, e, f, g, r, r192, rc, rw};
+  return {a, b, c, d, e, f, f192, g, r, r192, rc, rw};
 }
 
 class BackwardDeterminism : public ::testing::TestWithParam<BwdCase> {};

@@ -140,9 +140,9 @@ __device__ __forceinline__ float alibiSlope(const BackwardParams &p, int32_t b, 
 
 // Deterministic mode: the key blocks that add into one query block's dQ do so in ascending order. The counter of
 // (sequence, head, query block) holds the key block whose turn it is; it starts at 0 (memset per call) and the first
-// adder, whose predecessor key block does not see this query block, does not wait. (The wgmma family can take the
-// descending order instead, BackwardParams::descendingTurns: there the counter holds the last adder's key block, and
-// key block n waits for n + 1; sm90_bwd_order.cuh.)
+// adder, whose predecessor key block does not see this query block, does not wait. (Where the plan chose it,
+// descendingTurnsPay, the order is descending instead, BackwardParams::descendingTurns: there the counter holds the
+// last adder's key block, and key block n waits for n + 1.)
 __device__ __forceinline__ int32_t loadAcquire(const int32_t *address) {
   int32_t value;
   asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(address) : "memory");
