@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(Tma ? 384 : 256, 1) backwardSm90Kernel(const _
     }
     if constexpr (kDqWarp) {
       for (int j = 0; j < kDqWarps; ++j) {
-        prim::mbarrierInit(base + L::kDqStaged + 8 * j, 8);  // lane 0 of each consumer warp
+        prim::mbarrierInit(base + L::kDqStaged + 8 * j, kDqStagingWarps);
         prim::mbarrierInit(base + L::kDqFree + 8 * j, 1);
       }
     }

@@ -127,7 +127,6 @@ constexpr bool dqWarpForm() {
 }
 template <int D, int DV, bool Producer, bool Deterministic>
 constexpr int kLoaderThreads = dqWarpForm<D, DV, Producer, Deterministic>() ? kDqWarpLoaders : 128;
-constexpr uint32_t kDqStagingWarps = 8;  // the consumer warps whose lane 0 arrives on the staged barrier
 
 // Whether both warpgroups take equal shares of every product (then they run one body).
 constexpr bool evenSplit(int d, int dv) { return d % 128 == 0 && dv % 128 == 0; }
@@ -540,7 +539,7 @@ __global__ void __launch_bounds__(Producer ? 384 : 256, 1)
         prim::mbarrierInit(base + L::kEmpty + 8 * st, 256);          // every consumer thread's
       }
       for (int j = 0; j < kDqWarps; ++j) {
-        prim::mbarrierInit(base + L::kDqStaged + 8 * j, split::kDqStagingWarps);
+        prim::mbarrierInit(base + L::kDqStaged + 8 * j, kDqStagingWarps);
         prim::mbarrierInit(base + L::kDqFree + 8 * j, 1);
       }
       prim::fenceBarrierInit();

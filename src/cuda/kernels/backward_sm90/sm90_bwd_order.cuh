@@ -33,7 +33,6 @@ struct StepOrder {
   int32_t first;  // unordered: the first of the query blocks [first, last] that see this CTA's keys; deterministic:
                   // the walk's first block (last, or first with descending turns)
   int32_t walk;   // deterministic: -1 (ascending turns, the walk descends) or +1
-  int32_t heads;  // query heads per KV head
   backward::TurnOrder turn;  // deterministic: this CTA's place in the turn order (backward_common.cuh)
   FastDivisor perRound;  // steps per round of the walk's outer loop (deterministic: heads; else: blocks per head),
                          // so that a step's block costs a multiply, not a division, in every loop that asks
@@ -48,7 +47,7 @@ template <bool Deterministic>
 __device__ __forceinline__ StepOrder stepOrder(const backward::BackwardParams &p, const backward::SequenceExtent &e,
                                                int32_t keyBlock, int32_t n0, BlockRange qb, int32_t blockM,
                                                int32_t blockN) {
-  StepOrder o{qb.first, 1, p.headsPerKvHead, backward::TurnOrder{1, -1, keyBlock, keyBlock + 1},
+  StepOrder o{qb.first, 1, backward::TurnOrder{1, -1, keyBlock, keyBlock + 1},
               FastDivisor(Deterministic ? p.headsPerKvHead : (qb.last >= qb.first ? qb.last - qb.first + 1 : 1))};
   if constexpr (Deterministic) {
     o.turn = backward::turnOrderOf(p, e, keyBlock, n0, blockM, blockN);
@@ -108,9 +107,9 @@ __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t next) {
 //            split kernel right after issuing them.
 // Deferred = true (d64/d128, whose reductions go out after every product of the step has landed): the release waits
 // for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the release runs
-// under them; it delays the next key block by the time to queue those products. Deferred = false (the split kernel, whose
-// reductions go out while dV and dK still run): released at once, the release already runs under dV and dK; deferring
-// it would hold the next key block back by dV and dK as well (measured at d256: -16% at S8k causal, where every link
+// under them; it delays the next key block by the time to queue those products. Deferred = false (the split kernel,
+// whose reductions go out while dV and dK still run): released at once, the release already runs under dV and dK;
+// deferring it would hold the next key block back by dV and dK as well (measured at d256: -16% at S8k causal, where every link
 // of the key-block chain adds its delay; +6% without the causal mask).
 template <bool Enabled, bool Deferred, bool Unaligned = false>
 struct DqTurns {

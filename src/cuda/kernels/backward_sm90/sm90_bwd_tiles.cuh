@@ -201,6 +201,7 @@ __device__ __forceinline__ void stageDqRows(uint32_t tile, const float (&dq)[Cou
 // kernel's producer form hands them over; the other two load.
 constexpr int kDqWarps = 2;
 constexpr int kDqWarpLoaders = 128 - 32 * kDqWarps;
+constexpr uint32_t kDqStagingWarps = 8;  // the consumer warps whose lane 0 arrives on a dQ warp's staged barrier
 
 // Deterministic mode's dQ warps (a producer form whose consumers stage dQ per warp and leave the ordered additions
 // to DqWarps warps of the producer warpgroup; `lane` 0 .. 32 DqWarps - 1). Warp j = lane / 32 takes the steps
