@@ -148,6 +148,45 @@ struct WgmmaOp<__half, 32> {
 };
 
 template <>
+struct WgmmaOp<__half, 48> {
+  static __device__ __forceinline__ void ss(float (&d)[24], uint64_t descA, uint64_t descB, uint32_t accumulate) {
+    ssTransposed<0, 0>(d, descA, descB, accumulate);
+  }
+  template <int TransA, int TransB>
+  static __device__ __forceinline__ void ssTransposed(float (&d)[24], uint64_t descA, uint64_t descB,
+                                                      uint32_t accumulate) {
+    static_assert((TransA == 0 || TransA == 1) && (TransB == 0 || TransB == 1), "transpose flags are 0 or 1");
+    asm volatile(
+        "{\n"
+        ".reg .pred scaleD;\n"
+        "setp.ne.b32 scaleD, %26, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, "
+        "%24, %25, scaleD, 1, 1, %27, %28;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
+  }
+  static __device__ __forceinline__ void rs(float (&d)[24], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred scaleD;\n"
+        "setp.ne.b32 scaleD, %29, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, "
+        "{%24, %25, %26, %27}, %28, scaleD, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(accumulate));
+  }
+};
+
+template <>
 struct WgmmaOp<__half, 64> {
   static __device__ __forceinline__ void ss(float (&d)[32], uint64_t descA, uint64_t descB, uint32_t accumulate) {
     ssTransposed<0, 0>(d, descA, descB, accumulate);
@@ -1005,6 +1044,45 @@ struct WgmmaOp<__nv_bfloat16, 32> {
         "}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(accumulate));
+  }
+};
+
+template <>
+struct WgmmaOp<__nv_bfloat16, 48> {
+  static __device__ __forceinline__ void ss(float (&d)[24], uint64_t descA, uint64_t descB, uint32_t accumulate) {
+    ssTransposed<0, 0>(d, descA, descB, accumulate);
+  }
+  template <int TransA, int TransB>
+  static __device__ __forceinline__ void ssTransposed(float (&d)[24], uint64_t descA, uint64_t descB,
+                                                      uint32_t accumulate) {
+    static_assert((TransA == 0 || TransA == 1) && (TransB == 0 || TransB == 1), "transpose flags are 0 or 1");
+    asm volatile(
+        "{\n"
+        ".reg .pred scaleD;\n"
+        "setp.ne.b32 scaleD, %26, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, "
+        "%24, %25, scaleD, 1, 1, %27, %28;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        : "l"(descA), "l"(descB), "r"(accumulate), "n"(TransA), "n"(TransB));
+  }
+  static __device__ __forceinline__ void rs(float (&d)[24], const uint32_t (&a)[4], uint64_t descB,
+                                            uint32_t accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred scaleD;\n"
+        "setp.ne.b32 scaleD, %29, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23}, "
+        "{%24, %25, %26, %27}, %28, scaleD, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(descB), "r"(accumulate));
   }
 };

@@ -20,6 +20,7 @@
 #include "cuda/instances.hpp"
 #include "cuda/kernels/backward_sm90/backward_sm90_kernel.cuh"
 #include "cuda/kernels/backward_sm90/backward_sm90_split_kernel.cuh"
+#include "cuda/kernels/backward_sm90/backward_sm90_wide_keys_kernel.cuh"
 
 namespace flashattn::cuda::backward_sm90 {
 
@@ -27,9 +28,12 @@ namespace {
 
 const InstanceList &kSm90Instances = generated::kBackwardSm90Instances;
 
-// The dynamic shared memory the launch of an instance's kernel asks for (wide: its 80-row form).
+// The dynamic shared memory the launch of an instance's kernel asks for (wide: its wider tile).
 template <int HD, int HDV>
 constexpr std::size_t instanceSharedBytes(bool wide) {
+  if constexpr (hasWideKeysForm(HD, HDV)) {
+    if (wide) return wide_keys::Layout<HD, HDV>::kDynamicBytes;
+  }
   if constexpr (runsSplitKernel(HD))  // the larger of its two forms (the producer form's second P^T / dS^T tiles)
     return std::max(split::Layout<HD, HDV>::kDynamicBytes, split::Layout<HD, HDV, hasTmaForm(HD)>::kDynamicBytes);
   else if constexpr (hasWideForm(HD))
@@ -147,11 +151,18 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
                          "encode, or FLASHATTN_BACKWARD_LOADER pins cp.async): the portable backward kernel"));
   // 80-row query blocks (hasWideForm) where nothing is masked but the ends of the sequences and the additions are
   // unordered, over the instance's full width, by tensor maps, and the padding leaves the form ahead.
-  const bool wide = config.tma && !transform && hasWideForm(instance->headDim) && wideRowsPay(p.seqQ, tile.blockM) &&
+  // FLASHATTN_BACKWARD_TILE=narrow keeps the instance's narrow tile.
+  const bool narrowTiles = knobIs(Knob::BackwardTile, "narrow");
+  const bool wide = config.tma && !transform && !narrowTiles && hasWideForm(instance->headDim) && wideRowsPay(p.seqQ, tile.blockM) &&
                     p.mask == Mask::None && p.windowLeft < 0 && p.windowRight < 0 && !p.deterministic &&
                     qkWidthFor(instance->headDim, p.headDim) == instance->headDim &&
                     sharedBytesFor(*instance, true) <= dev.smemPerBlockOptin && tmaServes(p, *instance, kWideBlockM);
   if (wide) config.blockM = kWideBlockM;
+  // 96 keys a CTA (hasWideKeysForm) under the same conditions but for the masks, which it serves.
+  const bool wideKeys = config.tma && !transform && !p.deterministic && !narrowTiles &&
+                        hasWideKeysForm(instance->headDim, instance->widthV()) && p.headDim == instance->headDim &&
+                        p.headDimV == instance->widthV() && sharedBytesFor(*instance, true) <= dev.smemPerBlockOptin;
+  if (wideKeys) config.blockN = kWideKeysBlockN;
   config.groupsPerSection = backward::groupsPerSectionFor(dev, p);
   config.descendingTurns = backward::descendingTurnsPay(p);
   const Verdict verdict =
@@ -170,7 +181,9 @@ cudaError_t launchSm90Main(const DeviceInfo &dev, const Plan &plan, const backwa
   const InstanceKey key = config.instance;
 #define FLASHATTN_INSTANCE(DT, CT, HD, HDV)                                \
   if (key.dtype == DType::DT && key.headDim == HD && key.widthV() == HDV) \
-    return launchSm90Instance<CT, HD, HDV>(params, config.tma, config.blockM == kWideBlockM, dev.device, stream);
+    return launchSm90Instance<CT, HD, HDV>(params, config.tma,                                   \
+                                           config.blockM == kWideBlockM || config.blockN == kWideKeysBlockN, \
+                                           dev.device, stream);
 #include "cuda/generated/backward_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE
   return cudaErrorInvalidValue;  // unreachable: plans name instances of the same list

@@ -48,6 +48,13 @@ constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
 constexpr int kWideBlockM = 80;
 constexpr bool hasWideForm(int headDim) { return headDim == 128; }
 
+// Q/K 192 with V/O 128, unordered, without softcap or ALiBi, in the producer form: 96 keys per CTA
+// (backward_sm90_wide_keys_kernel.cuh) instead of the split kernel's 64, so each query block's Q/dO loads and dQ
+// additions serve 1.5x the products. 192/192 would need 72 + 72 accumulator floats for dK^T and dV^T, past the
+// consumers' registers with dQ and S/dP beside them.
+constexpr int kWideKeysBlockN = 96;
+constexpr bool hasWideKeysForm(int headDim, int headDimV) { return headDim == 192 && headDimV == 128; }
+
 // Whether an instance's kernel has its producer form: Q and dO by tensor-map copies and the row statistics by
 // cp.async, issued by a third warpgroup, while the two consumer warpgroups take the registers it leaves. The d64/d128
 // kernel at d128 (d64 keeps the form where every consumer thread issues its share of the copies: its 128-row steps
@@ -107,7 +114,8 @@ inline bool encodeQueryMaps(const backward::BackwardParams &p, DType dtype, int 
 // is the current device, on which the kernel's shared-memory opt-in is made once. Defined by the generated files.
 // HeadDimV: V/O's head dim, HeadDim's where the instance is of one head dim. tma: the producer-warpgroup form (the
 // plan checked that hasTmaForm and that the maps encode);
-// wide: the 80-row form (hasWideForm; the plan checked that the problem takes it).
+// wide: the instance's wider tile (the plan checked that the problem takes it): the 80-row form where hasWideForm, the
+// 96-key kernel where hasWideKeysForm.
 template <typename Element, int HeadDim, int HeadDimV>
 cudaError_t launchSm90Instance(const backward::BackwardParams &params, bool tma, bool wide, int device,
                                cudaStream_t stream);

@@ -13,6 +13,7 @@
 #include "cuda/kernels/backward_sm90/backward_sm90.hpp"
 #include "cuda/kernels/backward_sm90/backward_sm90_kernel.cuh"
 #include "cuda/kernels/backward_sm90/backward_sm90_split_kernel.cuh"
+#include "cuda/kernels/backward_sm90/backward_sm90_wide_keys_kernel.cuh"
 #include "cuda/shared_limit.hpp"
 
 namespace flashattn::cuda::backward_sm90 {
@@ -156,13 +157,33 @@ cudaError_t launchSplit(const backward::BackwardParams &params, bool tma, int de
   return launchSplitForm<Element, D, DV, false>(kp, device, stream);
 }
 
+// The 96-key kernel (hasWideKeysForm): producer form, unordered, no logit transform, the instance's exact head dims.
+template <typename Element, int D, int DV>
+cudaError_t launchWideKeys(const backward::BackwardParams &params, bool tma, int device, cudaStream_t stream) {
+  if constexpr (hasWideKeysForm(D, DV)) {
+    using L = wide_keys::Layout<D, DV>;
+    if (!tma || params.deterministic || params.softcap > 0.f || params.alibiSlopes != nullptr || !params.dqPaneled ||
+        params.headDim != D || params.headDimV != DV)
+      return cudaErrorInvalidValue;
+    Sm90KernelParams kp;
+    kp.b = params;
+    constexpr DType kDtype = std::is_same_v<Element, __half> ? DType::FP16 : DType::BF16;
+    if (!encodeQueryMaps(params, kDtype, L::kBlockM, &kp)) return cudaErrorInvalidValue;
+    static std::atomic<uint64_t> configuredDevices{0};
+    return launchPerKeyBlock(backwardSm90WideKeysKernel<Element, D, DV>, 384, L::kDynamicBytes, kp, params, device,
+                             configuredDevices, stream);
+  } else {
+    return cudaErrorInvalidValue;
+  }
+}
+
 }  // namespace detail
 
 template <typename Element, int HeadDim, int HeadDimV>
 cudaError_t launchSm90Instance(const backward::BackwardParams &params, bool tma, bool wide, int device,
                                cudaStream_t stream) {
   if constexpr (runsSplitKernel(HeadDim)) {
-    if (wide) return cudaErrorInvalidValue;
+    if (wide) return detail::launchWideKeys<Element, HeadDim, HeadDimV>(params, tma, device, stream);
     return detail::launchSplit<Element, HeadDim, HeadDimV>(params, tma, device, stream);
   } else {
     static_assert(HeadDimV == HeadDim, "the d64/d128 kernel has one head dim");

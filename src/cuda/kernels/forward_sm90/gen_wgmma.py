@@ -10,7 +10,7 @@ that differs from the committed file.
 import os
 import sys
 
-SS_WIDTHS = [16, 32, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256]
+SS_WIDTHS = [16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240, 256]
 RS_WIDTHS = [64, 96, 128, 192, 256]
 TYPES = [("__half", "f16"), ("__nv_bfloat16", "bf16")]
 
