@@ -158,8 +158,8 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
                     qkWidthFor(instance->headDim, p.headDim) == instance->headDim &&
                     sharedBytesFor(*instance, true) <= dev.smemPerBlockOptin && tmaServes(p, *instance, kWideBlockM);
   if (wide) config.blockM = kWideBlockM;
-  // 96 keys a CTA (hasWideKeysForm) under the same conditions but for the masks, which it serves.
-  const bool wideKeys = config.tma && !transform && !p.deterministic && !narrowTiles &&
+  // 96 keys a CTA (hasWideKeysForm) wherever the producer form serves the problem without a logit transform.
+  const bool wideKeys = config.tma && !transform && !narrowTiles &&
                         hasWideKeysForm(instance->headDim, instance->widthV()) && p.headDim == instance->headDim &&
                         p.headDimV == instance->widthV() && sharedBytesFor(*instance, true) <= dev.smemPerBlockOptin;
   if (wideKeys) config.blockN = kWideKeysBlockN;

@@ -48,7 +48,7 @@ constexpr Sm90BackwardTile sm90BackwardTileFor(int headDim) {
 constexpr int kWideBlockM = 80;
 constexpr bool hasWideForm(int headDim) { return headDim == 128; }
 
-// Q/K 192 with V/O 128, unordered, without softcap or ALiBi, in the producer form: 96 keys per CTA
+// Q/K 192 with V/O 128, without softcap or ALiBi, in the producer form: 96 keys per CTA
 // (backward_sm90_wide_keys_kernel.cuh) instead of the split kernel's 64, so each query block's Q/dO loads and dQ
 // additions serve 1.5x the products. 192/192 would need 72 + 72 accumulator floats for dK^T and dV^T, past the
 // consumers' registers with dQ and S/dP beside them.

@@ -157,21 +157,24 @@ cudaError_t launchSplit(const backward::BackwardParams &params, bool tma, int de
   return launchSplitForm<Element, D, DV, false>(kp, device, stream);
 }
 
-// The 96-key kernel (hasWideKeysForm): producer form, unordered, no logit transform, the instance's exact head dims.
+// The 96-key kernel (hasWideKeysForm): producer form, no logit transform, the instance's exact head dims.
 template <typename Element, int D, int DV>
 cudaError_t launchWideKeys(const backward::BackwardParams &params, bool tma, int device, cudaStream_t stream) {
   if constexpr (hasWideKeysForm(D, DV)) {
     using L = wide_keys::Layout<D, DV>;
-    if (!tma || params.deterministic || params.softcap > 0.f || params.alibiSlopes != nullptr || !params.dqPaneled ||
-        params.headDim != D || params.headDimV != DV)
+    if (!tma || params.softcap > 0.f || params.alibiSlopes != nullptr || !params.dqPaneled || params.headDim != D ||
+        params.headDimV != DV)
       return cudaErrorInvalidValue;
     Sm90KernelParams kp;
     kp.b = params;
     constexpr DType kDtype = std::is_same_v<Element, __half> ? DType::FP16 : DType::BF16;
     if (!encodeQueryMaps(params, kDtype, L::kBlockM, &kp)) return cudaErrorInvalidValue;
-    static std::atomic<uint64_t> configuredDevices{0};
-    return launchPerKeyBlock(backwardSm90WideKeysKernel<Element, D, DV>, 384, L::kDynamicBytes, kp, params, device,
-                             configuredDevices, stream);
+    static std::atomic<uint64_t> configuredDevices{0}, configuredDeterministic{0};
+    return params.deterministic
+               ? launchPerKeyBlock(backwardSm90WideKeysKernel<Element, D, DV, true>, 384, L::kDynamicBytes, kp,
+                                   params, device, configuredDeterministic, stream)
+               : launchPerKeyBlock(backwardSm90WideKeysKernel<Element, D, DV, false>, 384, L::kDynamicBytes, kp,
+                                   params, device, configuredDevices, stream);
   } else {
     return cudaErrorInvalidValue;
   }

@@ -168,6 +168,27 @@ __device__ __forceinline__ int32_t stepsOf(const BackwardParams &p, const BlockR
   return (qb.last >= qb.first ? qb.last - qb.first + 1 : 0) * p.headsPerKvHead;
 }
 
+// Deterministic mode's dQ warps' side of the staging both the split kernel and the 96-key kernel fill (warpgroup 0's
+// four warps' tiles of 16 rows x its dQ columns, then warpgroup 1's): lane l < 8 adds the tiles of consumer warp l % 4
+// of warpgroup l / 4 (query block mBlock, BlockM rows, of head h) by addDqRows.
+template <int D, int BlockM>
+__device__ __forceinline__ void addStagedDq(const BackwardParams &p, const backward::WorkItem &w,
+                                            const backward::SequenceExtent &e, uint32_t staging, int lane,
+                                            int32_t mBlock, int32_t h) {
+  constexpr int kDq0 = shareColumns(D, 0, kDqLowerMore);
+  constexpr int kDq1 = shareColumns(D, 1, kDqLowerMore);
+  const int owner = lane / 4, warp = lane % 4;
+  const uint32_t tile = staging + uint32_t(owner == 0 ? 0 : 4 * 16 * 4 * kDq0) +
+                        uint32_t(warp) * uint32_t(16 * 4 * (owner == 0 ? kDq0 : kDq1));
+  const int32_t iFirst = mBlock * BlockM + 16 * warp;
+  const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
+  const int32_t rows = e.seqQ - iFirst < 16 ? e.seqQ - iFirst : 16;
+  if (owner == 0)
+    addDqRows<kDq0 / 64>(p, wsRow0, 0, tile, rows);
+  else
+    addDqRows<kDq1 / 64>(p, wsRow0, shareFirst(D, 1, kDqLowerMore) / 64, tile, rows);
+}
+
 // The CTA barrier of each step. A named one: at 192 the two warpgroups reach it from their own bodies, where
 // __syncthreads (which wants every thread at the same call) would be divergent.
 constexpr uint32_t kCtaBarrier = 1;
@@ -559,20 +580,8 @@ __global__ void __launch_bounds__(Producer ? 384 : 256, 1)
             kp, w, e, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb), base, L::kQ, L::kDO, L::kTileBytes,
             L::kTileBytesV, L::kLse, L::kRowDot, base + L::kFull, base + L::kEmpty, pt);
       } else if constexpr (split::dqWarpForm<D, DV, Producer, Deterministic>()) {
-        // Lane l < 8 adds the staging tiles of consumer warp l % 4 of warpgroup l / 4.
-        constexpr int kDq0 = split::shareColumns(D, 0, split::kDqLowerMore);
-        constexpr int kDq1 = split::shareColumns(D, 1, split::kDqLowerMore);
         auto addTiles = [&](int lane, int32_t mBlock, int32_t h) {
-          const int owner = lane / 4, warp = lane % 4;
-          const uint32_t tile = base + L::kDqStage + uint32_t(owner == 0 ? 0 : 4 * 16 * 4 * kDq0) +
-                                uint32_t(warp) * uint32_t(16 * 4 * (owner == 0 ? kDq0 : kDq1));
-          const int32_t iFirst = mBlock * L::kBlockM + 16 * warp;
-          const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
-          const int32_t rows = e.seqQ - iFirst < 16 ? e.seqQ - iFirst : 16;
-          if (owner == 0)
-            addDqRows<kDq0 / 64>(p, wsRow0, 0, tile, rows);
-          else
-            addDqRows<kDq1 / 64>(p, wsRow0, split::shareFirst(D, 1, split::kDqLowerMore) / 64, tile, rows);
+          split::addStagedDq<D, L::kBlockM>(p, w, e, base + L::kDqStage, lane, mBlock, h);
         };
         if (pt < kLoaders + 32 * kDqWarps)
           addDqInTurns<kDqWarps>(p, w, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb),

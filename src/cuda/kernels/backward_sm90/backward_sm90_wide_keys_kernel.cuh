@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-3-Clause
-// The Hopper (sm_90a) backward main kernel for Q/K 192 with V/O 128 (DeepSeek-V3's MLA prefill), unordered, in the
+// The Hopper (sm_90a) backward main kernel for Q/K 192 with V/O 128 (DeepSeek-V3's MLA prefill), in the
 // producer form: 96 keys per CTA, 1.5x the split kernel's 64, so each query block's Q/dO loads and dQ additions are
 // spent on 1.5x the products (FlashAttention's CuTe-DSL Hopper backward takes the same tile for these head dims).
 // Warpgroup g owns keys 48g .. 48g + 47 of the block:
@@ -14,15 +14,17 @@
 //                        of dQ's columns, whole 64-column slabs (an MN-major operand starts at a slab): 128 + 64
 //                        (split::shareColumns), so the warpgroups run two bodies with compile-time shares
 //   dQ accumulator      += dQ by one bulk reduce per warp and 64-column panel from shared staging (the split
-//                        kernel's scheme), while dV^T and dK^T, committed after dQ, still run
+//                        kernel's scheme), while dV^T and dK^T, committed after dQ, still run; in deterministic mode
+//                        by two warps of the producer warpgroup in the query block's turn (the split kernel's
+//                        dqWarpForm: addDqInTurns), the other two loading
 // Registers: dK^T and dV^T hold 72 + 48 floats a thread, S and dP 24 + 24, dQ 64 or 32 (S and dP are dead by then).
 // Shared memory: K 36 + V 24 + Q 2 x 24 + dO 2 x 16 + P^T, dS^T 2 x 12 + dQ staging 48 = 212 KB. One P^T / dS^T tile:
 // a warpgroup overwrites its half of dS^T only once the other's dQ product of the previous step has read it (a named
 // barrier per warpgroup, arrived by the other); its own P^T / dS^T rows only its own products read. dK and dV leave
 // through the Q and dO stages (free once both warpgroups are past their last step) as [key][column] rows, transposed
 // by stmatrix, then in 16-byte row pieces to global memory.
-// Deterministic mode, softcap and ALiBi stay on the split kernel (backward_sm90_split_kernel.cuh); masking, GQA,
-// ragged batches and seqlensK follow backward_common.cuh as there.
+// Softcap and ALiBi stay on the split kernel (backward_sm90_split_kernel.cuh); masking, GQA, ragged batches, seqlensK
+// and deterministic mode's step order and turns follow backward_common.cuh and sm90_bwd_order.cuh as there.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -73,8 +75,12 @@ struct Layout {
   static constexpr uint32_t kDST = kPT + kKeySlab;            // dS^T [key][query]
   static constexpr uint32_t kLse = kDST + kKeySlab;           // 2 stages x BlockM floats
   static constexpr uint32_t kRowDot = kLse + 2 * kBlockM * 4;
-  static constexpr uint32_t kFull = kRowDot + 2 * kBlockM * 4;  // full + 8 s, empty + 8 s; 256 bytes kept
+  // Each stage's full and empty mbarriers (full + 8 s, empty + 8 s) and, deterministic, the dQ warps' (staged + 8 j,
+  // free + 8 j); 256 bytes kept.
+  static constexpr uint32_t kFull = kRowDot + 2 * kBlockM * 4;
   static constexpr uint32_t kEmpty = kFull + 2 * 8;
+  static constexpr uint32_t kDqStaged = kEmpty + 2 * 8;
+  static constexpr uint32_t kDqFree = kDqStaged + kDqWarps * 8;
   // dQ staging: each consumer warp's 16 rows x its warpgroup's dQ columns in 4 KB panels (stageDqRows).
   static constexpr uint32_t kDqStage = kFull + 256;
   static constexpr uint32_t kDqStageBytes = 4u * 16u * uint32_t(D) * 4u;
@@ -90,6 +96,7 @@ struct Layout {
                     (uint32_t(kGroupKeys) * 128u) % 1024 == 0,
                 "swizzle atoms (and each warpgroup's first key row) are 1024-byte aligned");
   static_assert(kDqStage % 256 == 0, "the dQ staging stores need 256-byte aligned tiles (stageDqRows)");
+  static_assert(kDqFree + kDqWarps * 8 <= kDqStage, "the barriers fit before the staging");
   static_assert(kDynamicBytes <= 232448, "the tiles fit sm90's shared memory per block");
 };
 
@@ -137,8 +144,9 @@ __device__ __forceinline__ void storeStagedRows(const unsigned char *rows, uint3
 
 }  // namespace wide_keys
 
-// Consumer warpgroup Group's walk over the CTA's query blocks (its body: the dQ share is compile-time).
-template <typename Element, int D, int DV, int Group>
+// Consumer warpgroup Group's walk over the CTA's query blocks (its body: the dQ share is compile-time). Deterministic:
+// the dQ additions go to the producer warpgroup's dQ warps, which add them in the query block's turn.
+template <typename Element, int D, int DV, bool Deterministic, int Group>
 __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t base, unsigned char *baseGeneric) {
   using L = wide_keys::Layout<D, DV>;
   constexpr int kBlockM = L::kBlockM;
@@ -163,7 +171,7 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
   const BlockRange qb = backward::queryBlocksOf(p, e, n0, kBlockM, kBlockN);
   const int32_t steps = split::stepsOf(p, qb);
   const int32_t headBase = w.kvHead * p.headsPerKvHead;
-  const StepOrder order = stepOrder<false>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
+  const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, kBlockM, kBlockN);
 
   float dvT[kDvTiles][kKeys / 2], dkT[kDkTiles][kKeys / 2];
 #pragma unroll
@@ -206,7 +214,7 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
   for (int32_t t = 0; t < steps; ++t) {
     const int stage = t & 1;
     prim::mbarrierWaitInline(full + 8 * stage, uint32_t(t >> 1) & 1u);
-    const StepBlock sb = stepBlock<false>(order, t);
+    const StepBlock sb = stepBlock<Deterministic>(order, t);
     const int32_t m0 = sb.mBlock * kBlockM;
     // A ragged sequence's last block came by cp.async (generic proxy); wgmma reads the async proxy.
     if (p.ragged && m0 + kBlockM > sq) prim::fenceProxyAsyncShared();
@@ -347,8 +355,13 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
     {
       const int32_t iFirst = m0 + 16 * warp;
       const int64_t wsRow0 = backward::workspaceRow(p, w.batch, h, e, iFirst);
-      stageDqRows<kDq>(dqStage, dq, wsRow0, lane, quad);
-      if (lane == 0) addDqRows<kDq / 64>(p, wsRow0, kDqFirst / 64, dqStage, sq - iFirst < 16 ? sq - iFirst : 16);
+      if constexpr (Deterministic) {
+        // Once step t - 1's dQ warp has read the tiles; this step's adds them in the query block's turn.
+        stageDqForWarps<kDq, kDqWarps>(dqStage, dq, wsRow0, lane, quad, base + L::kDqStaged, base + L::kDqFree, t);
+      } else {
+        stageDqRows<kDq>(dqStage, dq, wsRow0, lane, quad);
+        if (lane == 0) addDqRows<kDq / 64>(p, wsRow0, kDqFirst / 64, dqStage, sq - iFirst < 16 ? sq - iFirst : 16);
+      }
     }
     prim::wgmmaWaitGroup<0>();
 #pragma unroll
@@ -358,7 +371,7 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
     // The stage's last readers (S, dP, dV^T, dK^T) are complete: the producer may refill it.
     prim::mbarrierArrive(empty + 8 * stage);
   }
-  if (lane == 0) prim::bulkWait<0>();  // the staging tiles must outlive the reads
+  if (!Deterministic && lane == 0) prim::bulkWait<0>();  // the staging tiles must outlive the reads
 
   // dK, dV rows of this warpgroup's keys (keys past seqlensK but inside the sequence's rows get zeros: nothing
   // touched them). The Q and dO stages are free once both warpgroups are past their last step's products.
@@ -382,10 +395,12 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
 }
 
 // One CTA per (96-key block, KV head, sequence): two consumer warpgroups (wideKeysWalk) and a producer warpgroup that
-// brings each step's Q, dO and statistics (produceQuerySteps, as the split kernel's producer form).
-template <typename Element, int D, int DV>
+// brings each step's Q, dO and statistics (produceQuerySteps, as the split kernel's producer form) with all four
+// warps, or (Deterministic) with two while the other two add dQ in turns.
+template <typename Element, int D, int DV, bool Deterministic>
 __global__ void __launch_bounds__(384, 1) backwardSm90WideKeysKernel(const __grid_constant__ Sm90KernelParams kp) {
   using L = wide_keys::Layout<D, DV>;
+  constexpr int kLoaders = Deterministic ? kDqWarpLoaders : 128;
   const BackwardParams &p = kp.b;
   extern __shared__ unsigned char sm90BwdWideKeysShared[];
   const uint32_t base = (prim::smemAddress(sm90BwdWideKeysShared) + 1023u) & ~1023u;
@@ -394,8 +409,12 @@ __global__ void __launch_bounds__(384, 1) backwardSm90WideKeysKernel(const __gri
   const int group = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (threadIdx.x == 0) {
     for (int st = 0; st < 2; ++st) {
-      prim::mbarrierInit(base + L::kFull + 8 * st, 128 + 1);  // the loaders' cp.async arrivals and thread 0's
-      prim::mbarrierInit(base + L::kEmpty + 8 * st, 256);     // every consumer thread's
+      prim::mbarrierInit(base + L::kFull + 8 * st, kLoaders + 1);  // the loaders' cp.async arrivals and thread 0's
+      prim::mbarrierInit(base + L::kEmpty + 8 * st, 256);          // every consumer thread's
+    }
+    for (int j = 0; j < kDqWarps; ++j) {
+      prim::mbarrierInit(base + L::kDqStaged + 8 * j, kDqStagingWarps);
+      prim::mbarrierInit(base + L::kDqFree + 8 * j, 1);
     }
     prim::fenceBarrierInit();
   }
@@ -406,17 +425,28 @@ __global__ void __launch_bounds__(384, 1) backwardSm90WideKeysKernel(const __gri
     const backward::SequenceExtent e = backward::sequenceExtent(p, w.batch);
     const int32_t n0 = w.keyBlock * L::kBlockN;
     const BlockRange qb = backward::queryBlocksOf(p, e, n0, L::kBlockM, L::kBlockN);
-    const StepOrder order = stepOrder<false>(p, e, w.keyBlock, n0, qb, L::kBlockM, L::kBlockN);
-    produceQuerySteps<Element, D, DV, L::kBlockM, 2, false, 128>(
-        kp, w, e, order, w.kvHead * p.headsPerKvHead, split::stepsOf(p, qb), base, L::kQ, L::kDO, L::kQStage,
-        L::kDOStage, L::kLse, L::kRowDot, base + L::kFull, base + L::kEmpty, int(threadIdx.x) - 256);
+    const StepOrder order = stepOrder<Deterministic>(p, e, w.keyBlock, n0, qb, L::kBlockM, L::kBlockN);
+    const int32_t headBase = w.kvHead * p.headsPerKvHead;
+    const int32_t steps = split::stepsOf(p, qb);
+    const int pt = int(threadIdx.x) - 256;
+    if (pt < kLoaders) {
+      produceQuerySteps<Element, D, DV, L::kBlockM, 2, Deterministic, kLoaders>(
+          kp, w, e, order, headBase, steps, base, L::kQ, L::kDO, L::kQStage, L::kDOStage, L::kLse, L::kRowDot,
+          base + L::kFull, base + L::kEmpty, pt);
+    } else if constexpr (Deterministic) {
+      auto addTiles = [&](int lane, int32_t mBlock, int32_t h) {
+        split::addStagedDq<D, L::kBlockM>(p, w, e, base + L::kDqStage, lane, mBlock, h);
+      };
+      addDqInTurns<kDqWarps>(p, w, order, headBase, steps, base + L::kDqStaged, base + L::kDqFree, pt - kLoaders,
+                             addTiles);
+    }
     return;
   }
   prim::setMaxRegistersIncrease<consumerRegisters(L::kBlockM)>();
   if (group == 0)
-    wideKeysWalk<Element, D, DV, 0>(p, base, baseGeneric);
+    wideKeysWalk<Element, D, DV, Deterministic, 0>(p, base, baseGeneric);
   else
-    wideKeysWalk<Element, D, DV, 1>(p, base, baseGeneric);
+    wideKeysWalk<Element, D, DV, Deterministic, 1>(p, base, baseGeneric);
 }
 
 }  // namespace flashattn::cuda::backward_sm90
