@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-3-Clause
 // The Hopper backward family, cuda.bwd.wgmma (src/cuda/family.hpp): its plan function and the dispatch to its main
-// kernels (backward_sm90_kernel.cuh for d64 and d128, backward_sm90_split_kernel.cuh from 192), around which it runs
+// kernels (backward_sm90_kernel.cuh for d64 and d128, backward_sm90_split_kernel.cuh from 192,
+// backward_sm90_wide_keys_kernel.cuh for 192/128 in the producer form), around which it runs
 // the portable backward's pipeline (preprocess, convert, workspace: backward_params.hpp). Built only into the sm_90a
 // object library (sources.cmake), with the instances of the generated list (src/cuda/generate.py); it registers
 // itself ranked before the portable backward.
