@@ -285,7 +285,23 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
                       prim::packFloat2<Element>(s[4 * j + 4], s[4 * j + 5]),
                       prim::packFloat2<Element>(s[4 * j + 6], s[4 * j + 7]));
     }
-    prim::wgmmaWaitGroup<0>();
+    // dV^T(t) as soon as the warpgroup's P^T rows are whole, so that the tensor cores have it during the dS work and
+    // the CTA barrier. k = the 64 queries: 16 rows (2048 bytes) down the M-major dO / Q slabs, 32 bytes along the
+    // K-major P^T / dS^T rows of this warpgroup's keys (dK^T likewise, below).
+    prim::fenceProxyAsyncShared();
+    prim::namedBarrierSync(wide_keys::kEpilogueBarrier + Group, 128);
+    prim::wgmmaFence();
+#pragma unroll
+    for (int mt = 0; mt < kDvTiles; ++mt) {
+      const uint64_t dOColumns = prim::wgmmaDescriptorSw128(dOTile + uint32_t(mt) * L::kQuerySlab, L::kQuerySlab, 1024);
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        prim::WgmmaOp<Element, kKeys>::template ssTransposed<1, 0>(
+            dvT[mt], prim::wgmmaDescriptorAdvance(dOColumns, uint32_t(kk) * 2048),
+            prim::wgmmaDescriptorAdvance(pTDesc, uint32_t(kk) * 32), 1u);
+    }
+    prim::wgmmaCommitGroup();
+    prim::wgmmaWaitGroup<1>();
     prim::wgmmaFenceOperands(dp);
 #pragma unroll
     for (int hh = 0; hh < 2; ++hh) {
@@ -325,17 +341,6 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
           dq, prim::wgmmaDescriptorAdvance(dSDesc, uint32_t(kk) * 2048),
           prim::wgmmaDescriptorAdvance(kColsDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
     prim::wgmmaCommitGroup();
-    // k = the 64 queries: 16 rows (2048 bytes) down the M-major dO / Q slabs, 32 bytes along the K-major P^T / dS^T
-    // rows of this warpgroup's keys.
-#pragma unroll
-    for (int mt = 0; mt < kDvTiles; ++mt) {
-      const uint64_t dOColumns = prim::wgmmaDescriptorSw128(dOTile + uint32_t(mt) * L::kQuerySlab, L::kQuerySlab, 1024);
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        prim::WgmmaOp<Element, kKeys>::template ssTransposed<1, 0>(
-            dvT[mt], prim::wgmmaDescriptorAdvance(dOColumns, uint32_t(kk) * 2048),
-            prim::wgmmaDescriptorAdvance(pTDesc, uint32_t(kk) * 32), 1u);
-    }
 #pragma unroll
     for (int mt = 0; mt < kDkTiles; ++mt) {
       const uint64_t qColumns = prim::wgmmaDescriptorSw128(qTile + uint32_t(mt) * L::kQuerySlab, L::kQuerySlab, 1024);
