@@ -14,9 +14,11 @@
 //                        of dQ's columns, whole 64-column slabs (an MN-major operand starts at a slab): 128 + 64
 //                        (split::shareColumns), so the warpgroups run two bodies with compile-time shares
 //   dQ accumulator      += dQ by one bulk reduce per warp and 64-column panel from shared staging (the split
-//                        kernel's scheme), while dV^T and dK^T, committed after dQ, still run; in deterministic mode
-//                        by two warps of the producer warpgroup in the query block's turn (the split kernel's
-//                        dqWarpForm: addDqInTurns), the other two loading
+//                        kernel's scheme), while dK^T, committed after dQ, still runs; in deterministic mode by two
+//                        warps of the producer warpgroup in the query block's turn (the split kernel's dqWarpForm:
+//                        addDqInTurns), the other two loading
+// Order of a step's products: S, dP; dV^T once the warpgroup's P^T rows are stored (it runs under the dS work and
+// the CTA barrier: 1.008-1.017x over issuing it beside dK^T); after the barrier dQ, then dK^T.
 // Registers: dK^T and dV^T hold 72 + 48 floats a thread, S and dP 24 + 24, dQ 64 or 32 (S and dP are dead by then).
 // Shared memory: K 36 + V 24 + Q 2 x 24 + dO 2 x 16 + P^T, dS^T 2 x 12 + dQ staging 48 = 212 KB. One P^T / dS^T tile:
 // a warpgroup overwrites its half of dS^T only once the other's dQ product of the previous step has read it (a named
