@@ -576,6 +576,36 @@ TEST(Choosers, BackwardWideBlocks) {
   EXPECT_EQ(plain.plan.workspaceBytes, pick(kH100, causal).plan.workspaceBytes);
 }
 
+// Q/K 192 with V/O 128 in the producer form: 96 keys a CTA (hasWideKeysForm), unordered and deterministic, under a mask
+// or not; softcap stays on the split kernel's 64. The workspace does not depend on it.
+TEST(Choosers, BackwardWideKeys) {
+  (void)cudaFree(nullptr);  // the trial encode of the Q/dO maps needs an initialised driver (BackwardWideBlocks)
+  const bool wgmma = flashattn::cuda::findFamily(KernelId::BackwardWgmma) != nullptr && !flashattn::cuda::portableOnly();
+  if (!wgmma) GTEST_SKIP() << "no wgmma backward family in this build (or FLASHATTN_KERNEL_FAMILIES=portable)";
+  SKIP_UNLESS_BUILT(Family::BackwardSm90, FLASHATTN_DATA_BF16, 192, 128);
+  AttnProblem p = withHeadDimV(dense(Op::Backward, DType::BF16, 16, 16, 4096, 4096, 192), 128);
+  p.mask = flashattn::Mask::CausalBottomRight;
+  const Pick causal = pick(kH100, p);
+  ASSERT_TRUE(causal.served) << causal.why;
+  if (!causal.plan.as<flashattn::BackwardConfig>().tma)
+    GTEST_SKIP() << "no tensor-map encoder here: " << causal.plan.description;
+  EXPECT_EQ(causal.plan.as<flashattn::BackwardConfig>().blockN, 96) << causal.plan.description;
+  EXPECT_NE(causal.plan.description.find("tile 64x96"), std::string::npos) << causal.plan.description;
+  AttnProblem ordered = p;
+  ordered.deterministic = true;
+  const Pick det = pick(kH100, ordered);
+  EXPECT_EQ(det.plan.as<flashattn::BackwardConfig>().blockN, 96) << det.plan.description;
+  AttnProblem plain = p;
+  plain.mask = flashattn::Mask::None;
+  EXPECT_EQ(pick(kH100, plain).plan.as<flashattn::BackwardConfig>().blockN, 96);
+  AttnProblem capped = p;
+  capped.softcap = 30.f;
+  const Pick softcap = pick(kH100, capped);
+  EXPECT_EQ(softcap.plan.kernel, KernelId::BackwardWgmma) << softcap.plan.description;
+  EXPECT_EQ(softcap.plan.as<flashattn::BackwardConfig>().blockN, 64) << softcap.plan.description;
+  EXPECT_EQ(causal.plan.workspaceBytes, softcap.plan.workspaceBytes);
+}
+
 TEST(Choosers, RefusalsNameTheArgument) {
   AttnProblem p = dense(Op::Forward, DType::BF16, 8, 8, 64, 64, 300);
   const Pick r = pick(kH100, p);
