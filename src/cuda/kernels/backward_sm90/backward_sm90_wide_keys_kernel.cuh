@@ -208,10 +208,22 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
   const uint32_t dqStage =
       base + L::kDqStage + uint32_t(Group == 0 ? 0 : 4 * 16 * 4 * split::shareColumns(D, 0, split::kDqLowerMore)) +
       uint32_t(warp) * uint32_t(16 * 4 * kDq);
-  // stmatrix .trans of P and dS: lane l addresses row l % 8 (a key) of matrix l / 8, whose query rows are those of
-  // accumulator half (l / 8) % 2 and whose keys are those of column block j + l / 16.
+  // P or dS (queries x this warpgroup's keys) into its rows of a [key][query] tile by stmatrix .trans: lane l
+  // addresses row l % 8 (a key) of matrix l / 8, whose query rows are those of accumulator half (l / 8) % 2 and whose
+  // keys are those of column block j + l / 16.
   const int matrix = lane / 8;
   const uint32_t queryChunk = uint32_t(2 * warp + matrix % 2);
+  auto storeKeyRows = [&](uint32_t tile, const float(&f)[kKeys / 2]) {
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; j += 2) {
+      const uint32_t key = uint32_t(Group * kKeys + 8 * (j + matrix / 2) + lane % 8);
+      stmatrixX4Trans(tile + key * 128u + ((queryChunk ^ (key & 7u)) << 4),
+                      prim::packFloat2<Element>(f[4 * j], f[4 * j + 1]),
+                      prim::packFloat2<Element>(f[4 * j + 2], f[4 * j + 3]),
+                      prim::packFloat2<Element>(f[4 * j + 4], f[4 * j + 5]),
+                      prim::packFloat2<Element>(f[4 * j + 6], f[4 * j + 7]));
+    }
+  };
 
   for (int32_t t = 0; t < steps; ++t) {
     const int stage = t & 1;
@@ -278,15 +290,7 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
           }
     }
     // P^T rows: read by this warpgroup's dV product only, which the previous step waited for.
-#pragma unroll
-    for (int j = 0; j < kKeys / 8; j += 2) {
-      const uint32_t key = uint32_t(Group * kKeys + 8 * (j + matrix / 2) + lane % 8);
-      stmatrixX4Trans(base + L::kPT + key * 128u + ((queryChunk ^ (key & 7u)) << 4),
-                      prim::packFloat2<Element>(s[4 * j], s[4 * j + 1]),
-                      prim::packFloat2<Element>(s[4 * j + 2], s[4 * j + 3]),
-                      prim::packFloat2<Element>(s[4 * j + 4], s[4 * j + 5]),
-                      prim::packFloat2<Element>(s[4 * j + 6], s[4 * j + 7]));
-    }
+    storeKeyRows(base + L::kPT, s);
     // dV^T(t) as soon as the warpgroup's P^T rows are whole, so that the tensor cores have it during the dS work and
     // the CTA barrier. k = the 64 queries: 16 rows (2048 bytes) down the M-major dO / Q slabs, 32 bytes along the
     // K-major P^T / dS^T rows of this warpgroup's keys (dK^T likewise, below).
@@ -321,15 +325,7 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
     }
     // dS^T rows: the other warpgroup's dQ product of step t - 1 read them until it arrived here.
     if (t > 0) prim::namedBarrierSyncUnaligned(wide_keys::kDsFreeBarrier + Group, 256);
-#pragma unroll
-    for (int j = 0; j < kKeys / 8; j += 2) {
-      const uint32_t key = uint32_t(Group * kKeys + 8 * (j + matrix / 2) + lane % 8);
-      stmatrixX4Trans(base + L::kDST + key * 128u + ((queryChunk ^ (key & 7u)) << 4),
-                      prim::packFloat2<Element>(dp[4 * j], dp[4 * j + 1]),
-                      prim::packFloat2<Element>(dp[4 * j + 2], dp[4 * j + 3]),
-                      prim::packFloat2<Element>(dp[4 * j + 4], dp[4 * j + 5]),
-                      prim::packFloat2<Element>(dp[4 * j + 6], dp[4 * j + 7]));
-    }
+    storeKeyRows(base + L::kDST, dp);
     prim::fenceProxyAsyncShared();
     prim::namedBarrierSyncUnaligned(wide_keys::kCtaBarrier, 256);
 
