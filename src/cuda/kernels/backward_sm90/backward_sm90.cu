@@ -154,8 +154,9 @@ Verdict planSm90(const DeviceInfo &dev, const AttnProblem &p, Plan *plan, std::s
   // unordered, over the instance's full width, by tensor maps, and the padding leaves the form ahead.
   // FLASHATTN_BACKWARD_TILE=narrow keeps the instance's narrow tile.
   const bool narrowTiles = knobIs(Knob::BackwardTile, "narrow");
-  const bool wide = config.tma && !transform && !narrowTiles && hasWideForm(instance->headDim) && wideRowsPay(p.seqQ, tile.blockM) &&
-                    p.mask == Mask::None && p.windowLeft < 0 && p.windowRight < 0 && !p.deterministic &&
+  const bool wide = config.tma && !transform && !narrowTiles && hasWideForm(instance->headDim) &&
+                    wideRowsPay(p.seqQ, tile.blockM) && p.mask == Mask::None && p.windowLeft < 0 &&
+                    p.windowRight < 0 && !p.deterministic &&
                     qkWidthFor(instance->headDim, p.headDim) == instance->headDim &&
                     sharedBytesFor(*instance, true) <= dev.smemPerBlockOptin && tmaServes(p, *instance, kWideBlockM);
   if (wide) config.blockM = kWideBlockM;
@@ -180,11 +181,10 @@ cudaError_t launchSm90Main(const DeviceInfo &dev, const Plan &plan, const backwa
                            cudaStream_t stream) {
   const BackwardConfig &config = plan.as<BackwardConfig>();
   const InstanceKey key = config.instance;
+  const bool wide = config.blockM == kWideBlockM || config.blockN == kWideKeysBlockN;
 #define FLASHATTN_INSTANCE(DT, CT, HD, HDV)                                \
   if (key.dtype == DType::DT && key.headDim == HD && key.widthV() == HDV) \
-    return launchSm90Instance<CT, HD, HDV>(params, config.tma,                                   \
-                                           config.blockM == kWideBlockM || config.blockN == kWideKeysBlockN, \
-                                           dev.device, stream);
+    return launchSm90Instance<CT, HD, HDV>(params, config.tma, wide, dev.device, stream);
 #include "cuda/generated/backward_sm90_instances.inc"
 #undef FLASHATTN_INSTANCE
   return cudaErrorInvalidValue;  // unreachable: plans name instances of the same list
