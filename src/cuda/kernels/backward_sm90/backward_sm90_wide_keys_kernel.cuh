@@ -20,11 +20,12 @@
 // Order of a step's products: S, dP; dV^T once the warpgroup's P^T rows are stored (it runs under the dS work and
 // the CTA barrier: 1.008-1.017x over issuing it beside dK^T); after the barrier dQ, then dK^T.
 // Registers: dK^T and dV^T hold 72 + 48 floats a thread, S and dP 24 + 24, dQ 64 or 32 (S and dP are dead by then).
-// Shared memory: K 36 + V 24 + Q 2 x 24 + dO 2 x 16 + P^T, dS^T 2 x 12 + dQ staging 48 = 212 KB. One P^T / dS^T tile:
-// a warpgroup overwrites its half of dS^T only once the other's dQ product of the previous step has read it (a named
-// barrier per warpgroup, arrived by the other); its own P^T / dS^T rows only its own products read. dK and dV leave
-// through the Q and dO stages (free once both warpgroups are past their last step) as [key][column] rows, transposed
-// by stmatrix, then in 16-byte row pieces to global memory.
+// Shared memory: K 36 + V 24 + Q 2 x 24 + dO 2 x 16 + P^T, dS^T 2 x 12 + dQ staging 48 KB, with the statistics,
+// barriers and alignment 219,392 bytes. One P^T / dS^T tile: a warpgroup overwrites its half of dS^T only once the
+// other's dQ product of the previous step has read it (a named barrier per warpgroup, arrived by the other); its own
+// P^T / dS^T rows only its own products read. dK and dV leave through the Q and dO stages (free once both warpgroups
+// are past their last step) as [key][column] rows, transposed by stmatrix, then in 16-byte row pieces to global
+// memory.
 // Softcap and ALiBi stay on the split kernel (backward_sm90_split_kernel.cuh); masking, GQA, ragged batches, seqlensK
 // and deterministic mode's step order and turns follow backward_common.cuh and sm90_bwd_order.cuh as there.
 #pragma once
@@ -104,7 +105,10 @@ struct Layout {
 
 constexpr uint32_t kCtaBarrier = split::kCtaBarrier;  // both consumer warpgroups: the step's dS^T is whole
 constexpr uint32_t kDsFreeBarrier = 2;                // + g: warpgroup g may overwrite its dS^T rows
-constexpr uint32_t kEpilogueBarrier = 5;              // + g: warpgroup g's dK / dV rows are staged
+constexpr uint32_t kGroupBarrier = 5;                 // + g: warpgroup g's own rows are stored (P^T, then dK / dV)
+static_assert(kCtaBarrier != kTurnBarrier && kDsFreeBarrier + 1 < kTurnBarrier && kGroupBarrier > kTurnBarrier &&
+                  kGroupBarrier + 1 < 16,
+              "the kernel's named barriers stay apart from each other and from the turns' (sm90_bwd_order.cuh)");
 
 // Rows 48g .. of a warpgroup's transposed accumulators (Tiles m64 tiles of head-dim rows x its 48 keys) into the
 // epilogue's [key][column] rows at `rows` (pitch bytes apart), times `multiplier`: each 8 x 8 matrix (8 head-dim rows
@@ -295,7 +299,7 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
     // the CTA barrier. k = the 64 queries: 16 rows (2048 bytes) down the M-major dO / Q slabs, 32 bytes along the
     // K-major P^T / dS^T rows of this warpgroup's keys (dK^T likewise, below).
     prim::fenceProxyAsyncShared();
-    prim::namedBarrierSync(wide_keys::kEpilogueBarrier + Group, 128);
+    prim::namedBarrierSync(wide_keys::kGroupBarrier + Group, 128);
     prim::wgmmaFence();
 #pragma unroll
     for (int mt = 0; mt < kDvTiles; ++mt) {
@@ -383,7 +387,7 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
   if (rowsLeft > 0) {
     wide_keys::stageTransposed<Element, kDkTiles, kKeys>(dkT, base + L::kQ, L::kDkPitch, Group, warp, lane, p.scale);
     wide_keys::stageTransposed<Element, kDvTiles, kKeys>(dvT, base + L::kDO, L::kDvPitch, Group, warp, lane, 1.f);
-    prim::namedBarrierSync(wide_keys::kEpilogueBarrier + Group, 128);
+    prim::namedBarrierSync(wide_keys::kGroupBarrier + Group, 128);
     const int64_t key0 = e.kStart + n0 + Group * kKeys;
     const int groupThread = thread % 128;
     wide_keys::storeStagedRows<D, kKeys>(
