@@ -229,6 +229,22 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
     }
   };
 
+  // dV^T += dO^T P or dK^T += Q^T dS: k = the 64 queries, 16 rows (2048 bytes) down the M-major dO / Q slabs (one m64
+  // tile of head-dim columns each) and 32 bytes along the K-major P^T / dS^T rows of this warpgroup's keys.
+  auto addTransposed = [&](auto &acc, uint32_t columnTile, uint64_t keyRowsDesc) {
+    constexpr int kTiles = sizeof(acc) / sizeof(acc[0]);
+#pragma unroll
+    for (int mt = 0; mt < kTiles; ++mt) {
+      const uint64_t columns =
+          prim::wgmmaDescriptorSw128(columnTile + uint32_t(mt) * L::kQuerySlab, L::kQuerySlab, 1024);
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        prim::WgmmaOp<Element, kKeys>::template ssTransposed<1, 0>(
+            acc[mt], prim::wgmmaDescriptorAdvance(columns, uint32_t(kk) * 2048),
+            prim::wgmmaDescriptorAdvance(keyRowsDesc, uint32_t(kk) * 32), 1u);
+    }
+  };
+
   for (int32_t t = 0; t < steps; ++t) {
     const int stage = t & 1;
     prim::mbarrierWaitInline(full + 8 * stage, uint32_t(t >> 1) & 1u);
@@ -296,20 +312,11 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
     // P^T rows: read by this warpgroup's dV product only, which the previous step waited for.
     storeKeyRows(base + L::kPT, s);
     // dV^T(t) as soon as the warpgroup's P^T rows are whole, so that the tensor cores have it during the dS work and
-    // the CTA barrier. k = the 64 queries: 16 rows (2048 bytes) down the M-major dO / Q slabs, 32 bytes along the
-    // K-major P^T / dS^T rows of this warpgroup's keys (dK^T likewise, below).
+    // the CTA barrier.
     prim::fenceProxyAsyncShared();
     prim::namedBarrierSync(wide_keys::kGroupBarrier + Group, 128);
     prim::wgmmaFence();
-#pragma unroll
-    for (int mt = 0; mt < kDvTiles; ++mt) {
-      const uint64_t dOColumns = prim::wgmmaDescriptorSw128(dOTile + uint32_t(mt) * L::kQuerySlab, L::kQuerySlab, 1024);
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        prim::WgmmaOp<Element, kKeys>::template ssTransposed<1, 0>(
-            dvT[mt], prim::wgmmaDescriptorAdvance(dOColumns, uint32_t(kk) * 2048),
-            prim::wgmmaDescriptorAdvance(pTDesc, uint32_t(kk) * 32), 1u);
-    }
+    addTransposed(dvT, dOTile, pTDesc);
     prim::wgmmaCommitGroup();
     prim::wgmmaWaitGroup<1>();
     prim::wgmmaFenceOperands(dp);
@@ -343,15 +350,7 @@ __device__ __forceinline__ void wideKeysWalk(const BackwardParams &p, uint32_t b
           dq, prim::wgmmaDescriptorAdvance(dSDesc, uint32_t(kk) * 2048),
           prim::wgmmaDescriptorAdvance(kColsDesc, uint32_t(kk) * 2048), kk > 0 ? 1u : 0u);
     prim::wgmmaCommitGroup();
-#pragma unroll
-    for (int mt = 0; mt < kDkTiles; ++mt) {
-      const uint64_t qColumns = prim::wgmmaDescriptorSw128(qTile + uint32_t(mt) * L::kQuerySlab, L::kQuerySlab, 1024);
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        prim::WgmmaOp<Element, kKeys>::template ssTransposed<1, 0>(
-            dkT[mt], prim::wgmmaDescriptorAdvance(qColumns, uint32_t(kk) * 2048),
-            prim::wgmmaDescriptorAdvance(dSTDesc, uint32_t(kk) * 32), 1u);
-    }
+    addTransposed(dkT, qTile, dSTDesc);
     prim::wgmmaCommitGroup();
     prim::wgmmaWaitGroup<1>();
     prim::wgmmaFenceOperands(dq);
