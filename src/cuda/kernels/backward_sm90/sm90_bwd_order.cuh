@@ -109,8 +109,8 @@ __device__ __forceinline__ void passTurnNamed(int32_t *turn, int32_t next) {
 // for the next step's S^T and dP^T products to be queued (flush) or the end of the CTA's walk, so the release runs
 // under them; it delays the next key block by the time to queue those products. Deferred = false (the split kernel,
 // whose reductions go out while dV and dK still run): released at once, the release already runs under dV and dK;
-// deferring it would hold the next key block back by dV and dK as well (measured at d256: -16% at S8k causal, where every link
-// of the key-block chain adds its delay; +6% without the causal mask).
+// deferring it would hold the next key block back by dV and dK as well (measured at d256: -16% at S8k causal, where
+// every link of the key-block chain adds its delay; +6% without the causal mask).
 template <bool Enabled, bool Deferred, bool Unaligned = false>
 struct DqTurns {
   __device__ __forceinline__ void peek(const backward::BackwardParams &, int32_t, int32_t, int32_t,
