@@ -11,8 +11,9 @@
 //     warpgroup 1 computes S, the mask and the online softmax, hands P and the rows' rescale factor over through
 //     shared memory, and accumulates O[:, 0 : DV/2] += P V from registers; warpgroup 2 O[:, DV/2 : DV] += P V with P
 //     read from shared memory.
-// A warpgroup that computes S issues its next tile's S before this tile's P V, so the next softmax runs while the
-// tensor cores work.
+// With split keys a warpgroup issues its next tile's S before this tile's P V, so the next softmax runs while the
+// tensor cores work. With the column split warpgroup 1 issues this tile's P V first and the next S behind it, and
+// releases the tile's stage once its P V is done: with two stages of 576 columns the refill must start under that S.
 //
 // The CTA's work (row block, chunk, key range), the mask rule, the partial states (normalized O and (max, sum) per
 // row) and the sink's place are the split-KV decode's (decode_work.cuh, decode_epilogue.cuh): the partial states of
@@ -246,8 +247,8 @@ struct RowKeys {
 // S = Q K^T of tile x once its stage has landed (one commit group).
 template <typename Element, int DK, int Stages, typename Window>
 __device__ __forceinline__ void issueTileS(float (&s)[kTileKeys / 2], uint64_t qDescriptor, const Window &window,
-                                           int x) {
-  prim::mbarrierWait(window.full(x % Stages), uint32_t(x / Stages) & 1u);
+                                           int x, bool landed = false) {
+  if (!landed) prim::mbarrierWait(window.full(x % Stages), uint32_t(x / Stages) & 1u);
   prim::wgmmaFence();
   forward_sm90::issueQK<Element, DK, kTileKeys, kRows>(s, qDescriptor,
                                                        prim::wgmmaDescriptorSw128(window.k(x % Stages), 16, 1024));
@@ -530,30 +531,30 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
 #pragma unroll
       for (int i = 0; i < kHalf / 2; ++i) o[i] = 0.f;
       float s[kTileKeys / 2];
-      // P of two consecutive tiles: this tile's fragments stay with its P V while the next tile's are formed and handed
-      // over, so warpgroup 2 gets them without waiting for this warpgroup's P V.
-      uint32_t pEven[kTileKeys / 16][4], pOdd[kTileKeys / 16][4];
+      uint32_t pTile[kTileKeys / 16][4];  // P of the tile whose P V is next
       float rowMax[2] = {forward_sm90::negativeInfinity(), forward_sm90::negativeInfinity()};
       float rowSum[2] = {0.f, 0.f};
       float correction[2] = {1.f, 1.f};
       bool moved = false;  // whether a row maximum of this warp moved in the last softmax (else O's rescale is 1)
       const uint64_t qDescriptor = prim::wgmmaDescriptorSw128(sQ, 16, 1024);
 
-      auto issueS = [&](int x) { issueTileS<Element, DK, kStages>(s, qDescriptor, window, x); };
+      auto issueS = [&](int x, bool landed = false) {
+        issueTileS<Element, DK, kStages>(s, qDescriptor, window, x, landed);
+      };
       // S of tile x (complete) -> masked, P = exp2 in place, the rows' correction factors.
       auto softmax = [&](int x) {
         rowKeys.mask(s, w.keyBegin + x * kTileKeys, w.keyEnd, quad);
         moved =
             __any_sync(0xffffffffu, forward_sm90::softmaxBlock<kTileKeys>(s, rowMax, rowSum, correction, scaleLog2));
       };
-      // P of tile x (into `fragments`) and the factors to warpgroup 2, once it has read the previous ones; V's rows
-      // past the chunk are zeroed in the stage first.
-      auto handOver = [&](int x, uint32_t(&fragments)[kTileKeys / 16][4]) {
-        forward_sm90::convertP<Element, kTileKeys>(s, fragments);
+      // P of tile x (into pTile) and the factors to warpgroup 2, once it has read the previous ones; V's rows past the
+      // chunk are zeroed in the stage first.
+      auto handOver = [&](int x) {
+        forward_sm90::convertP<Element, kTileKeys>(s, pTile);
         if (x > 0) prim::namedBarrierSync(kPFree, 256);
         const int inChunk = w.keyEnd - (w.keyBegin + x * kTileKeys);
         if (inChunk < kTileKeys) zeroTailRows<DV>(window.v(x % kStages), inChunk, thread);
-        storeP(sP, fragments, localRow0, quad);
+        storeP(sP, pTile, localRow0, quad);
         if (quad == 0) {
           factors[localRow0] = correction[0];
           factors[localRow0 + 8] = correction[1];
@@ -562,68 +563,53 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
         if (inChunk < kTileKeys) prim::namedBarrierSync(kTailZeroed, 128);
         prim::namedBarrierSync(kPReady, 256);
       };
-      auto issuePV = [&](int x, const uint32_t(&fragments)[kTileKeys / 16][4]) {
+      auto issuePV = [&](int x) {
         if (moved) forward_sm90::rescaleO<kHalf>(o, correction);
         prim::wgmmaFence();
-        issuePVRegisters<Element, kHalf>(o, fragments, window.v(x % kStages));
+        issuePVRegisters<Element, kHalf>(o, pTile, window.v(x % kStages));
         prim::wgmmaCommitGroup();
       };
-      auto finishPV = [&](int x, uint32_t(&fragments)[kTileKeys / 16][4]) {
+      auto finishPV = [&](int x) {
         prim::wgmmaWaitGroup<0>();
         prim::wgmmaFenceOperands(o);
-        prim::wgmmaFenceOperands(fragments);
+        prim::wgmmaFenceOperands(pTile);
         releaseStage(x % kStages);
       };
-      // Tile x (its P in `current`) and the next one's S, softmax and hand-over (its P into `next`): with two stages
-      // the next S goes to the tensor cores before this P V, and the hand-over before this P V completes; with one
-      // stage the next tile's copy waits for this tile's release.
-      auto step = [&](int x, uint32_t(&current)[kTileKeys / 16][4], uint32_t(&next)[kTileKeys / 16][4]) {
-        if constexpr (kStages > 1) {
-          issueS(x + 1);
-          issuePV(x, current);
-          prim::wgmmaWaitGroup<1>();  // S of the next tile; this tile's P V may still run
-          prim::wgmmaFenceOperands(s);
-          softmax(x + 1);  // the factors of the next tile: O takes them once this P V is done
-          handOver(x + 1, next);
-          finishPV(x, current);
-        } else {
-          issuePV(x, current);
-          finishPV(x, current);
-          issueS(x + 1);
-          prim::wgmmaWaitGroup<0>();
-          prim::wgmmaFenceOperands(s);
-          softmax(x + 1);
-          handOver(x + 1, next);
-        }
-      };
-
+      // A turn of the loop takes tile x from its S (landed in `s`) to its P V, and issues the next tile's S. With two
+      // stages that S goes to the tensor cores behind this P V, so that this tile's stage is released while the S
+      // runs: the copy of tile x + 2, which refills it, then lands under the S, softmax and hand-over of tile x + 1.
+      // (With the S first and the release after the next hand-over, the copy started only then and the S of tile
+      // x + 2 waited for it: 0.89-0.95x this order at 128 heads, NOTES.md.) With one stage the next tile's copy waits
+      // for this tile's release. Either way this P V is done before the next P is formed, so one set of fragments
+      // serves (two, alternating, made ptxas spill ~180 bytes in this order).
       if (numTiles > 0) {
         issueS(0);
         prim::wgmmaWaitGroup<0>();
+      }
+#pragma unroll 1
+      for (int x = 0; x < numTiles; ++x) {
         prim::wgmmaFenceOperands(s);
-        softmax(0);
-        handOver(0, pEven);
-      }
-      int x = 0;
-      if constexpr (kStages > 1) {
-#pragma unroll 1
-        while (x + 1 < numTiles) {
-          step(x, pEven, pOdd);
-          if (++x + 1 >= numTiles) break;
-          step(x, pOdd, pEven);
-          ++x;
-        }
-      } else {  // this tile's P V is done before the next P is formed: one set of fragments
-#pragma unroll 1
-        for (; x + 1 < numTiles; ++x) step(x, pEven, pEven);
-      }
-      if (numTiles > 0) {
-        if (kStages == 1 || x % 2 == 0) {
-          issuePV(x, pEven);
-          finishPV(x, pEven);
+        softmax(x);
+        handOver(x);
+        if (x + 1 == numTiles) {
+          issuePV(x);
+          finishPV(x);
+        } else if constexpr (kStages > 1) {
+          // The next tile's copy is waited for before this P V is issued: a wait loop with P V in flight made ptxas
+          // spill around it.
+          prim::mbarrierWait(window.full((x + 1) % kStages), uint32_t((x + 1) / kStages) & 1u);
+          issuePV(x);
+          issueS(x + 1, true);
+          prim::wgmmaWaitGroup<1>();  // this tile's P V; the next S may still run
+          prim::wgmmaFenceOperands(o);
+          prim::wgmmaFenceOperands(pTile);
+          releaseStage(x % kStages);
+          prim::wgmmaWaitGroup<0>();
         } else {
-          issuePV(x, pOdd);
-          finishPV(x, pOdd);
+          issuePV(x);
+          finishPV(x);
+          issueS(x + 1);
+          prim::wgmmaWaitGroup<0>();
         }
       }
       if (numTiles > 0) prim::namedBarrierSync(kPFree, 256);  // balances warpgroup 2's last arrival
