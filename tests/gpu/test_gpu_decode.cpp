@@ -338,6 +338,12 @@ std::vector<DecodeCase> gridCases() {
     bad.name = "edge_bad_block_id", bad.batch = 2, bad.cap = 64, bad.paged = true, bad.lens = {50, 33};
     bad.badBlockId = true, bad.seed = seed++;
     cases.push_back(bad);
+    // Pages of 16 as four pieces of the tensor loader's tile (FLASHATTN_DECODE_LOADER=tensor takes them on short
+    // chunks), a partial last page over NaN slots.
+    DecodeCase pc;
+    pc.name = "edge_paged_ps16_pieces", pc.batch = 2, pc.cap = 300, pc.paged = true, pc.pageSize = 16;
+    pc.lens = {300, 57}, pc.sq = 2, pc.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, pc.chunks = {0, 2}, pc.seed = seed++;
+    cases.push_back(pc);
     // From 16 rows per KV head on sm90, the wgmma decode: chunks of several tiles, one tile (its second warpgroup
     // without a tile of its own) and none, a partial last tile over NaN slots; sinks; pages of 64; pairs of chunks
     // merged in a cluster.
@@ -383,6 +389,16 @@ std::vector<DecodeCase> gridCases() {
       c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.chunks = {0, 4}, c.seed = seed++;
       cases.push_back(c);
     }
+  // Pages shorter than the tensor loader's key tile (FLASHATTN_DECODE_LOADER=tensor takes them on short chunks) come
+  // as pieces of a tile, one copy per page and 64-column box: two pieces of the 32-key tile at d192, and the columns
+  // past 120 of the 128-wide kernel zero-filled; NaN past each sequence's end.
+  for (int64_t d : {120, 192}) {
+    DecodeCase c;
+    c.name = "paged_pieces_d" + std::to_string(d) + "_ps16", c.headDim = d, c.batch = 3, c.heads = 8, c.kvHeads = 2;
+    c.cap = 700, c.paged = true, c.pageSize = 16, c.sq = 2, c.lens = {700, 17, 333};
+    c.mask = FLASHATTN_MASK_CAUSAL_BOTTOM_RIGHT, c.chunks = {0, 1, 3}, c.seed = seed++;
+    cases.push_back(c);
+  }
   auto feature = [&](const std::string &name, auto tweak) {
     for (bool paged : {false, true}) {
       DecodeCase c;
