@@ -595,10 +595,11 @@ __global__ void __launch_bounds__(kThreads, 1) decodeSm90Kernel(const __grid_con
           issuePV(x);
           finishPV(x);
         } else if constexpr (kStages > 1) {
-          // The next tile's copy is waited for before this P V is issued: a wait loop with P V in flight made ptxas
-          // spill around it.
-          prim::mbarrierWait(window.full((x + 1) % kStages), uint32_t((x + 1) / kStages) & 1u);
+          // This P V goes out before the wait for the next tile's copy, so that a late copy does not hold up this
+          // tile's release (and with it the copy after next). The wait's retry loop is one asm block: a compiled loop
+          // with the P V in flight made ptxas spill around it.
           issuePV(x);
+          prim::mbarrierWaitInline(window.full((x + 1) % kStages), uint32_t((x + 1) / kStages) & 1u);
           issueS(x + 1, true);
           prim::wgmmaWaitGroup<1>();  // this tile's P V; the next S may still run
           prim::wgmmaFenceOperands(o);
