@@ -3,7 +3,11 @@
 """Compares flashattn-bench runs of two builds taken in the same device call, shape by shape.
 
 usage: compare.py --new A.json [A2.json ...] --old B.json [B2.json ...] [--tolerance 0.02] [--markdown FILE]
+                  [--ignore-sinks]
 (flashattn-bench --json files, or bench/results/ files, whose "ours" rows are read)
+
+--ignore-sinks matches rows whatever their sinks field says, so that a `--sinks` run (--new) against the same sweep
+without sinks (--old) gives the cost of the sinks shape by shape.
 
 Each build may have been run several times (interleaved with the other's runs); a shape's figure is its best run,
 for both builds alike. Prints new/old per shape (TFLOP/s for prefill rows, KV-read GB/s for decode) and exits 1 when
@@ -26,10 +30,10 @@ def rows(path):
     return [r for r in listed if r.get("kind") in ("prefill", "decode", "chunked")]
 
 
-def key(r):
+def key(r, ignore_sinks=False):
     return (r["kind"], r["op"], r["dtype"], r["D"], r.get("S"), r.get("Sk", r.get("L")), r["B"], r["H"], r.get("HK"),
-            r.get("causal"), r.get("Sq", 0), r.get("page_size", 0), r.get("sinks", False), r.get("chunks", 0),
-            r.get("Dv", r["D"]))
+            r.get("causal"), r.get("Sq", 0), r.get("page_size", 0), False if ignore_sinks else r.get("sinks", False),
+            r.get("chunks", 0), r.get("Dv", r["D"]))
 
 
 def figure(r):
@@ -39,12 +43,12 @@ def figure(r):
     return r.get("kv_GBps") if r["kind"] == "decode" else r.get("tflops")
 
 
-def best(paths):
+def best(paths, ignore_sinks=False):
     """key -> the best figure of the shape over the runs, None where no run has one."""
     out = {}
     for p in paths:
         for r in rows(p):
-            k, f = key(r), figure(r)
+            k, f = key(r, ignore_sinks), figure(r)
             if out.get(k) is None or (f is not None and f > out[k]):
                 out[k] = f
     return out
@@ -70,8 +74,9 @@ def main():
     ap.add_argument("--old", nargs="+", required=True)
     ap.add_argument("--tolerance", type=float, default=0.02)
     ap.add_argument("--markdown")
+    ap.add_argument("--ignore-sinks", action="store_true")
     a = ap.parse_args()
-    new, old = best(a.new), best(a.old)
+    new, old = best(a.new, a.ignore_sinks), best(a.old, a.ignore_sinks)
     common = sorted(set(new) & set(old), key=lambda k: tuple(str(x) for x in k))
     if not common:
         print("compare.py: no shape in common")
