@@ -81,6 +81,30 @@ Plan planRun(flashAttnContext &ctx, AttnProblem &p, std::initializer_list<NamedP
   }
 }
 
+// What Forward and DecodeChunk share once their descriptors are read: the run's plan, the buffers' checks against
+// each other and the workspace, the index arrays' contents, and the buffers the backend's operation receives.
+struct CheckedRun {
+  Plan plan;
+  AttnBuffers buffers;
+};
+
+CheckedRun checkedAttention(flashAttnContext &ctx, AttnProblem &p, const AttnTensors &t, const void *q, const void *k,
+                            const void *v, void *o, float *lse, void *workspace, size_t workspaceBytes) {
+  CheckedRun run;
+  run.plan = planRun(ctx, p, {{"Q", q}, {"K", k}, {"V", v}, {"O", o}});
+  const CallMemory memory = checkBuffers(
+      {{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true}, {"LSE", lse, t.lse, true}},
+      &p);
+  checkWorkspace(run.plan, workspace, workspaceBytes, memory);
+  ctx.backend->validateIndexData(p);
+  run.buffers.q = q;
+  run.buffers.k = k;
+  run.buffers.v = v;
+  run.buffers.o = o;
+  run.buffers.lse = lse;
+  return run;
+}
+
 }  // namespace
 
 extern "C" {
@@ -169,19 +193,8 @@ FLASHATTN_API flashAttnStatus_t flashAttnForward(flashAttnHandle_t handle, flash
     flashAttnContext &ctx = handleRef(handle);
     const AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
     AttnProblem p = buildAttnProblem(Op::Forward, optionalAttention(attnDesc), optionalSeq(seqDesc), t, 0);
-    const Plan plan = planRun(ctx, p, {{"Q", q}, {"K", k}, {"V", v}, {"O", o}});
-    const CallMemory memory = checkBuffers(
-        {{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true}, {"LSE", lse, t.lse, true}},
-        &p);
-    checkWorkspace(plan, workspace, workspaceBytes, memory);
-    ctx.backend->validateIndexData(p);
-    AttnBuffers buf;
-    buf.q = q;
-    buf.k = k;
-    buf.v = v;
-    buf.o = o;
-    buf.lse = lse;
-    ctx.backend->forward(p, plan, buf, workspace);
+    const CheckedRun run = checkedAttention(ctx, p, t, q, k, v, o, lse, workspace, workspaceBytes);
+    ctx.backend->forward(p, run.plan, run.buffers, workspace);
   });
 }
 
@@ -276,19 +289,8 @@ FLASHATTN_API flashAttnStatus_t flashAttnDecodeChunk(
     const AttnTensors t = attnTensors(qDesc, kDesc, vDesc, oDesc, lseDesc);
     AttnProblem p =
         buildAttnProblem(Op::DecodeChunk, optionalAttention(attnDesc), optionalSeq(seqDesc), t, numChunks);
-    const Plan plan = planRun(ctx, p, {{"Q", q}, {"K", k}, {"V", v}, {"O", o}});
-    const CallMemory memory = checkBuffers(
-        {{"Q", q, t.q, false}, {"K", k, t.k, false}, {"V", v, t.v, false}, {"O", o, t.o, true}, {"LSE", lse, t.lse, true}},
-        &p);
-    checkWorkspace(plan, workspace, workspaceBytes, memory);
-    ctx.backend->validateIndexData(p);
-    AttnBuffers buf;
-    buf.q = q;
-    buf.k = k;
-    buf.v = v;
-    buf.o = o;
-    buf.lse = lse;
-    ctx.backend->decode(p, plan, buf, workspace);
+    const CheckedRun run = checkedAttention(ctx, p, t, q, k, v, o, lse, workspace, workspaceBytes);
+    ctx.backend->decode(p, run.plan, run.buffers, workspace);
   });
 }
 
